@@ -1,0 +1,171 @@
+"""file-agent sandbox runner: runs one model-written script inside the sandbox container.
+
+Invoked as ``python3 -I -B /opt/file-agent/runner.py /work/script.py`` by file-agent. It:
+
+1. presets the names the prompts promise the code (``file_path``, ``input_file_path``,
+   ``output_dir``, ``input_dir``, ``input_files``) from the container's environment and from
+   what is in ``/work/in``;
+2. parses the script with Python's own ``ast`` module and renames every store or delete of those
+   names to a throw-away name, so the code cannot point its output somewhere else by reassigning
+   them (the old server did this with regular expressions, which missed tuples, ``for`` targets,
+   ``with ... as`` and the walrus operator);
+3. runs the script as ``__main__`` with ``/work/out`` as the working directory;
+4. when it is done (whatever its exit status), kills any process it left behind and writes
+   ``FILE_AGENT_BOUNDARY`` and then a tar stream of ``/work/out`` on the stdout it started with.
+   ``/work/out`` is a size-capped tmpfs, which Docker's archive API cannot read, hence the stream.
+   file-agent splits stdout at the boundary and unpacks the tar as untrusted input: a script can
+   forge it, but only to spoil its own result.
+
+It does not enforce any security: the container does (no network, read-only root, dropped
+capabilities, limits). A script that imports ``os`` and writes elsewhere only reaches what the
+container lets it reach.
+"""
+
+import ast
+import os
+import signal
+import sys
+import tarfile
+import traceback
+
+OUTPUT_DIR = "/work/out"
+INPUT_DIR = "/work/in"
+PROTECTED = ("file_path", "input_file_path", "output_dir", "input_dir", "input_files")
+DISCARD_PREFIX = "_file_agent_ignored_"
+
+
+class _DropReassignments(ast.NodeTransformer):
+    """Renames stores and deletes of the protected names, wherever they stand."""
+
+    def __init__(self):
+        self.dropped = []
+
+    def visit_Name(self, node):
+        if node.id in PROTECTED and isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.dropped.append((node.lineno, node.id))
+            return ast.copy_location(ast.Name(id=DISCARD_PREFIX + node.id, ctx=node.ctx), node)
+        return node
+
+
+def _input_files():
+    try:
+        names = sorted(os.listdir(INPUT_DIR))
+    except FileNotFoundError:
+        return []
+    return [os.path.join(INPUT_DIR, name) for name in names]
+
+
+def _preset_names():
+    inputs = _input_files()
+    input_file_path = os.environ.get("FILE_AGENT_INPUT_FILE_PATH") or (
+        inputs[0] if len(inputs) == 1 else None
+    )
+    return {
+        "file_path": os.environ.get("FILE_AGENT_FILE_PATH") or None,
+        "input_file_path": input_file_path,
+        "output_dir": OUTPUT_DIR,
+        "input_dir": INPUT_DIR,
+        "input_files": inputs,
+    }
+
+
+def _exit_code(exit):
+    """The process exit code Python would give for this SystemExit."""
+    if exit.code is None:
+        return 0
+    if isinstance(exit.code, int):
+        return exit.code
+    print(exit.code, file=sys.stderr)
+    return 1
+
+
+def _run(script):
+    """Runs the script; returns its exit code."""
+    with open(script, "rb") as handle:
+        source = handle.read()
+    try:
+        tree = ast.parse(source, filename=script)
+    except SyntaxError:
+        traceback.print_exc(limit=0)
+        return 1
+
+    transformer = _DropReassignments()
+    tree = ast.fix_missing_locations(transformer.visit(tree))
+    for line, name in transformer.dropped:
+        print(
+            f"file-agent: ignored reassignment of `{name}` on line {line}; "
+            f"it is preset and must not be changed",
+            file=sys.stderr,
+        )
+
+    os.makedirs(OUTPUT_DIR, exist_ok=True)
+    os.chdir(OUTPUT_DIR)
+    namespace = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__}
+    namespace.update(_preset_names())
+    code = compile(tree, script, "exec")
+    try:
+        exec(code, namespace)
+    except SystemExit as exit:
+        return _exit_code(exit)
+    except BaseException:
+        # Show the user's frames only: the first frame is this runner's exec call.
+        etype, value, tb = sys.exc_info()
+        traceback.print_exception(etype, value, tb.tb_next if tb is not None else None)
+        return 1
+    return 0
+
+
+def _flush_standard_streams():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _stop_other_processes():
+    """As the container's init, kill whatever the script started, so nothing writes after us."""
+    if os.getpid() == 1:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _send_outputs(fd, boundary):
+    """Writes the boundary, then /work/out as a tar stream, on ``fd``."""
+    with os.fdopen(fd, "wb", closefd=False) as raw:
+        raw.write(boundary.encode())
+        with tarfile.open(fileobj=raw, mode="w|", format=tarfile.PAX_FORMAT) as archive:
+            for folder, dirs, files in os.walk(OUTPUT_DIR):
+                dirs.sort()
+                for name in sorted(dirs) + sorted(files):
+                    path = os.path.join(folder, name)
+                    arcname = os.path.relpath(path, OUTPUT_DIR)
+                    try:
+                        archive.add(path, arcname=arcname, recursive=False)
+                    except OSError as error:
+                        print(f"file-agent: could not copy out {arcname}: {error}", file=sys.stderr)
+
+
+def main(argv):
+    if len(argv) != 2:
+        print("usage: runner.py SCRIPT", file=sys.stderr)
+        return 2
+    boundary = os.environ.get("FILE_AGENT_BOUNDARY")
+    # A private copy of stdout for the output stream: the script may close or replace fd 1.
+    out_fd = os.dup(1)
+    status = _run(argv[1])
+    _flush_standard_streams()
+    _stop_other_processes()
+    if boundary:
+        try:
+            _send_outputs(out_fd, boundary)
+        except OSError as error:
+            print(f"file-agent: could not send the outputs: {error}", file=sys.stderr)
+            return status or 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

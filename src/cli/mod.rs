@@ -1,0 +1,195 @@
+//! The command line. Each subcommand is a thin function over [`crate::sandbox`]; errors are
+//! `anyhow` here and nowhere below. Machine-readable output goes to stdout, logs and progress to
+//! stderr.
+
+mod bench;
+mod doctor;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::SandboxConfig;
+use crate::sandbox::Sandbox;
+use crate::sandbox::image::{self, BuildMethod};
+
+/// Runs model-written Python in single-use, locked-down Docker containers.
+///
+/// Every setting is read from the environment (see the README's table); the flags below
+/// override some of them for one command.
+#[derive(Debug, Parser)]
+#[command(name = "file-agent", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one Python script in the sandbox and print one JSON object describing the result.
+    ///
+    /// Each --input is placed at /work/in/<file name>; files the script writes under /work/out
+    /// land in --out (existing files there are never overwritten). The script sees `input_files`,
+    /// `input_file_path` (with one input), `output_dir` and `file_path` preset.
+    /// Exit status: 0 when the script succeeded, 1 for any other outcome, 2 when it could not run.
+    Run(RunArgs),
+    /// Check the Docker engine, the sandbox image and the limits in force; say how to fix problems.
+    Doctor,
+    /// Remove sandbox containers and volumes left behind (labelled io.file-agent.managed=true).
+    Reap {
+        /// Only containers created more than this many seconds ago (keeps other replicas'
+        /// running attempts alive).
+        #[arg(long, value_name = "SECONDS")]
+        older_than: Option<u64>,
+    },
+    /// Build or inspect the sandbox image.
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// Measure an attempt phase by phase beside `docker run --rm` of the same script.
+    Bench {
+        /// How many attempts of each kind.
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The Python script.
+    script: PathBuf,
+    /// An input file (repeatable).
+    #[arg(long = "input", value_name = "PATH")]
+    inputs: Vec<PathBuf>,
+    /// Where the script's outputs go.
+    #[arg(long, default_value = "out", value_name = "DIR")]
+    out: PathBuf,
+    /// Timeout in seconds (default: SCRIPT_TIMEOUT, else 90).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout: Option<u64>,
+    /// Memory limit in MiB (default: SANDBOX_MEMORY_MIB, else 1024).
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..=65536))]
+    memory: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+enum ImageCommand {
+    /// Build the image this binary expects, unless it is already there. Prints tag, size and time.
+    Build {
+        /// rootfs (debootstrap, no registry needed) or dockerfile; by default rootfs where
+        /// debootstrap is installed and we are root.
+        #[arg(long, value_enum)]
+        method: Option<BuildMethod>,
+        /// Build even if an image with this tag exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print the tag this binary expects (a hash of sandbox-image/).
+    Tag,
+}
+
+/// Parses the command line, runs the command, and maps the result to an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("file-agent: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("file-agent: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config = SandboxConfig::from_env()?;
+    match cli.command {
+        Command::Run(args) => Ok(run::run(config, args).await),
+        Command::Doctor => doctor::doctor(config).await,
+        Command::Reap { older_than } => {
+            let sandbox = Sandbox::connect(config).await?;
+            let report = sandbox.reap(older_than.map(Duration::from_secs)).await?;
+            println!(
+                "removed {} container(s) and {} volume(s)",
+                report.containers, report.volumes
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Image(ImageCommand::Tag) => {
+            println!("{}", config.image);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Image(ImageCommand::Build { method, force }) => {
+            build_image(config, method, force).await
+        }
+        Command::Bench { runs } => bench::bench(config, runs.max(1)).await,
+    }
+}
+
+async fn build_image(
+    config: SandboxConfig,
+    method: Option<BuildMethod>,
+    force: bool,
+) -> anyhow::Result<ExitCode> {
+    let sandbox = Sandbox::connect(config).await?;
+    let tag = sandbox.config().image.clone();
+    if !force && sandbox.image_present(&tag).await? {
+        println!("{tag} is already built (unchanged sandbox-image/); use --force to rebuild");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let method = method.unwrap_or_else(BuildMethod::detect);
+    eprintln!("file-agent: building {tag} with {method:?}");
+    let built = image::build(method, &tag).await?;
+    let size = sandbox
+        .diagnose()
+        .await?
+        .image
+        .map(|(_, size)| size)
+        .context("the build finished but the image is not on the engine")?;
+    println!(
+        "built {} ({:.0} MB) in {:.0} s",
+        built.tag,
+        size as f64 / 1e6,
+        built.elapsed.as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A token cancelled by the first SIGINT or SIGTERM.
+pub(crate) fn shutdown_token() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminate => {}
+        }
+        cancel.cancel();
+    });
+    token
+}

@@ -1,0 +1,296 @@
+//! Settings read from the environment, in two phases: [`SandboxConfig::from_lookup`] parses and
+//! validates plain strings with no I/O (so it is unit-tested with a map), and only then does a
+//! caller build clients from the result. Every default is a named constant below, and every
+//! variable is listed in the README's table and in `.env.example`.
+//!
+//! This module does not read `.env` files or talk to Docker.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// `SCRIPT_TIMEOUT` (seconds), the Python File Agent's name and default.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 90;
+/// `SANDBOX_MEMORY_MIB`: memory of one container; swap is set equal, so it cannot swap.
+pub const DEFAULT_MEMORY_MIB: u64 = 1024;
+/// `SANDBOX_CPUS`: CPUs of one container (fractions allowed).
+pub const DEFAULT_CPUS: f64 = 1.0;
+/// `SANDBOX_PIDS`: processes and threads of one container.
+pub const DEFAULT_PIDS: i64 = 128;
+/// `SANDBOX_NOFILE`: open files of one process.
+pub const DEFAULT_NOFILE: u64 = 1024;
+/// `SANDBOX_TMP_MIB`: size of the `/tmp` tmpfs (counted in the container's memory).
+pub const DEFAULT_TMP_MIB: u64 = 64;
+/// `SANDBOX_STDIO_MAX_BYTES`: stdout and stderr kept, each; the rest is read and dropped.
+pub const DEFAULT_STDIO_MAX_BYTES: usize = 1024 * 1024;
+/// `SANDBOX_OUTPUT_MAX_MIB`: all files written to `/work/out`, together.
+pub const DEFAULT_OUTPUT_MAX_MIB: u64 = 256;
+/// `SANDBOX_OUTPUT_MAX_FILES`: files and folders written to `/work/out`.
+pub const DEFAULT_OUTPUT_MAX_FILES: usize = 1000;
+
+const MIB: u64 = 1024 * 1024;
+
+/// A variable that is set but unusable. Its message names the variable and what it takes.
+#[derive(Debug, Error, PartialEq)]
+#[error("{var}={value:?} is not valid: expected {expected}")]
+pub struct ConfigError {
+    /// The environment variable.
+    pub var: &'static str,
+    /// The value found.
+    pub value: String,
+    /// What the variable takes, in words.
+    pub expected: &'static str,
+}
+
+/// The resource limits of one attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Wall-clock time from start to exit; the container is killed past it.
+    pub timeout: Duration,
+    /// Memory in bytes, including the tmpfs folders; swap equals it.
+    pub memory_bytes: u64,
+    /// CPUs (Docker's `--cpus`).
+    pub cpus: f64,
+    /// Processes and threads.
+    pub pids: i64,
+    /// Open files per process (soft and hard).
+    pub nofile: u64,
+    /// Size of the `/tmp` tmpfs in bytes.
+    pub tmp_bytes: u64,
+    /// Bytes of stdout, and separately of stderr, that are kept.
+    pub stdio_max_bytes: usize,
+    /// Bytes of all output files together.
+    pub output_max_bytes: u64,
+    /// Number of output files and folders.
+    pub output_max_files: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            memory_bytes: DEFAULT_MEMORY_MIB * MIB,
+            cpus: DEFAULT_CPUS,
+            pids: DEFAULT_PIDS,
+            nofile: DEFAULT_NOFILE,
+            tmp_bytes: DEFAULT_TMP_MIB * MIB,
+            stdio_max_bytes: DEFAULT_STDIO_MAX_BYTES,
+            output_max_bytes: DEFAULT_OUTPUT_MAX_MIB * MIB,
+            output_max_files: DEFAULT_OUTPUT_MAX_FILES,
+        }
+    }
+}
+
+/// What the sandbox needs to know: which image, which OCI runtime, which limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxConfig {
+    /// The sandbox image; by default the tag of the image this binary was built with.
+    pub image: String,
+    /// An OCI runtime such as `runsc` (gVisor); `None` is the engine's default.
+    pub runtime: Option<String>,
+    /// The resource limits of every attempt.
+    pub limits: Limits,
+}
+
+impl SandboxConfig {
+    /// The configuration from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The configuration from any lookup of variable names; empty values count as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
+        let limits = Limits {
+            timeout: Duration::from_secs(parse_int(
+                get("SCRIPT_TIMEOUT"),
+                "SCRIPT_TIMEOUT",
+                DEFAULT_TIMEOUT_SECS,
+                1..=3600,
+                "whole seconds from 1 to 3600",
+            )?),
+            memory_bytes: parse_int(
+                get("SANDBOX_MEMORY_MIB"),
+                "SANDBOX_MEMORY_MIB",
+                DEFAULT_MEMORY_MIB,
+                64..=65536,
+                "MiB from 64 to 65536",
+            )? * MIB,
+            cpus: parse_cpus(get("SANDBOX_CPUS"))?,
+            pids: parse_int(
+                get("SANDBOX_PIDS"),
+                "SANDBOX_PIDS",
+                DEFAULT_PIDS,
+                16..=4096,
+                "a count from 16 to 4096",
+            )?,
+            nofile: parse_int(
+                get("SANDBOX_NOFILE"),
+                "SANDBOX_NOFILE",
+                DEFAULT_NOFILE,
+                64..=65536,
+                "a count from 64 to 65536",
+            )?,
+            tmp_bytes: parse_int(
+                get("SANDBOX_TMP_MIB"),
+                "SANDBOX_TMP_MIB",
+                DEFAULT_TMP_MIB,
+                1..=4096,
+                "MiB from 1 to 4096",
+            )? * MIB,
+            stdio_max_bytes: parse_int(
+                get("SANDBOX_STDIO_MAX_BYTES"),
+                "SANDBOX_STDIO_MAX_BYTES",
+                DEFAULT_STDIO_MAX_BYTES,
+                1024..=64 * 1024 * 1024,
+                "bytes from 1024 to 67108864",
+            )?,
+            output_max_bytes: parse_int(
+                get("SANDBOX_OUTPUT_MAX_MIB"),
+                "SANDBOX_OUTPUT_MAX_MIB",
+                DEFAULT_OUTPUT_MAX_MIB,
+                1..=16384,
+                "MiB from 1 to 16384",
+            )? * MIB,
+            output_max_files: parse_int(
+                get("SANDBOX_OUTPUT_MAX_FILES"),
+                "SANDBOX_OUTPUT_MAX_FILES",
+                DEFAULT_OUTPUT_MAX_FILES,
+                1..=100_000,
+                "a count from 1 to 100000",
+            )?,
+        };
+        let image = match get("SANDBOX_IMAGE") {
+            Some(image) if image.chars().any(char::is_whitespace) => {
+                return Err(ConfigError {
+                    var: "SANDBOX_IMAGE",
+                    value: image,
+                    expected: "an image reference without spaces, e.g. file-agent-sandbox:<hash>",
+                });
+            }
+            Some(image) => image,
+            None => crate::sandbox::image::default_tag(),
+        };
+        let runtime = match get("SANDBOX_RUNTIME") {
+            Some(runtime)
+                if !runtime
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
+            {
+                return Err(ConfigError {
+                    var: "SANDBOX_RUNTIME",
+                    value: runtime,
+                    expected: "a runtime name registered with the Docker engine, e.g. runsc",
+                });
+            }
+            other => other,
+        };
+        Ok(Self {
+            image,
+            runtime,
+            limits,
+        })
+    }
+}
+
+fn parse_int<T>(
+    value: Option<String>,
+    var: &'static str,
+    default: T,
+    range: std::ops::RangeInclusive<T>,
+    expected: &'static str,
+) -> Result<T, ConfigError>
+where
+    T: std::str::FromStr + PartialOrd,
+{
+    let Some(value) = value else {
+        return Ok(default);
+    };
+    match value.trim().parse::<T>() {
+        Ok(parsed) if range.contains(&parsed) => Ok(parsed),
+        _ => Err(ConfigError {
+            var,
+            value,
+            expected,
+        }),
+    }
+}
+
+fn parse_cpus(value: Option<String>) -> Result<f64, ConfigError> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_CPUS);
+    };
+    match value.trim().parse::<f64>() {
+        Ok(cpus) if (0.01..=64.0).contains(&cpus) => Ok(cpus),
+        _ => Err(ConfigError {
+            var: "SANDBOX_CPUS",
+            value,
+            expected: "a number of CPUs from 0.01 to 64, e.g. 1 or 0.5",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<SandboxConfig, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        SandboxConfig::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let config = config(&[]).unwrap();
+        assert_eq!(config.limits.timeout, Duration::from_secs(90));
+        assert_eq!(config.limits.memory_bytes, 1024 * MIB);
+        assert_eq!(config.limits.pids, 128);
+        assert_eq!(config.limits.stdio_max_bytes, 1024 * 1024);
+        assert_eq!(config.limits.output_max_bytes, 256 * MIB);
+        assert_eq!(config.limits.output_max_files, 1000);
+        assert_eq!(config.runtime, None);
+        assert!(config.image.starts_with("file-agent-sandbox:"));
+    }
+
+    #[test]
+    fn values_are_read_and_blank_means_unset() {
+        let config = config(&[
+            ("SCRIPT_TIMEOUT", "30"),
+            ("SANDBOX_MEMORY_MIB", "512"),
+            ("SANDBOX_CPUS", "0.5"),
+            ("SANDBOX_RUNTIME", "runsc"),
+            ("SANDBOX_IMAGE", "  "),
+        ])
+        .unwrap();
+        assert_eq!(config.limits.timeout, Duration::from_secs(30));
+        assert_eq!(config.limits.memory_bytes, 512 * MIB);
+        assert_eq!(config.limits.cpus, 0.5);
+        assert_eq!(config.runtime.as_deref(), Some("runsc"));
+        assert!(config.image.starts_with("file-agent-sandbox:"));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_and_what_it_takes() {
+        let err = config(&[("SCRIPT_TIMEOUT", "ninety")]).unwrap_err();
+        assert_eq!(err.var, "SCRIPT_TIMEOUT");
+        assert!(err.to_string().contains("whole seconds"), "{err}");
+        assert_eq!(
+            config(&[("SANDBOX_MEMORY_MIB", "8")]).unwrap_err().var,
+            "SANDBOX_MEMORY_MIB"
+        );
+        assert_eq!(
+            config(&[("SANDBOX_CPUS", "-1")]).unwrap_err().var,
+            "SANDBOX_CPUS"
+        );
+        assert_eq!(
+            config(&[("SANDBOX_RUNTIME", "runsc; rm -rf /")])
+                .unwrap_err()
+                .var,
+            "SANDBOX_RUNTIME"
+        );
+    }
+}

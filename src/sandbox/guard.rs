@@ -1,0 +1,103 @@
+//! Ownership of one container: [`ContainerGuard`] removes it, with its anonymous volume, on
+//! every path. Removal through [`ContainerGuard::remove`] is the normal path; `Drop` is the
+//! fallback for a panic or a dropped future (a client that cancelled), and spawns the removal on
+//! the sandbox's task tracker so that shutdown can wait for it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bollard::Docker;
+use bollard::query_parameters::RemoveContainerOptionsBuilder;
+use tokio_util::task::TaskTracker;
+
+use super::SandboxError;
+
+/// Owns a created container until it is removed.
+#[derive(Debug)]
+pub struct ContainerGuard {
+    docker: Docker,
+    id: String,
+    /// The sandbox's count of live containers; decremented once the container is gone.
+    live: Arc<AtomicUsize>,
+    /// Where a removal started from `Drop` runs, so that shutdown can wait for it.
+    tracker: TaskTracker,
+    /// False once removed; `Drop` then does nothing.
+    armed: bool,
+}
+
+impl ContainerGuard {
+    /// Takes ownership of a container that was just created, counting it as live.
+    pub(crate) fn new(
+        docker: Docker,
+        id: String,
+        live: Arc<AtomicUsize>,
+        tracker: TaskTracker,
+    ) -> Self {
+        live.fetch_add(1, Ordering::SeqCst);
+        Self {
+            docker,
+            id,
+            live,
+            tracker,
+            armed: true,
+        }
+    }
+
+    /// The container's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Force-removes the container and its anonymous volume, killing it if it still runs.
+    pub async fn remove(mut self) -> Result<(), SandboxError> {
+        let result = remove_container(&self.docker, &self.id).await;
+        self.armed = false;
+        self.live.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let docker = self.docker.clone();
+        let id = std::mem::take(&mut self.id);
+        let live = self.live.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                self.tracker.spawn_on(
+                    async move {
+                        if let Err(error) = remove_container(&docker, &id).await {
+                            tracing::error!(container = %id, %error, "could not remove a dropped sandbox container; `file-agent reap` will");
+                        }
+                        live.fetch_sub(1, Ordering::SeqCst);
+                    },
+                    &handle,
+                );
+            }
+            Err(_) => {
+                tracing::error!(container = %id, "no runtime to remove a dropped sandbox container; `file-agent reap` will");
+                live.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Force-removes a container and its anonymous volumes; one that is already gone is fine.
+pub(crate) async fn remove_container(docker: &Docker, id: &str) -> Result<(), SandboxError> {
+    let options = RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .v(true)
+        .build();
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) => Ok(()),
+        // 404: already gone; 409: a removal is already in progress.
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404 | 409,
+            ..
+        }) => Ok(()),
+        Err(error) => Err(SandboxError::docker("removing a container", error)),
+    }
+}

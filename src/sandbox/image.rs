@@ -1,0 +1,194 @@
+//! The sandbox image: its build context is compiled into the binary, and its tag is a hash of
+//! that context, so a binary always asks for the image built from its own `sandbox-image/`
+//! folder and an unchanged image is never rebuilt.
+//!
+//! Two ways to build the same image: `build-rootfs.sh` (debootstrap + `docker import`, no
+//! registry needed) and `Dockerfile` (for hosts that reach a registry). This module writes the
+//! context to a temporary folder and runs one of them; it does not pull anything itself.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+/// The repository part of every sandbox image tag.
+pub const IMAGE_REPOSITORY: &str = "file-agent-sandbox";
+
+/// The files of `sandbox-image/`, compiled in. A unit test checks that none is missing.
+pub const CONTEXT: [(&str, &[u8]); 5] = [
+    (
+        "Dockerfile",
+        include_bytes!("../../sandbox-image/Dockerfile"),
+    ),
+    (
+        "build-rootfs.sh",
+        include_bytes!("../../sandbox-image/build-rootfs.sh"),
+    ),
+    (
+        "packages.txt",
+        include_bytes!("../../sandbox-image/packages.txt"),
+    ),
+    ("runner.py", include_bytes!("../../sandbox-image/runner.py")),
+    ("wheels.txt", include_bytes!("../../sandbox-image/wheels.txt")),
+];
+
+/// The hex SHA-256 of the build context (names and contents, in order).
+pub fn context_hash() -> String {
+    let mut hasher = Sha256::new();
+    for (name, content) in CONTEXT {
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        hasher.update((content.len() as u64).to_le_bytes());
+        hasher.update(content);
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// `file-agent-sandbox:<first 12 hex digits of the context hash>`.
+pub fn default_tag() -> String {
+    format!("{IMAGE_REPOSITORY}:{}", &context_hash()[..12])
+}
+
+/// How to build the image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BuildMethod {
+    /// debootstrap of Debian bookworm and `docker import`: needs root and debootstrap, no registry.
+    Rootfs,
+    /// `docker build` of `sandbox-image/Dockerfile`: needs a registry to pull `debian:bookworm-slim`.
+    Dockerfile,
+}
+
+impl BuildMethod {
+    /// The method that can work on this host: rootfs where debootstrap is installed and we are
+    /// root, else the Dockerfile.
+    pub fn detect() -> Self {
+        let has_debootstrap = ["/usr/sbin/debootstrap", "/usr/bin/debootstrap"]
+            .iter()
+            .any(|p| Path::new(p).exists());
+        let is_root = std::fs::metadata("/proc/self")
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+            .unwrap_or(false);
+        if has_debootstrap && is_root {
+            Self::Rootfs
+        } else {
+            Self::Dockerfile
+        }
+    }
+}
+
+/// Why an image build failed.
+#[derive(Debug, Error)]
+pub enum ImageBuildError {
+    /// Writing the build context failed.
+    #[error("could not write the build context: {0}")]
+    Context(#[from] std::io::Error),
+    /// The build command could not be started.
+    #[error("could not run {command}: {source}; {hint}")]
+    Spawn {
+        /// The command.
+        command: &'static str,
+        /// The error.
+        source: std::io::Error,
+        /// What to install.
+        hint: &'static str,
+    },
+    /// The build command ran and failed; its output was shown.
+    #[error("{command} failed with {status}; its output is above")]
+    Failed {
+        /// The command.
+        command: &'static str,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+    },
+}
+
+/// A finished build.
+#[derive(Debug)]
+pub struct Built {
+    /// The tag given to the image.
+    pub tag: String,
+    /// How long it took.
+    pub elapsed: Duration,
+}
+
+/// Builds the image of this binary's context under `tag`, showing the builder's output on
+/// stderr. Checking whether it already exists is the caller's job (it needs the Docker API).
+pub async fn build(method: BuildMethod, tag: &str) -> Result<Built, ImageBuildError> {
+    let started = Instant::now();
+    let context = tempfile::Builder::new()
+        .prefix("file-agent-image-")
+        .tempdir()?;
+    for (name, content) in CONTEXT {
+        std::fs::write(context.path().join(name), content)?;
+    }
+    let (command, hint, mut process) = match method {
+        BuildMethod::Rootfs => {
+            let mut process = tokio::process::Command::new("sh");
+            process
+                .arg(context.path().join("build-rootfs.sh"))
+                .arg(context.path())
+                .arg(tag);
+            (
+                "build-rootfs.sh",
+                "it needs sh, debootstrap, python3 with pip and docker",
+                process,
+            )
+        }
+        BuildMethod::Dockerfile => {
+            let mut process = tokio::process::Command::new("docker");
+            process
+                .args(["build", "--tag", tag, "--build-arg"])
+                .arg(format!("IMAGE_TAG={tag}"))
+                .arg(context.path());
+            ("docker build", "install the docker CLI", process)
+        }
+    };
+    // The builder's progress goes to our stderr; stdout stays free for machine-readable output.
+    let status = process
+        .stdout(std::process::Stdio::inherit())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .status()
+        .await
+        .map_err(|source| ImageBuildError::Spawn {
+            command,
+            source,
+            hint,
+        })?;
+    if !status.success() {
+        return Err(ImageBuildError::Failed { command, status });
+    }
+    Ok(Built {
+        tag: tag.to_string(),
+        elapsed: started.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_the_folder_is_compiled_in() {
+        let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-image");
+        let mut on_disk: Vec<String> = std::fs::read_dir(folder)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with('.') && name != "__pycache__")
+            .collect();
+        on_disk.sort();
+        let compiled: Vec<String> = CONTEXT.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(on_disk, compiled, "add new files to image::CONTEXT");
+    }
+
+    #[test]
+    fn the_tag_is_a_stable_hash_of_the_context() {
+        let tag = default_tag();
+        assert_eq!(tag, default_tag());
+        let (repository, hash) = tag.split_once(':').unwrap();
+        assert_eq!(repository, IMAGE_REPOSITORY);
+        assert_eq!(hash.len(), 12);
+        assert!(hash.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+}

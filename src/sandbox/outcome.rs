@@ -1,0 +1,195 @@
+//! What one attempt gives back: the typed [`Outcome`] of a script that ran, and the
+//! [`SandboxError`] of an attempt that could not run at all. The serialised names of
+//! [`Status`] are the `status` values of `file-agent run`'s JSON.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+use thiserror::Error;
+
+/// How a script that ran ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// It exited 0 and its outputs are within the limits.
+    Ok,
+    /// It exited with a non-zero code (an exception, `sys.exit(n)`, a signal).
+    Failed,
+    /// It ran past the timeout and was killed.
+    Timeout,
+    /// The kernel killed it for exceeding the memory limit.
+    OutOfMemory,
+    /// It wrote more output (bytes or files) than allowed; what came before the limit is kept.
+    OutputLimit,
+}
+
+/// Captured stdout or stderr, cut at the limit.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Captured {
+    /// The bytes kept, at most the stdio limit.
+    pub bytes: Vec<u8>,
+    /// Bytes the process wrote beyond what was kept.
+    pub dropped: u64,
+}
+
+impl Captured {
+    /// Whether some of the stream was dropped.
+    pub fn truncated(&self) -> bool {
+        self.dropped > 0
+    }
+
+    /// The kept bytes as text (invalid UTF-8 replaced), with a marker when truncated.
+    pub fn text(&self) -> String {
+        let mut text = String::from_utf8_lossy(&self.bytes).into_owned();
+        if self.truncated() {
+            text.push_str(&format!(
+                "\n[file-agent: {} more bytes were dropped]",
+                self.dropped
+            ));
+        }
+        text
+    }
+}
+
+/// One file the script wrote under `/work/out`, now on the host.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutputFile {
+    /// The path relative to `/work/out` (and to the destination folder).
+    pub path: String,
+    /// Where it was written on the host.
+    #[serde(skip)]
+    pub host_path: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// The hex SHA-256 of its content.
+    pub sha256: String,
+}
+
+/// An output entry that was not written, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Skipped {
+    /// The path as the archive named it.
+    pub path: String,
+    /// Why it was skipped, in words.
+    pub reason: String,
+}
+
+/// Time spent in each phase of an attempt.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Timings {
+    /// Create the container and check its settings.
+    pub create: Duration,
+    /// Upload the script and inputs.
+    pub copy_in: Duration,
+    /// Attach, start, and wait until the script has finished.
+    pub run: Duration,
+    /// Read the rest of stdout and stderr after the script finished.
+    pub logs: Duration,
+    /// Receive and unpack the outputs.
+    pub copy_out: Duration,
+    /// Remove the container and its volume.
+    pub remove: Duration,
+    /// The whole attempt.
+    pub total: Duration,
+}
+
+/// The result of a script that ran in the sandbox (whatever its exit status).
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// How it ended.
+    pub status: Status,
+    /// The process's exit code; `None` when it was killed by file-agent before it exited.
+    pub exit_code: Option<i64>,
+    /// What it wrote to stdout.
+    pub stdout: Captured,
+    /// What it wrote to stderr.
+    pub stderr: Captured,
+    /// The files it wrote under `/work/out`, unpacked on the host.
+    pub outputs: Vec<OutputFile>,
+    /// Output entries that were not unpacked (links, devices, unsafe paths).
+    pub skipped: Vec<Skipped>,
+    /// Phase timings.
+    pub timings: Timings,
+    /// One sentence a person can act on.
+    pub message: String,
+}
+
+/// Why an attempt could not run, or could not be cleaned up. Every message says what to do.
+#[derive(Debug, Error)]
+pub enum SandboxError {
+    /// The Docker engine did not answer.
+    #[error(
+        "the Docker engine is not reachable ({source}); start it (`sudo systemctl start docker` or `sudo dockerd &`) or set DOCKER_HOST"
+    )]
+    DockerUnreachable {
+        /// The client error.
+        source: bollard::errors::Error,
+    },
+    /// The sandbox image is not on the engine.
+    #[error("the sandbox image {image} is missing; build it with `file-agent image build`")]
+    ImageMissing {
+        /// The image reference that was asked for.
+        image: String,
+    },
+    /// The OCI runtime is not registered with the engine.
+    #[error(
+        "the OCI runtime {runtime:?} is not registered with the Docker engine; install it (gVisor: runsc install) or unset SANDBOX_RUNTIME"
+    )]
+    RuntimeMissing {
+        /// The runtime asked for.
+        runtime: String,
+    },
+    /// Docker applied a setting other than the one asked for: the attempt was refused.
+    #[error(
+        "refused to start the container: Docker applied {field} = {applied}, but the policy asks for {wanted}; check the engine's configuration (daemon.json, cgroup support)"
+    )]
+    PolicyMismatch {
+        /// The setting.
+        field: &'static str,
+        /// What the policy asks for.
+        wanted: String,
+        /// What Docker reports.
+        applied: String,
+    },
+    /// An input cannot be placed in `/work/in`.
+    #[error("input {name:?} cannot be used: {reason}")]
+    BadInput {
+        /// The input's name.
+        name: String,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The caller cancelled the attempt (client gone, shutdown); the container was removed.
+    #[error("the attempt was cancelled and its container removed")]
+    Cancelled,
+    /// Another Docker API failure.
+    #[error("Docker failed while {action}: {source}")]
+    Docker {
+        /// What file-agent was doing.
+        action: &'static str,
+        /// The client error.
+        source: bollard::errors::Error,
+    },
+    /// A local I/O failure (writing outputs, reading inputs).
+    #[error("{action}: {source}")]
+    Io {
+        /// What file-agent was doing.
+        action: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+impl SandboxError {
+    /// Wraps a Docker error, telling an unreachable engine and a missing image apart.
+    pub(crate) fn docker(action: &'static str, source: bollard::errors::Error) -> Self {
+        use bollard::errors::Error as E;
+        match &source {
+            E::IOError { .. } | E::HyperResponseError { .. } | E::RequestTimeoutError => {
+                Self::DockerUnreachable { source }
+            }
+            _ => Self::Docker { action, source },
+        }
+    }
+}

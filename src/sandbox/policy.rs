@@ -1,0 +1,395 @@
+//! The one place that decides how a sandbox container is locked down.
+//!
+//! [`container_spec`] turns a [`SandboxConfig`] into the create request, and [`verify`] reads
+//! back what Docker actually applied and refuses the container when anything differs (fail
+//! closed: an engine that silently drops a limit must not run model code). The security settings
+//! are not configurable on purpose; only the resource limits and the OCI runtime are.
+//!
+//! Layout inside the container:
+//! - `/` read-only (the image);
+//! - `/work` an anonymous volume owned by root: `script.py` and `in/` are uploaded there before
+//!   start and are read-only to the sandbox user, so the script cannot fill the host's disk;
+//! - `/work/out` a tmpfs owned by uid 10001, capped at the output limit: the only place the
+//!   script writes results; the runner streams it back as a tar after the script;
+//! - `/tmp` a tmpfs capped in size; both tmpfs count against the memory limit.
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, HostConfig, HostConfigLogConfig, Mount,
+    MountType, MountVolumeOptions, ResourcesUlimits,
+};
+
+use super::SandboxError;
+use crate::config::SandboxConfig;
+
+/// Label on every container and volume file-agent creates; the reaper looks for it.
+pub const MANAGED_LABEL: &str = "io.file-agent.managed";
+/// Label naming the [`super::Sandbox`] instance that created a container.
+pub const INSTANCE_LABEL: &str = "io.file-agent.instance";
+/// The unprivileged user the script runs as.
+pub const SANDBOX_USER: &str = "10001:10001";
+/// Where the script is uploaded.
+pub const SCRIPT_PATH: &str = "/work/script.py";
+/// The command the container runs: the runner baked into the image, isolated mode (`-I`: no
+/// user site, no `PYTHON*` variables), no byte-code writes (`-B`).
+pub const COMMAND: [&str; 5] = [
+    "python3",
+    "-I",
+    "-B",
+    "/opt/file-agent/runner.py",
+    SCRIPT_PATH,
+];
+/// Environment variables the runner reads; the only ones file-agent sets.
+pub const RUNNER_VARIABLES: [&str; 3] = [
+    "FILE_AGENT_BOUNDARY",
+    "FILE_AGENT_FILE_PATH",
+    "FILE_AGENT_INPUT_FILE_PATH",
+];
+/// Variables the image itself may define (see `sandbox-image/`). Anything else in a container's
+/// environment makes [`verify`] refuse it.
+const IMAGE_VARIABLES: [&str; 5] = ["PATH", "HOME", "LANG", "MPLBACKEND", "MPLCONFIGDIR"];
+
+/// Builds the create request for one attempt. `env` holds `NAME=value` pairs for the runner,
+/// whose names must be among [`RUNNER_VARIABLES`].
+pub fn container_spec(
+    config: &SandboxConfig,
+    instance: &str,
+    env: Vec<String>,
+) -> ContainerCreateBody {
+    let limits = &config.limits;
+    let labels = HashMap::from([
+        (MANAGED_LABEL.to_string(), "true".to_string()),
+        (INSTANCE_LABEL.to_string(), instance.to_string()),
+    ]);
+    let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
+    let output_bytes = i64::try_from(limits.output_max_bytes).unwrap_or(i64::MAX);
+    let nofile = i64::try_from(limits.nofile).unwrap_or(i64::MAX);
+    let ulimit = |name: &str, value: i64| ResourcesUlimits {
+        name: Some(name.to_string()),
+        soft: Some(value),
+        hard: Some(value),
+    };
+    ContainerCreateBody {
+        image: Some(config.image.clone()),
+        user: Some(SANDBOX_USER.to_string()),
+        cmd: Some(COMMAND.iter().map(|s| s.to_string()).collect()),
+        entrypoint: Some(Vec::new()),
+        working_dir: Some("/work".to_string()),
+        hostname: Some("sandbox".to_string()),
+        env: Some(env),
+        labels: Some(labels.clone()),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        attach_stdin: Some(false),
+        open_stdin: Some(false),
+        tty: Some(false),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".to_string()),
+            readonly_rootfs: Some(true),
+            privileged: Some(false),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            pids_limit: Some(limits.pids),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            nano_cpus: Some((limits.cpus * 1e9).round() as i64),
+            ulimits: Some(vec![
+                ulimit("nofile", nofile),
+                // No single file larger than all outputs together, and no core dumps.
+                ulimit("fsize", output_bytes),
+                ulimit("core", 0),
+            ]),
+            tmpfs: Some(tmpfs_mounts(config)),
+            mounts: Some(vec![Mount {
+                target: Some("/work".to_string()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(false),
+                volume_options: Some(MountVolumeOptions {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            // Output is read through attach and capped there; nothing is kept on the host's disk.
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("none".to_string()),
+                config: None,
+            }),
+            ipc_mode: Some("private".to_string()),
+            runtime: config.runtime.clone(),
+            auto_remove: Some(false),
+            init: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn tmpfs_mounts(config: &SandboxConfig) -> HashMap<String, String> {
+    let limits = &config.limits;
+    // Inodes bound the file count in the kernel, well above the copy-out cap so that the cap,
+    // not ENOSPC, is what a script that writes too many files meets.
+    let inodes = limits.output_max_files.saturating_mul(4).max(1024);
+    HashMap::from([
+        (
+            "/tmp".to_string(),
+            format!(
+                "rw,nosuid,nodev,noexec,size={},mode=1777",
+                limits.tmp_bytes
+            ),
+        ),
+        (
+            "/work/out".to_string(),
+            format!(
+                "rw,nosuid,nodev,noexec,size={},nr_inodes={inodes},uid=10001,gid=10001,mode=0700",
+                limits.output_max_bytes
+            ),
+        ),
+    ])
+}
+
+/// Compares what Docker applied with what [`container_spec`] asked for. Any difference is a
+/// [`SandboxError::PolicyMismatch`] and the caller must not start the container.
+pub fn verify(
+    wanted: &ContainerCreateBody,
+    applied: &ContainerInspectResponse,
+) -> Result<(), SandboxError> {
+    let want = wanted.host_config.clone().unwrap_or_default();
+    let got = applied.host_config.clone().unwrap_or_default();
+    let config = applied.config.clone().unwrap_or_default();
+
+    check("NetworkMode", &Some("none".to_string()), &got.network_mode)?;
+    check("ReadonlyRootfs", &Some(true), &got.readonly_rootfs)?;
+    check("Privileged", &Some(false), &got.privileged.or(Some(false)))?;
+    check("CapDrop", &Some(vec!["ALL".to_string()]), &got.cap_drop)?;
+    check(
+        "CapAdd",
+        &Vec::<String>::new(),
+        &got.cap_add.unwrap_or_default(),
+    )?;
+    let no_new_privileges = got
+        .security_opt
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|opt| opt == "no-new-privileges" || opt == "no-new-privileges:true");
+    check("SecurityOpt no-new-privileges", &true, &no_new_privileges)?;
+    check("PidsLimit", &want.pids_limit, &got.pids_limit)?;
+    check("Memory", &want.memory, &got.memory)?;
+    check("MemorySwap", &want.memory_swap, &got.memory_swap)?;
+    check("NanoCpus", &want.nano_cpus, &got.nano_cpus)?;
+    check("Tmpfs", &want.tmpfs, &got.tmpfs)?;
+    check(
+        "Binds",
+        &Vec::<String>::new(),
+        &got.binds.unwrap_or_default(),
+    )?;
+    check("LogConfig.Type", &Some("none".to_string()), &got.log_config.and_then(|c| c.typ))?;
+    if want.runtime.is_some() {
+        check("Runtime", &want.runtime, &got.runtime)?;
+    }
+    let mut ulimits: Vec<_> = got
+        .ulimits
+        .unwrap_or_default()
+        .into_iter()
+        .map(|u| (u.name, u.soft, u.hard))
+        .collect();
+    let mut wanted_ulimits: Vec<_> = want
+        .ulimits
+        .unwrap_or_default()
+        .into_iter()
+        .map(|u| (u.name, u.soft, u.hard))
+        .collect();
+    ulimits.sort();
+    wanted_ulimits.sort();
+    check("Ulimits", &wanted_ulimits, &ulimits)?;
+
+    check("User", &wanted.user, &config.user)?;
+    check("Image", &wanted.image, &config.image)?;
+    for variable in config.env.unwrap_or_default() {
+        let name = variable.split('=').next().unwrap_or_default();
+        if !RUNNER_VARIABLES.contains(&name) && !IMAGE_VARIABLES.contains(&name) {
+            return Err(SandboxError::PolicyMismatch {
+                field: "Env",
+                wanted: format!(
+                    "only {} and the image's {}",
+                    RUNNER_VARIABLES.join(", "),
+                    IMAGE_VARIABLES.join(", ")
+                ),
+                applied: format!("a variable named {name:?}"),
+            });
+        }
+    }
+    let mounts: Vec<_> = applied
+        .mounts
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| (m.typ.map(|t| t.to_string()), m.destination))
+        .collect();
+    check(
+        "Mounts",
+        &vec![(Some("volume".to_string()), Some("/work".to_string()))],
+        &mounts,
+    )?;
+    Ok(())
+}
+
+fn check<T: PartialEq + std::fmt::Debug>(
+    field: &'static str,
+    wanted: &T,
+    applied: &T,
+) -> Result<(), SandboxError> {
+    if wanted == applied {
+        Ok(())
+    } else {
+        Err(SandboxError::PolicyMismatch {
+            field,
+            wanted: format!("{wanted:?}"),
+            applied: format!("{applied:?}"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Limits;
+    use bollard::models::ContainerConfig;
+
+    fn config() -> SandboxConfig {
+        SandboxConfig {
+            image: "file-agent-sandbox:test".to_string(),
+            runtime: None,
+            limits: Limits::default(),
+        }
+    }
+
+    fn spec() -> ContainerCreateBody {
+        container_spec(&config(), "instance-1", vec!["FILE_AGENT_BOUNDARY=x".to_string()])
+    }
+
+    /// What a faithful engine reports back for `spec()`.
+    fn applied(spec: &ContainerCreateBody) -> ContainerInspectResponse {
+        ContainerInspectResponse {
+            host_config: spec.host_config.clone(),
+            config: Some(ContainerConfig {
+                user: spec.user.clone(),
+                image: spec.image.clone(),
+                env: Some(vec![
+                    "FILE_AGENT_BOUNDARY=x".to_string(),
+                    "PATH=/usr/bin:/bin".to_string(),
+                    "MPLBACKEND=Agg".to_string(),
+                ]),
+                ..Default::default()
+            }),
+            mounts: Some(vec![bollard::models::MountPoint {
+                typ: Some("volume".to_string()),
+                destination: Some("/work".to_string()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_spec_locks_the_container_down() {
+        let spec = spec();
+        let host = spec.host_config.clone().unwrap();
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.privileged, Some(false));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(host.cap_add, None);
+        assert_eq!(host.security_opt, Some(vec!["no-new-privileges".to_string()]));
+        assert_eq!(host.pids_limit, Some(128));
+        assert_eq!(host.memory, Some(1 << 30));
+        assert_eq!(host.memory_swap, host.memory, "no swap beyond memory");
+        assert_eq!(host.nano_cpus, Some(1_000_000_000));
+        assert_eq!(host.binds, None);
+        assert_eq!(host.log_config.unwrap().typ.as_deref(), Some("none"));
+        let tmpfs = host.tmpfs.unwrap();
+        assert!(tmpfs["/tmp"].contains("size=67108864"), "{tmpfs:?}");
+        assert!(tmpfs["/work/out"].contains("uid=10001"), "{tmpfs:?}");
+        assert!(tmpfs["/work/out"].contains("size=268435456"), "{tmpfs:?}");
+        assert!(tmpfs.values().all(|o| o.contains("noexec") && o.contains("nosuid")));
+        let ulimits = host.ulimits.unwrap();
+        assert!(ulimits.iter().any(|u| u.name.as_deref() == Some("nofile")
+            && u.hard == Some(1024)));
+        assert!(ulimits.iter().any(|u| u.name.as_deref() == Some("fsize")
+            && u.hard == Some(256 << 20)));
+        assert_eq!(spec.user.as_deref(), Some("10001:10001"));
+        assert_eq!(spec.env, Some(vec!["FILE_AGENT_BOUNDARY=x".to_string()]));
+        let labels = spec.labels.unwrap();
+        assert_eq!(labels[MANAGED_LABEL], "true");
+        assert_eq!(labels[INSTANCE_LABEL], "instance-1");
+    }
+
+    #[test]
+    fn the_runtime_is_passed_when_configured() {
+        let mut config = config();
+        config.runtime = Some("runsc".to_string());
+        let spec = container_spec(&config, "i", Vec::new());
+        assert_eq!(spec.host_config.unwrap().runtime.as_deref(), Some("runsc"));
+    }
+
+    #[test]
+    fn verify_accepts_what_was_asked_for() {
+        let spec = spec();
+        verify(&spec, &applied(&spec)).unwrap();
+    }
+
+    #[test]
+    fn verify_refuses_every_weakened_setting() {
+        let spec = spec();
+        type Weaken = fn(&mut ContainerInspectResponse);
+        let cases: Vec<(&str, Weaken)> = vec![
+            ("NetworkMode", |a| {
+                a.host_config.as_mut().unwrap().network_mode = Some("bridge".into())
+            }),
+            ("ReadonlyRootfs", |a| {
+                a.host_config.as_mut().unwrap().readonly_rootfs = Some(false)
+            }),
+            ("Privileged", |a| {
+                a.host_config.as_mut().unwrap().privileged = Some(true)
+            }),
+            ("CapAdd", |a| {
+                a.host_config.as_mut().unwrap().cap_add = Some(vec!["SYS_ADMIN".into()])
+            }),
+            ("MemorySwap", |a| {
+                a.host_config.as_mut().unwrap().memory_swap = Some(-1)
+            }),
+            ("PidsLimit", |a| {
+                a.host_config.as_mut().unwrap().pids_limit = None
+            }),
+            ("SecurityOpt no-new-privileges", |a| {
+                a.host_config.as_mut().unwrap().security_opt = Some(vec![])
+            }),
+            ("Binds", |a| {
+                a.host_config.as_mut().unwrap().binds = Some(vec!["/:/host".into()])
+            }),
+            ("Env", |a| {
+                a.config
+                    .as_mut()
+                    .unwrap()
+                    .env
+                    .as_mut()
+                    .unwrap()
+                    .push("OPENAI_API_KEY=sk-test".into())
+            }),
+            ("User", |a| a.config.as_mut().unwrap().user = Some("0".into())),
+            ("Mounts", |a| a.mounts = Some(vec![])),
+        ];
+        for (field, weaken) in cases {
+            let mut applied = applied(&spec);
+            weaken(&mut applied);
+            match verify(&spec, &applied) {
+                Err(SandboxError::PolicyMismatch { field: got, .. }) => {
+                    assert_eq!(got, field)
+                }
+                other => panic!("{field}: expected a refusal, got {other:?}"),
+            }
+        }
+    }
+}
