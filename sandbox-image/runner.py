@@ -10,8 +10,10 @@ Invoked as ``python3 -I -B /opt/file-agent/runner.py /work/script.py`` by file-a
    them (the old server did this with regular expressions, which missed tuples, ``for`` targets,
    ``with ... as`` and the walrus operator);
 3. runs the script as ``__main__`` with ``/work/out`` as the working directory;
-4. when it is done (whatever its exit status), kills any process it left behind and writes
-   ``FILE_AGENT_BOUNDARY`` and then a tar stream of ``/work/out`` on the stdout it started with.
+4. when it is done (whatever its exit status), kills any process it left behind and writes a
+   boundary and then a tar stream of ``/work/out`` on the stdout it started with. The boundary
+   is the SHA-256 of ``FILE_AGENT_BOUNDARY_SEED``, never the seed itself, so a script that
+   prints its environment cannot cut its own stdout by accident.
    ``/work/out`` is a size-capped tmpfs, which Docker's archive API cannot read, hence the stream.
    file-agent splits stdout at the boundary and unpacks the tar as untrusted input: a script can
    forge it, but only to spoil its own result.
@@ -22,6 +24,7 @@ container lets it reach.
 """
 
 import ast
+import hashlib
 import os
 import signal
 import sys
@@ -152,7 +155,8 @@ def main(argv):
     if len(argv) != 2:
         print("usage: runner.py SCRIPT", file=sys.stderr)
         return 2
-    boundary = os.environ.get("FILE_AGENT_BOUNDARY")
+    seed = os.environ.pop("FILE_AGENT_BOUNDARY_SEED", None)
+    boundary = f"\n--file-agent-outputs-{hashlib.sha256(seed.encode()).hexdigest()}--\n" if seed else None
     # A private copy of stdout for the output stream: the script may close or replace fd 1.
     out_fd = os.dup(1)
     status = _run(argv[1])

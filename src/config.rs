@@ -90,6 +90,9 @@ pub struct SandboxConfig {
     pub runtime: Option<String>,
     /// The resource limits of every attempt.
     pub limits: Limits,
+    /// The value of the `io.file-agent.instance` label on this process's containers; random
+    /// when unset. Naming it lets an operator (or a test) find one replica's containers.
+    pub instance: Option<String>,
 }
 
 impl SandboxConfig {
@@ -185,10 +188,26 @@ impl SandboxConfig {
             }
             other => other,
         };
+        let instance = match get("SANDBOX_INSTANCE") {
+            Some(name)
+                if name.len() > 64
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
+            {
+                return Err(ConfigError {
+                    var: "SANDBOX_INSTANCE",
+                    value: name,
+                    expected: "up to 64 letters, digits, '-', '_' or '.'",
+                });
+            }
+            other => other,
+        };
         Ok(Self {
             image,
             runtime,
             limits,
+            instance,
         })
     }
 }

@@ -80,7 +80,13 @@ async fn docker_run(image: &str) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let mut child = tokio::process::Command::new("docker")
         .args(["run", "--rm", "-i", "--network", "none", image])
-        .args(["python3", "-I", "-B", "/opt/file-agent/runner.py", "/dev/stdin"])
+        .args([
+            "python3",
+            "-I",
+            "-B",
+            "/opt/file-agent/runner.py",
+            "/dev/stdin",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -15,8 +15,8 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SandboxConfig;
-use crate::sandbox::Sandbox;
 use crate::sandbox::image::{self, BuildMethod};
+use crate::sandbox::{ReapFilter, Sandbox};
 
 /// Runs model-written Python in single-use, locked-down Docker containers.
 ///
@@ -46,6 +46,9 @@ enum Command {
         /// running attempts alive).
         #[arg(long, value_name = "SECONDS")]
         older_than: Option<u64>,
+        /// Only containers of this instance (their io.file-agent.instance label).
+        #[arg(long, value_name = "NAME")]
+        instance: Option<String>,
     },
     /// Build or inspect the sandbox image.
     #[command(subcommand)]
@@ -123,9 +126,16 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => Ok(run::run(config, args).await),
         Command::Doctor => doctor::doctor(config).await,
-        Command::Reap { older_than } => {
+        Command::Reap {
+            older_than,
+            instance,
+        } => {
             let sandbox = Sandbox::connect(config).await?;
-            let report = sandbox.reap(older_than.map(Duration::from_secs)).await?;
+            let filter = ReapFilter {
+                older_than: older_than.map(Duration::from_secs),
+                instance,
+            };
+            let report = sandbox.reap(&filter).await?;
             println!(
                 "removed {} container(s) and {} volume(s)",
                 report.containers, report.volumes

@@ -123,7 +123,11 @@ pub fn pack(script: &[u8], inputs: &[Input]) -> Result<Vec<u8>, SandboxError> {
         )
         .map_err(io_error("packing the script".to_string()))?;
     builder
-        .append_data(&mut header(EntryType::Directory, 0o755, 0), "in", io::empty())
+        .append_data(
+            &mut header(EntryType::Directory, 0o755, 0),
+            "in",
+            io::empty(),
+        )
         .map_err(io_error("packing the input folder".to_string()))?;
     for input in inputs {
         let path = Path::new("in").join(OsStr::from_bytes(&input.name));
@@ -252,7 +256,10 @@ pub fn unpack(reader: impl Read, dest: &Path, limits: UnpackLimits) -> io::Resul
                 if let Some(parent) = target.parent() {
                     fs::create_dir_all(parent)?;
                 }
-                let mut file = match OpenOptions::new().write(true).create_new(true).open(&target)
+                let mut file = match OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&target)
                 {
                     Ok(file) => file,
                     Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
@@ -419,7 +426,10 @@ mod tests {
                 body,
             ));
         }
-        assert_eq!(seen[0], (b"script.py".to_vec(), 0o444, b"print(1)".to_vec()));
+        assert_eq!(
+            seen[0],
+            (b"script.py".to_vec(), 0o444, b"print(1)".to_vec())
+        );
         assert_eq!(seen[1].0, b"in".to_vec());
         assert_eq!(
             seen[2],
@@ -434,7 +444,14 @@ mod tests {
 
     #[test]
     fn pack_refuses_names_that_are_not_one_component() {
-        for name in [&b""[..], b".", b"..", b"../etc/passwd", b"a/b", b"nul\0byte"] {
+        for name in [
+            &b""[..],
+            b".",
+            b"..",
+            b"../etc/passwd",
+            b"a/b",
+            b"nul\0byte",
+        ] {
             let input = Input {
                 name: name.to_vec(),
                 source: InputSource::Bytes(Vec::new()),
@@ -513,7 +530,10 @@ mod tests {
         assert_eq!(result.files.len(), 1);
         assert!(!dir.path().join("escape.txt").exists());
         assert!(!outside.path().join("evil").exists());
-        let written: Vec<_> = fs::read_dir(&dest).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let written: Vec<_> = fs::read_dir(&dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(written, ["ok.txt"]);
     }
 

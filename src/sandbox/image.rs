@@ -30,7 +30,10 @@ pub const CONTEXT: [(&str, &[u8]); 5] = [
         include_bytes!("../../sandbox-image/packages.txt"),
     ),
     ("runner.py", include_bytes!("../../sandbox-image/runner.py")),
-    ("wheels.txt", include_bytes!("../../sandbox-image/wheels.txt")),
+    (
+        "wheels.txt",
+        include_bytes!("../../sandbox-image/wheels.txt"),
+    ),
 ];
 
 /// The hex SHA-256 of the build context (names and contents, in order).

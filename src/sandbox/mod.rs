@@ -77,6 +77,16 @@ pub trait Runner {
     ) -> impl std::future::Future<Output = Result<Outcome, SandboxError>> + Send;
 }
 
+/// Which leftovers [`Sandbox::reap`] removes.
+#[derive(Debug, Default, Clone)]
+pub struct ReapFilter {
+    /// Only containers created longer ago than this, so that a reaper does not kill the live
+    /// attempts of another replica sharing the engine.
+    pub older_than: Option<Duration>,
+    /// Only containers and volumes of this instance (see [`policy::INSTANCE_LABEL`]).
+    pub instance: Option<String>,
+}
+
 /// What [`Sandbox::reap`] removed.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ReapReport {
@@ -129,10 +139,14 @@ impl Sandbox {
             .ping()
             .await
             .map_err(|source| SandboxError::DockerUnreachable { source })?;
+        let instance = config
+            .instance
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
         Ok(Self {
             docker,
             config,
-            instance: uuid::Uuid::new_v4().simple().to_string(),
+            instance,
             live: Arc::new(AtomicUsize::new(0)),
             tracker: TaskTracker::new(),
         })
@@ -203,12 +217,16 @@ impl Sandbox {
         }
     }
 
-    /// Removes file-agent's containers (and then its unused volumes). With `older_than`, only
-    /// containers created longer ago than that, so that a reaper does not kill the live attempts
-    /// of another replica sharing the engine.
-    pub async fn reap(&self, older_than: Option<Duration>) -> Result<ReapReport, SandboxError> {
+    /// Removes file-agent's containers (and then its unused volumes) that match `filter`.
+    pub async fn reap(&self, filter: &ReapFilter) -> Result<ReapReport, SandboxError> {
         let label = format!("{}=true", policy::MANAGED_LABEL);
-        let filters = std::collections::HashMap::from([("label", vec![label.as_str()])]);
+        let mut labels = vec![label.clone()];
+        if let Some(instance) = &filter.instance {
+            labels.push(format!("{}={instance}", policy::INSTANCE_LABEL));
+        }
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        let filters = std::collections::HashMap::from([("label", labels.clone())]);
+        let older_than = filter.older_than;
         let containers = self
             .docker
             .list_containers(Some(
@@ -234,10 +252,8 @@ impl Sandbox {
                 report.containers += 1;
             }
         }
-        let volume_filters = std::collections::HashMap::from([
-            ("label", vec![label.as_str()]),
-            ("dangling", vec!["true"]),
-        ]);
+        let volume_filters =
+            std::collections::HashMap::from([("label", labels), ("dangling", vec!["true"])]);
         let volumes = self
             .docker
             .list_volumes(Some(
@@ -248,7 +264,14 @@ impl Sandbox {
             .await
             .map_err(|e| SandboxError::docker("listing volumes", e))?;
         for volume in volumes.volumes.unwrap_or_default() {
-            match self.docker.remove_volume(&volume.name, None::<bollard::query_parameters::RemoveVolumeOptions>).await {
+            match self
+                .docker
+                .remove_volume(
+                    &volume.name,
+                    None::<bollard::query_parameters::RemoveVolumeOptions>,
+                )
+                .await
+            {
                 Ok(()) => report.volumes += 1,
                 // In use by a container that is still being removed, or already gone.
                 Err(bollard::errors::Error::DockerResponseServerError {
@@ -314,13 +337,16 @@ impl Sandbox {
     async fn drive(
         &self,
         guard: &ContainerGuard,
-        spec: &bollard::models::ContainerCreateBody,
-        upload: Vec<u8>,
-        boundary: String,
-        out_dir: PathBuf,
+        attempt: Prepared,
         cancel: &CancellationToken,
         timings: &mut Timings,
     ) -> Result<Outcome, SandboxError> {
+        let Prepared {
+            spec,
+            upload,
+            boundary,
+            out_dir,
+        } = attempt;
         let id = guard.id();
         let docker = &self.docker;
         let limits = &self.config.limits;
@@ -329,12 +355,16 @@ impl Sandbox {
             .inspect_container(id, None)
             .await
             .map_err(|e| SandboxError::docker("inspecting the new container", e))?;
-        policy::verify(spec, &applied)?;
+        policy::verify(&spec, &applied)?;
         let phase = Instant::now();
         docker
             .upload_to_container(
                 id,
-                Some(UploadToContainerOptionsBuilder::default().path("/work").build()),
+                Some(
+                    UploadToContainerOptionsBuilder::default()
+                        .path("/work")
+                        .build(),
+                ),
                 bollard::body_full(Bytes::from(upload)),
             )
             .await
@@ -546,11 +576,14 @@ impl Runner for Sandbox {
     ) -> Result<Outcome, SandboxError> {
         let started = Instant::now();
         let mut timings = Timings::default();
+        // The runner marks the end of the script's stdout with the hash of this seed (see
+        // sandbox-image/runner.py), so the marker itself is nowhere in the container's environment.
+        let seed = uuid::Uuid::new_v4().simple().to_string();
         let boundary = format!(
             "\n--file-agent-outputs-{}--\n",
-            uuid::Uuid::new_v4().simple()
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(seed.as_bytes()))
         );
-        let mut env = vec![format!("FILE_AGENT_BOUNDARY={boundary}")];
+        let mut env = vec![format!("FILE_AGENT_BOUNDARY_SEED={seed}")];
         if let Some(path) = &job.file_path {
             env.push(format!("FILE_AGENT_FILE_PATH={path}"));
         }
@@ -580,17 +613,13 @@ impl Runner for Sandbox {
             self.tracker.clone(),
         );
         timings.create = phase.elapsed();
-        let result = self
-            .drive(
-                &guard,
-                &spec,
-                upload,
-                boundary,
-                out_dir.to_path_buf(),
-                cancel,
-                &mut timings,
-            )
-            .await;
+        let prepared = Prepared {
+            spec,
+            upload,
+            boundary,
+            out_dir: out_dir.to_path_buf(),
+        };
+        let result = self.drive(&guard, prepared, cancel, &mut timings).await;
         let phase = Instant::now();
         let removed = guard.remove().await;
         timings.remove = phase.elapsed();
@@ -600,6 +629,18 @@ impl Runner for Sandbox {
         outcome.timings = timings;
         Ok(outcome)
     }
+}
+
+/// What an attempt needs once its container exists.
+struct Prepared {
+    /// The create request, to verify against what Docker applied.
+    spec: bollard::models::ContainerCreateBody,
+    /// The tar of the script and inputs.
+    upload: Vec<u8>,
+    /// The marker the runner writes between stdout and the output archive.
+    boundary: String,
+    /// Where the outputs are unpacked.
+    out_dir: PathBuf,
 }
 
 /// What the attach stream carried.

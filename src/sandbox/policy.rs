@@ -42,7 +42,7 @@ pub const COMMAND: [&str; 5] = [
 ];
 /// Environment variables the runner reads; the only ones file-agent sets.
 pub const RUNNER_VARIABLES: [&str; 3] = [
-    "FILE_AGENT_BOUNDARY",
+    "FILE_AGENT_BOUNDARY_SEED",
     "FILE_AGENT_FILE_PATH",
     "FILE_AGENT_INPUT_FILE_PATH",
 ];
@@ -116,7 +116,9 @@ pub fn container_spec(
                 typ: Some("none".to_string()),
                 config: None,
             }),
-            ipc_mode: Some("private".to_string()),
+            // No /dev/shm: it would be one more writable place (multiprocessing needs it; the
+            // code this runs does not).
+            ipc_mode: Some("none".to_string()),
             runtime: config.runtime.clone(),
             auto_remove: Some(false),
             init: Some(false),
@@ -134,10 +136,7 @@ fn tmpfs_mounts(config: &SandboxConfig) -> HashMap<String, String> {
     HashMap::from([
         (
             "/tmp".to_string(),
-            format!(
-                "rw,nosuid,nodev,noexec,size={},mode=1777",
-                limits.tmp_bytes
-            ),
+            format!("rw,nosuid,nodev,noexec,size={},mode=1777", limits.tmp_bytes),
         ),
         (
             "/work/out".to_string(),
@@ -180,12 +179,17 @@ pub fn verify(
     check("MemorySwap", &want.memory_swap, &got.memory_swap)?;
     check("NanoCpus", &want.nano_cpus, &got.nano_cpus)?;
     check("Tmpfs", &want.tmpfs, &got.tmpfs)?;
+    check("IpcMode", &want.ipc_mode, &got.ipc_mode)?;
     check(
         "Binds",
         &Vec::<String>::new(),
         &got.binds.unwrap_or_default(),
     )?;
-    check("LogConfig.Type", &Some("none".to_string()), &got.log_config.and_then(|c| c.typ))?;
+    check(
+        "LogConfig.Type",
+        &Some("none".to_string()),
+        &got.log_config.and_then(|c| c.typ),
+    )?;
     if want.runtime.is_some() {
         check("Runtime", &want.runtime, &got.runtime)?;
     }
@@ -263,11 +267,16 @@ mod tests {
             image: "file-agent-sandbox:test".to_string(),
             runtime: None,
             limits: Limits::default(),
+            instance: None,
         }
     }
 
     fn spec() -> ContainerCreateBody {
-        container_spec(&config(), "instance-1", vec!["FILE_AGENT_BOUNDARY=x".to_string()])
+        container_spec(
+            &config(),
+            "instance-1",
+            vec!["FILE_AGENT_BOUNDARY_SEED=x".to_string()],
+        )
     }
 
     /// What a faithful engine reports back for `spec()`.
@@ -278,7 +287,7 @@ mod tests {
                 user: spec.user.clone(),
                 image: spec.image.clone(),
                 env: Some(vec![
-                    "FILE_AGENT_BOUNDARY=x".to_string(),
+                    "FILE_AGENT_BOUNDARY_SEED=x".to_string(),
                     "PATH=/usr/bin:/bin".to_string(),
                     "MPLBACKEND=Agg".to_string(),
                 ]),
@@ -302,7 +311,10 @@ mod tests {
         assert_eq!(host.privileged, Some(false));
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
         assert_eq!(host.cap_add, None);
-        assert_eq!(host.security_opt, Some(vec!["no-new-privileges".to_string()]));
+        assert_eq!(
+            host.security_opt,
+            Some(vec!["no-new-privileges".to_string()])
+        );
         assert_eq!(host.pids_limit, Some(128));
         assert_eq!(host.memory, Some(1 << 30));
         assert_eq!(host.memory_swap, host.memory, "no swap beyond memory");
@@ -313,14 +325,27 @@ mod tests {
         assert!(tmpfs["/tmp"].contains("size=67108864"), "{tmpfs:?}");
         assert!(tmpfs["/work/out"].contains("uid=10001"), "{tmpfs:?}");
         assert!(tmpfs["/work/out"].contains("size=268435456"), "{tmpfs:?}");
-        assert!(tmpfs.values().all(|o| o.contains("noexec") && o.contains("nosuid")));
+        assert!(
+            tmpfs
+                .values()
+                .all(|o| o.contains("noexec") && o.contains("nosuid"))
+        );
         let ulimits = host.ulimits.unwrap();
-        assert!(ulimits.iter().any(|u| u.name.as_deref() == Some("nofile")
-            && u.hard == Some(1024)));
-        assert!(ulimits.iter().any(|u| u.name.as_deref() == Some("fsize")
-            && u.hard == Some(256 << 20)));
+        assert!(
+            ulimits
+                .iter()
+                .any(|u| u.name.as_deref() == Some("nofile") && u.hard == Some(1024))
+        );
+        assert!(
+            ulimits
+                .iter()
+                .any(|u| u.name.as_deref() == Some("fsize") && u.hard == Some(256 << 20))
+        );
         assert_eq!(spec.user.as_deref(), Some("10001:10001"));
-        assert_eq!(spec.env, Some(vec!["FILE_AGENT_BOUNDARY=x".to_string()]));
+        assert_eq!(
+            spec.env,
+            Some(vec!["FILE_AGENT_BOUNDARY_SEED=x".to_string()])
+        );
         let labels = spec.labels.unwrap();
         assert_eq!(labels[MANAGED_LABEL], "true");
         assert_eq!(labels[INSTANCE_LABEL], "instance-1");
@@ -378,7 +403,9 @@ mod tests {
                     .unwrap()
                     .push("OPENAI_API_KEY=sk-test".into())
             }),
-            ("User", |a| a.config.as_mut().unwrap().user = Some("0".into())),
+            ("User", |a| {
+                a.config.as_mut().unwrap().user = Some("0".into())
+            }),
             ("Mounts", |a| a.mounts = Some(vec![])),
         ];
         for (field, weaken) in cases {

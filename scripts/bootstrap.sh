@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Everything file-agent needs on a fresh Debian/Ubuntu host, idempotent and quick when done:
+#   1. a Docker engine that answers (starts dockerd, installing docker.io if missing);
+#   2. debootstrap, for the registry-free image build;
+#   3. the sandbox image this checkout expects (built only if its tag is missing).
+# Needs root (or sudo) for steps 1 and 2 on a fresh machine; later runs change nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=
+apt_install() {
+  [ -n "$apt_updated" ] || { as_root apt-get update -qq; apt_updated=1; }
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if ! docker info >/dev/null 2>&1; then
+  if ! command -v dockerd >/dev/null 2>&1; then
+    echo "bootstrap: installing docker.io" >&2
+    apt_install docker.io
+  fi
+  echo "bootstrap: starting dockerd" >&2
+  as_root sh -c 'nohup dockerd >/var/log/file-agent-dockerd.log 2>&1 &'
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { as_root tail -n 40 /var/log/file-agent-dockerd.log >&2; echo "bootstrap: dockerd did not come up" >&2; exit 1; }
+fi
+
+if ! command -v debootstrap >/dev/null 2>&1 && ! [ -x /usr/sbin/debootstrap ]; then
+  echo "bootstrap: installing debootstrap" >&2
+  apt_install debootstrap
+fi
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "bootstrap: installing cargo-nextest" >&2
+  cargo install --locked cargo-nextest
+fi
+
+cargo build --quiet
+./target/debug/file-agent image build

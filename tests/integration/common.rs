@@ -1,0 +1,114 @@
+//! Helpers shared by the integration tests.
+
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use file_agent::config::SandboxConfig;
+use file_agent::sandbox::{Sandbox, policy};
+use sha2::Digest;
+
+/// Every await in a test is bounded by this.
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Awaits `future`, failing the test if it takes longer than [`TEST_TIMEOUT`].
+pub async fn with_timeout<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(TEST_TIMEOUT, future)
+        .await
+        .expect("the test timed out")
+}
+
+/// A sandbox with the default configuration (so the real image), adjusted by the test.
+pub struct TestSandbox(Sandbox);
+
+impl TestSandbox {
+    pub async fn new(adjust: impl FnOnce(&mut SandboxConfig)) -> Self {
+        let mut config = SandboxConfig::from_lookup(|_| None).unwrap();
+        adjust(&mut config);
+        Self(with_timeout(Sandbox::connect(config)).await.unwrap())
+    }
+
+    /// Asserts that this sandbox left no container or volume, allowing a moment for removals
+    /// started by dropped guards.
+    pub async fn assert_nothing_left(&self) {
+        let mut left = (0, 0);
+        for _ in 0..50 {
+            left = with_timeout(self.0.leftovers()).await.unwrap();
+            if left == (0, 0) && self.0.live_containers() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("left behind: {} containers, {} volumes", left.0, left.1);
+    }
+}
+
+impl Deref for TestSandbox {
+    type Target = Sandbox;
+    fn deref(&self) -> &Sandbox {
+        &self.0
+    }
+}
+
+pub fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/scripts")
+        .join(name)
+}
+
+pub fn fixture_script(name: &str) -> String {
+    std::fs::read_to_string(fixture_path(name)).unwrap()
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+async fn docker() -> bollard::Docker {
+    bollard::Docker::connect_with_local_defaults()
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap()
+}
+
+/// Creates a container with this sandbox's labels and abandons it, as a crash would.
+pub async fn orphan_container(sandbox: &Sandbox) -> String {
+    let spec = policy::container_spec(sandbox.config(), sandbox.instance(), Vec::new());
+    with_timeout(docker().await.create_container(None, spec))
+        .await
+        .unwrap()
+        .id
+}
+
+pub async fn container_exists(id: &str) -> bool {
+    with_timeout(docker().await.inspect_container(id, None))
+        .await
+        .is_ok()
+}
+
+/// What `file-agent` printed and how it exited.
+pub struct CliResult {
+    pub code: Option<i32>,
+    pub json: serde_json::Value,
+    pub stderr: String,
+}
+
+/// Runs the real binary with extra environment variables.
+pub async fn run_cli(args: &[&str], env: &[(&str, &str)]) -> CliResult {
+    let output = with_timeout(
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
+            .args(args)
+            .envs(env.iter().copied())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    CliResult {
+        code: output.status.code(),
+        json: serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}

@@ -1,0 +1,9 @@
+//! The one integration-test binary. Tests that need Docker use the real engine and the real
+//! sandbox image (built by `.ci/run` or `file-agent image build`) and end by asserting that no
+//! container or volume of theirs is left.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cli;
+mod common;
+mod sandbox;

@@ -1,0 +1,480 @@
+//! The sandbox against the real Docker engine and the real image: benign work, inputs, and
+//! hostile scripts, each contained with the right status and nothing left behind.
+
+use std::path::Path;
+use std::time::Duration;
+
+use file_agent::sandbox::{
+    Input, InputSource, Job, Outcome, ReapFilter, Runner, SandboxError, Status,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::{TestSandbox, fixture_script, with_timeout};
+
+async fn run_fixture(sandbox: &TestSandbox, name: &str, out: &Path) -> Outcome {
+    let job = Job {
+        script: fixture_script(name),
+        ..Job::default()
+    };
+    with_timeout(sandbox.run(job, out, &CancellationToken::new()))
+        .await
+        .unwrap()
+}
+
+fn stdout(outcome: &Outcome) -> String {
+    outcome.stdout.text()
+}
+
+#[tokio::test]
+async fn a_benign_script_writes_a_real_workbook() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let job = Job {
+        script: fixture_script("benign_workbook.py"),
+        file_path: Some("/work/out/sales report.xlsx".to_string()),
+        ..Job::default()
+    };
+    let outcome = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    assert_eq!(outcome.exit_code, Some(0));
+    assert!(stdout(&outcome).contains("rows: 1000"));
+    assert_eq!(outcome.outputs.len(), 1);
+    assert_eq!(outcome.outputs[0].path, "sales report.xlsx");
+
+    use calamine::{Reader, Xlsx, open_workbook};
+    let mut workbook: Xlsx<_> = open_workbook(out.path().join("sales report.xlsx")).unwrap();
+    assert_eq!(workbook.sheet_names(), ["Sales", "Summary"]);
+    let sales = workbook.worksheet_range("Sales").unwrap();
+    assert_eq!(sales.height(), 1001);
+    assert_eq!(sales.get((0, 0)).unwrap().to_string(), "region");
+    assert_eq!(sales.get((1000, 1)).unwrap().to_string(), "1498.5");
+    let summary = workbook.worksheet_range("Summary").unwrap();
+    assert_eq!(summary.height(), 5);
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn inputs_with_odd_names_arrive_byte_for_byte() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let host = tempfile::tempdir().unwrap();
+    let binary: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    let spaced = host.path().join("Q3 résumé – ünïcødé (final) 数据.bin");
+    std::fs::write(&spaced, &binary).unwrap();
+    let inputs = vec![
+        Input::from_path(&spaced).unwrap(),
+        Input {
+            name: vec![b'r', b'a', b'w', 0xff, 0xfe, b'.', b'c', b's', b'v'],
+            source: InputSource::Bytes(b"a;b\n1;2\n".to_vec()),
+        },
+        Input {
+            name: b"empty".to_vec(),
+            source: InputSource::Bytes(Vec::new()),
+        },
+    ];
+    let expected: Vec<(Vec<u8>, Vec<u8>)> = vec![
+        (
+            "Q3 résumé – ünïcødé (final) 数据.bin".as_bytes().to_vec(),
+            binary,
+        ),
+        (b"empty".to_vec(), Vec::new()),
+        (
+            vec![b'r', b'a', b'w', 0xff, 0xfe, b'.', b'c', b's', b'v'],
+            b"a;b\n1;2\n".to_vec(),
+        ),
+    ];
+    let out = tempfile::tempdir().unwrap();
+    let job = Job {
+        script: fixture_script("hash_inputs.py"),
+        inputs,
+        ..Job::default()
+    };
+    let outcome = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    let report: Vec<serde_json::Value> = serde_json::from_str(stdout(&outcome).trim()).unwrap();
+    assert_eq!(report.len(), 3, "{report:?}");
+    for (entry, (name, content)) in report.iter().zip(&expected) {
+        assert_eq!(entry["name"], hex::encode(name));
+        assert_eq!(entry["bytes"], content.len());
+        assert_eq!(entry["sha256"], crate::common::sha256_hex(content));
+    }
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_failing_script_reports_its_traceback() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "raises.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Failed);
+    assert_eq!(outcome.exit_code, Some(1));
+    assert!(stdout(&outcome).contains("before the error"));
+    let stderr = outcome.stderr.text();
+    assert!(
+        stderr.contains("ValueError: the model got this wrong"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("script.py\", line 2"), "{stderr}");
+    assert!(
+        !stderr.contains("runner.py"),
+        "runner frames leak: {stderr}"
+    );
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn the_preset_paths_cannot_be_reassigned() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let job = Job {
+        script: fixture_script("reassign.py"),
+        file_path: Some("/work/out/report.txt".to_string()),
+        ..Job::default()
+    };
+    let outcome = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("report.txt")).unwrap(),
+        "output_dir=/work/out"
+    );
+    let stderr = outcome.stderr.text();
+    for line in [2, 3, 4, 6] {
+        assert!(stderr.contains(&format!("on line {line}")), "{stderr}");
+    }
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn the_network_is_unreachable() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "network.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    let text = stdout(&outcome);
+    for probe in ["tcp", "udp", "dns", "ipv6"] {
+        assert!(
+            text.contains(&format!("{probe} BLOCKED")),
+            "{probe}: {text}"
+        );
+    }
+    assert!(!text.contains("OPEN"), "{text}");
+    assert!(text.contains("interfaces lo\n"), "only loopback: {text}");
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn no_secret_of_the_server_reaches_the_container() {
+    // The secret is in the environment of the process that runs the sandbox (the CLI here), as an
+    // API key would be in the server's.
+    let secret = "sk-test-c0ffee-this-must-never-leak";
+    let out = tempfile::tempdir().unwrap();
+    let result = crate::common::run_cli(
+        &[
+            "run",
+            crate::common::fixture_path("secrets.py").to_str().unwrap(),
+            "--out",
+            out.path().to_str().unwrap(),
+        ],
+        &[("OPENAI_API_KEY", secret), ("OPENWEBUI_API_KEY", secret)],
+    )
+    .await;
+    assert_eq!(result.json["status"], "ok", "{}", result.json);
+    let text = result.json["stdout"].as_str().unwrap();
+    assert!(text.contains("/proc/1/environ"), "the probe ran: {text}");
+    assert!(!text.contains(secret), "the secret leaked: {text}");
+    assert!(!text.contains("OPENAI"), "{text}");
+    assert!(text.contains("/var/run/docker.sock absent"), "{text}");
+}
+
+#[tokio::test]
+async fn the_script_is_unprivileged() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "privileges.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    let text = stdout(&outcome);
+    assert!(text.contains("uid 10001 gid 10001 euid 10001"), "{text}");
+    for cap in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
+        assert!(
+            text.contains(&format!("{cap} 0000000000000000")),
+            "{cap}: {text}"
+        );
+    }
+    assert!(text.contains("NoNewPrivs 1"), "{text}");
+    assert!(text.contains("Seccomp 2"), "seccomp filter on: {text}");
+    assert!(!text.contains("ALLOWED"), "{text}");
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn nothing_outside_work_out_and_tmp_is_writable() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let job = Job {
+        script: fixture_script("write_outside.py"),
+        inputs: vec![Input {
+            name: b"data.csv".to_vec(),
+            source: InputSource::Bytes(b"a,b\n".to_vec()),
+        }],
+        ..Job::default()
+    };
+    let outcome = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    let text = stdout(&outcome);
+    let wrote: Vec<&str> = text
+        .lines()
+        .filter(|l| l.ends_with("WROTE"))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(wrote, ["/tmp/fine", "/work/out/fine"], "{text}");
+    assert!(
+        text.contains("/dev/shm/evil DENIED 2"),
+        "no /dev/shm: {text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("fine")).unwrap(),
+        "x"
+    );
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_fork_bomb_hits_the_pids_limit() {
+    let sandbox = TestSandbox::new(|c| c.limits.pids = 64).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "fork_bomb.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    let text = stdout(&outcome);
+    let forks: usize = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(forks < 64, "{text}");
+    assert!(
+        outcome.timings.total < Duration::from_secs(30),
+        "the sleeping children were killed, not waited for"
+    );
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn memory_exhaustion_is_out_of_memory() {
+    let sandbox = TestSandbox::new(|c| c.limits.memory_bytes = 256 << 20).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "memory_hog.py", out.path()).await;
+    assert_eq!(outcome.status, Status::OutOfMemory, "{outcome:?}");
+    assert!(outcome.message.contains("256 MiB"), "{}", outcome.message);
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn an_endless_loop_times_out() {
+    let sandbox = TestSandbox::new(|c| c.limits.timeout = Duration::from_secs(3)).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "endless.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Timeout, "{outcome:?}");
+    assert_eq!(outcome.exit_code, None);
+    assert!(stdout(&outcome).contains("spinning"));
+    assert!(outcome.timings.total < Duration::from_secs(20));
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn filling_the_disk_stops_at_the_tmpfs_caps() {
+    let sandbox = TestSandbox::new(|c| {
+        c.limits.output_max_bytes = 16 << 20;
+        c.limits.tmp_bytes = 8 << 20;
+    })
+    .await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "fill_disk.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    let text = stdout(&outcome);
+    let stopped = |folder: &str| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(folder))
+            .unwrap_or_else(|| panic!("{text}"));
+        line.split_whitespace().nth(3).unwrap().parse().unwrap()
+    };
+    assert!(stopped("/work/out") <= 16, "{text}");
+    assert!(stopped("/tmp") <= 8, "{text}");
+    assert!(text.contains("No space left on device") || text.contains("File too large"));
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn links_and_devices_in_the_output_are_skipped() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "links_out.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    let outputs: Vec<&str> = outcome.outputs.iter().map(|o| o.path.as_str()).collect();
+    assert_eq!(outputs, ["real.txt"]);
+    let mut skipped: Vec<&str> = outcome.skipped.iter().map(|s| s.path.as_str()).collect();
+    skipped.sort();
+    assert_eq!(skipped, ["docker.sock", "passwd", "pipe", "sub/up"]);
+    for entry in walk(out.path()) {
+        let meta = std::fs::symlink_metadata(&entry).unwrap();
+        assert!(
+            meta.is_file() || meta.is_dir(),
+            "{} is neither file nor folder",
+            entry.display()
+        );
+    }
+    sandbox.assert_nothing_left().await;
+}
+
+fn walk(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(root).unwrap() {
+        let path = entry.unwrap().path();
+        if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_hundred_thousand_files_hit_the_file_cap() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "many_files.py", out.path()).await;
+    assert_eq!(outcome.status, Status::OutputLimit, "{outcome:?}");
+    assert!(outcome.message.contains("1000"), "{}", outcome.message);
+    assert_eq!(outcome.outputs.len(), 1000);
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 1000);
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_stdout_flood_is_capped_and_the_outputs_survive() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "flood_stdout.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    assert_eq!(outcome.stdout.bytes.len(), 1 << 20);
+    assert_eq!(outcome.stdout.dropped, (64 << 20) - (1 << 20));
+    assert!(outcome.stdout.truncated() && outcome.stderr.truncated());
+    assert_eq!(outcome.stderr.dropped, (8 << 20) - (1 << 20));
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("after.txt")).unwrap(),
+        "still here"
+    );
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn background_processes_are_killed_when_the_script_ends() {
+    let sandbox = TestSandbox::new(|c| c.limits.timeout = Duration::from_secs(30)).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "background.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    assert!(
+        outcome.timings.total < Duration::from_secs(20),
+        "did not wait for the sleeper"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("result.txt")).unwrap(),
+        "done"
+    );
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_attempt_leaves_nothing() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let cancel = CancellationToken::new();
+    let job = Job {
+        script: fixture_script("endless.py"),
+        ..Job::default()
+    };
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        trigger.cancel();
+    });
+    let result = with_timeout(sandbox.run(job, out.path(), &cancel)).await;
+    assert!(matches!(result, Err(SandboxError::Cancelled)), "{result:?}");
+    assert_eq!(sandbox.live_containers(), 0);
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_dropped_attempt_is_removed_by_its_guard() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let job = Job {
+        script: fixture_script("endless.py"),
+        ..Job::default()
+    };
+    // A client that goes away drops the future mid-run.
+    let cancel = CancellationToken::new();
+    let dropped = tokio::time::timeout(
+        Duration::from_secs(3),
+        sandbox.run(job, out.path(), &cancel),
+    )
+    .await;
+    assert!(
+        dropped.is_err(),
+        "the script should still have been running"
+    );
+    with_timeout(sandbox.shutdown()).await;
+    assert_eq!(sandbox.live_containers(), 0);
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_missing_image_says_how_to_build_it() {
+    let sandbox = TestSandbox::new(|c| c.image = "file-agent-sandbox:not-built".to_string()).await;
+    let out = tempfile::tempdir().unwrap();
+    let job = Job {
+        script: "print(1)".to_string(),
+        ..Job::default()
+    };
+    let error = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, SandboxError::ImageMissing { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("file-agent image build"));
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn reap_removes_labelled_leftovers() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    // A container of ours that nothing owns any more, as after a crash.
+    let id = crate::common::orphan_container(&sandbox).await;
+    assert_eq!(sandbox.leftovers().await.unwrap().0, 1);
+    let mine = ReapFilter {
+        older_than: None,
+        instance: Some(sandbox.instance().to_string()),
+    };
+    let recent = ReapFilter {
+        older_than: Some(Duration::from_secs(3600)),
+        ..mine.clone()
+    };
+    assert_eq!(sandbox.reap(&recent).await.unwrap().containers, 0);
+    assert!(
+        crate::common::container_exists(&id).await,
+        "a young container is not reaped"
+    );
+    let report = sandbox.reap(&mine).await.unwrap();
+    assert_eq!(report.containers, 1);
+    assert!(!crate::common::container_exists(&id).await);
+    sandbox.assert_nothing_left().await;
+}
