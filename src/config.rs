@@ -174,35 +174,16 @@ impl SandboxConfig {
             Some(image) => image,
             None => crate::sandbox::image::default_tag(),
         };
-        let runtime = match get("SANDBOX_RUNTIME") {
-            Some(runtime)
-                if !runtime
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
-            {
-                return Err(ConfigError {
-                    var: "SANDBOX_RUNTIME",
-                    value: runtime,
-                    expected: "a runtime name registered with the Docker engine, e.g. runsc",
-                });
-            }
-            other => other,
-        };
-        let instance = match get("SANDBOX_INSTANCE") {
-            Some(name)
-                if name.len() > 64
-                    || !name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
-            {
-                return Err(ConfigError {
-                    var: "SANDBOX_INSTANCE",
-                    value: name,
-                    expected: "up to 64 letters, digits, '-', '_' or '.'",
-                });
-            }
-            other => other,
-        };
+        let runtime = parse_name(
+            get("SANDBOX_RUNTIME"),
+            "SANDBOX_RUNTIME",
+            "a runtime name registered with the Docker engine, e.g. runsc",
+        )?;
+        let instance = parse_name(
+            get("SANDBOX_INSTANCE"),
+            "SANDBOX_INSTANCE",
+            "up to 64 letters, digits, '-', '_' or '.'",
+        )?;
         Ok(Self {
             image,
             runtime,
@@ -232,6 +213,29 @@ where
             value,
             expected,
         }),
+    }
+}
+
+/// A short name of letters, digits, `-`, `_` and `.` (a runtime, a label value).
+fn parse_name(
+    value: Option<String>,
+    var: &'static str,
+    expected: &'static str,
+) -> Result<Option<String>, ConfigError> {
+    match value {
+        Some(name)
+            if name.len() > 64
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
+        {
+            Err(ConfigError {
+                var,
+                value: name,
+                expected,
+            })
+        }
+        other => Ok(other),
     }
 }
 

@@ -225,18 +225,8 @@ impl Sandbox {
             labels.push(format!("{}={instance}", policy::INSTANCE_LABEL));
         }
         let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-        let filters = std::collections::HashMap::from([("label", labels.clone())]);
         let older_than = filter.older_than;
-        let containers = self
-            .docker
-            .list_containers(Some(
-                ListContainersOptionsBuilder::default()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| SandboxError::docker("listing containers", e))?;
+        let containers = self.containers_labelled(&labels).await?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
@@ -252,18 +242,7 @@ impl Sandbox {
                 report.containers += 1;
             }
         }
-        let volume_filters =
-            std::collections::HashMap::from([("label", labels), ("dangling", vec!["true"])]);
-        let volumes = self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::default()
-                    .filters(&volume_filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| SandboxError::docker("listing volumes", e))?;
-        for volume in volumes.volumes.unwrap_or_default() {
+        for volume in self.volumes_labelled(&labels, true).await? {
             match self
                 .docker
                 .remove_volume(
@@ -288,30 +267,46 @@ impl Sandbox {
     /// health checks): both should be zero when no attempt is under way.
     pub async fn leftovers(&self) -> Result<(usize, usize), SandboxError> {
         let label = format!("{}={}", policy::INSTANCE_LABEL, self.instance);
-        let filters = std::collections::HashMap::from([("label", vec![label.as_str()])]);
-        let containers = self
-            .docker
-            .list_containers(Some(
-                ListContainersOptionsBuilder::default()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
+        let containers = self.containers_labelled(&[&label]).await?;
+        let volumes = self.volumes_labelled(&[&label], false).await?;
+        Ok((containers.len(), volumes.len()))
+    }
+
+    /// All containers, running or not, that carry every one of `labels` (`key=value`).
+    async fn containers_labelled(
+        &self,
+        labels: &[&str],
+    ) -> Result<Vec<bollard::models::ContainerSummary>, SandboxError> {
+        let filters = std::collections::HashMap::from([("label", labels.to_vec())]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        self.docker
+            .list_containers(Some(options))
             .await
-            .map_err(|e| SandboxError::docker("listing containers", e))?;
+            .map_err(|e| SandboxError::docker("listing containers", e))
+    }
+
+    /// Volumes that carry every one of `labels`; with `dangling`, only those no container uses.
+    async fn volumes_labelled(
+        &self,
+        labels: &[&str],
+        dangling: bool,
+    ) -> Result<Vec<bollard::models::Volume>, SandboxError> {
+        let mut filters = std::collections::HashMap::from([("label", labels.to_vec())]);
+        if dangling {
+            filters.insert("dangling", vec!["true"]);
+        }
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
         let volumes = self
             .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::default()
-                    .filters(&filters)
-                    .build(),
-            ))
+            .list_volumes(Some(options))
             .await
             .map_err(|e| SandboxError::docker("listing volumes", e))?;
-        Ok((
-            containers.len(),
-            volumes.volumes.map(|v| v.len()).unwrap_or(0),
-        ))
+        Ok(volumes.volumes.unwrap_or_default())
     }
 
     fn create_error(&self, error: bollard::errors::Error) -> SandboxError {

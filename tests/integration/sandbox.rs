@@ -318,7 +318,11 @@ async fn links_and_devices_in_the_output_are_skipped() {
     let outcome = run_fixture(&sandbox, "links_out.py", out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     let outputs: Vec<&str> = outcome.outputs.iter().map(|o| o.path.as_str()).collect();
-    assert_eq!(outputs, ["real.txt"]);
+    assert_eq!(outputs, ["real.txt", "unclosed.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("unclosed.txt")).unwrap(),
+        "flushed by the runner"
+    );
     let mut skipped: Vec<&str> = outcome.skipped.iter().map(|s| s.path.as_str()).collect();
     skipped.sort();
     assert_eq!(skipped, ["docker.sock", "passwd", "pipe", "sub/up"]);
