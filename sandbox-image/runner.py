@@ -2,6 +2,10 @@
 
 Invoked as ``python3 -I -B /opt/file-agent/runner.py /work/script.py`` by file-agent. It:
 
+0. receives the script and the inputs: ``FILE_AGENT_UPLOAD_BYTES`` bytes of tar on stdin,
+   unpacked into ``/work`` (a size-capped tmpfs): ``script.py`` and ``in/<name>``. Stdin is used
+   rather than Docker's archive API because a tmpfs cannot be filled before start and the API
+   costs a filesystem mount per call;
 1. presets the names the prompts promise the code (``file_path``, ``input_file_path``,
    ``output_dir``, ``input_dir``, ``input_files``) from the container's environment and from
    what is in ``/work/in``;
@@ -26,12 +30,14 @@ container lets it reach.
 import ast
 import gc
 import hashlib
+import io
 import os
 import signal
 import sys
 import tarfile
 import traceback
 
+WORK_DIR = "/work"
 OUTPUT_DIR = "/work/out"
 INPUT_DIR = "/work/in"
 PROTECTED = ("file_path", "input_file_path", "output_dir", "input_dir", "input_files")
@@ -71,6 +77,38 @@ def _preset_names():
         "input_dir": INPUT_DIR,
         "input_files": inputs,
     }
+
+
+def _receive_upload(size):
+    """Reads exactly ``size`` bytes of tar from stdin and unpacks them into /work."""
+    remaining = size
+    chunks = []
+    while remaining > 0:
+        chunk = os.read(0, min(remaining, 1 << 20))
+        if not chunk:
+            raise EOFError(f"stdin ended {remaining} bytes before the end of the upload")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r:") as archive:
+        for member in archive:
+            parts = member.name.split("/")
+            if member.name.startswith("/") or ".." in parts:
+                raise ValueError(f"unsafe path in the upload: {member.name!r}")
+            target = os.path.join(WORK_DIR, member.name)
+            if member.isdir():
+                os.makedirs(target, exist_ok=True)
+            elif member.isfile():
+                with archive.extractfile(member) as source, open(target, "wb") as sink:
+                    while block := source.read(1 << 20):
+                        sink.write(block)
+                os.chmod(target, 0o444)
+            else:
+                raise ValueError(f"unexpected entry in the upload: {member.name!r}")
+    # Results belong in /work/out. The sandbox user owns this tmpfs and could chmod it back, but
+    # it only has room for the upload plus a little slack, so nothing is gained by it.
+    for folder in (INPUT_DIR, WORK_DIR):
+        os.makedirs(folder, exist_ok=True)
+        os.chmod(folder, 0o555)
 
 
 def _exit_code(exit):
@@ -163,6 +201,13 @@ def main(argv):
         return 2
     seed = os.environ.pop("FILE_AGENT_BOUNDARY_SEED", None)
     boundary = f"\n--file-agent-outputs-{hashlib.sha256(seed.encode()).hexdigest()}--\n" if seed else None
+    upload = os.environ.pop("FILE_AGENT_UPLOAD_BYTES", None)
+    if upload:
+        try:
+            _receive_upload(int(upload))
+        except (OSError, ValueError, EOFError, tarfile.TarError) as error:
+            print(f"file-agent: could not receive the script and inputs: {error}", file=sys.stderr)
+            return 3
     # A private copy of stdout for the output stream: the script may close or replace fd 1.
     out_fd = os.dup(1)
     status = _run(argv[1])

@@ -40,7 +40,7 @@ enum Command {
     Run(RunArgs),
     /// Check the Docker engine, the sandbox image and the limits in force; say how to fix problems.
     Doctor,
-    /// Remove sandbox containers and volumes left behind (labelled io.file-agent.managed=true).
+    /// Remove sandbox containers left behind (labelled io.file-agent.managed=true).
     Reap {
         /// Only containers created more than this many seconds ago (keeps other replicas'
         /// running attempts alive).
@@ -136,10 +136,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 instance,
             };
             let report = sandbox.reap(&filter).await?;
-            println!(
-                "removed {} container(s) and {} volume(s)",
-                report.containers, report.volumes
-            );
+            println!("removed {} container(s)", report.containers);
             Ok(ExitCode::SUCCESS)
         }
         Command::Image(ImageCommand::Tag) => {

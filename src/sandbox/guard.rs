@@ -1,5 +1,4 @@
-//! Ownership of one container: [`ContainerGuard`] removes it, with its anonymous volume, on
-//! every path. Removal through [`ContainerGuard::remove`] is the normal path; `Drop` is the
+//! Ownership of one container: [`ContainerGuard`] removes it on every path. Removal through [`ContainerGuard::remove`] is the normal path; `Drop` is the
 //! fallback for a panic or a dropped future (a client that cancelled), and spawns the removal on
 //! the sandbox's task tracker so that shutdown can wait for it.
 
@@ -48,7 +47,7 @@ impl ContainerGuard {
         &self.id
     }
 
-    /// Force-removes the container and its anonymous volume, killing it if it still runs.
+    /// Force-removes the container (and any anonymous volume), killing it if it still runs.
     pub async fn remove(mut self) -> Result<(), SandboxError> {
         let result = remove_container(&self.docker, &self.id).await;
         self.armed = false;

@@ -6,13 +6,13 @@
 //! One attempt ([`Sandbox::run`]):
 //! 1. create the container from [`policy::container_spec`], inspect it and refuse it unless
 //!    Docker applied every setting ([`policy::verify`]);
-//! 2. upload one tar with the script and the inputs into the `/work` volume;
-//! 3. attach to stdout and stderr, start, and wait up to the timeout (kill on timeout or
-//!    cancellation);
+//! 2. attach to stdin, stdout and stderr, start, and send one tar with the script and the
+//!    inputs on stdin (the runner unpacks it into the `/work` tmpfs);
+//! 3. wait up to the timeout (kill on timeout or cancellation);
 //! 4. meanwhile split stdout at the runner's boundary: before it the script's stdout (capped),
 //!    after it the tar of `/work/out`, unpacked safely as it streams ([`archive::unpack`]);
 //! 5. read the exit code and the OOM flag;
-//! 6. remove the container and its volume, on every path ([`ContainerGuard`]).
+//! 6. remove the container, on every path ([`ContainerGuard`]).
 
 pub mod archive;
 pub mod guard;
@@ -31,10 +31,10 @@ use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
-    ListVolumesOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -83,7 +83,7 @@ pub struct ReapFilter {
     /// Only containers created longer ago than this, so that a reaper does not kill the live
     /// attempts of another replica sharing the engine.
     pub older_than: Option<Duration>,
-    /// Only containers and volumes of this instance (see [`policy::INSTANCE_LABEL`]).
+    /// Only containers of this instance (see [`policy::INSTANCE_LABEL`]).
     pub instance: Option<String>,
 }
 
@@ -92,8 +92,6 @@ pub struct ReapFilter {
 pub struct ReapReport {
     /// Containers removed.
     pub containers: usize,
-    /// Volumes removed.
-    pub volumes: usize,
 }
 
 /// The Docker engine as [`Sandbox::diagnose`] found it.
@@ -217,7 +215,7 @@ impl Sandbox {
         }
     }
 
-    /// Removes file-agent's containers (and then its unused volumes) that match `filter`.
+    /// Removes file-agent's containers that match `filter`, killing them if they run.
     pub async fn reap(&self, filter: &ReapFilter) -> Result<ReapReport, SandboxError> {
         let label = format!("{}=true", policy::MANAGED_LABEL);
         let mut labels = vec![label.clone()];
@@ -242,34 +240,14 @@ impl Sandbox {
                 report.containers += 1;
             }
         }
-        for volume in self.volumes_labelled(&labels, true).await? {
-            match self
-                .docker
-                .remove_volume(
-                    &volume.name,
-                    None::<bollard::query_parameters::RemoveVolumeOptions>,
-                )
-                .await
-            {
-                Ok(()) => report.volumes += 1,
-                // In use by a container that is still being removed, or already gone.
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404 | 409,
-                    ..
-                }) => {}
-                Err(e) => return Err(SandboxError::docker("removing a volume", e)),
-            }
-        }
         Ok(report)
     }
 
-    /// Containers and volumes labelled with this instance that still exist (for tests and
-    /// health checks): both should be zero when no attempt is under way.
-    pub async fn leftovers(&self) -> Result<(usize, usize), SandboxError> {
+    /// Containers labelled with this instance that still exist (for tests and health checks):
+    /// zero when no attempt is under way.
+    pub async fn leftovers(&self) -> Result<usize, SandboxError> {
         let label = format!("{}={}", policy::INSTANCE_LABEL, self.instance);
-        let containers = self.containers_labelled(&[&label]).await?;
-        let volumes = self.volumes_labelled(&[&label], false).await?;
-        Ok((containers.len(), volumes.len()))
+        Ok(self.containers_labelled(&[&label]).await?.len())
     }
 
     /// All containers, running or not, that carry every one of `labels` (`key=value`).
@@ -286,27 +264,6 @@ impl Sandbox {
             .list_containers(Some(options))
             .await
             .map_err(|e| SandboxError::docker("listing containers", e))
-    }
-
-    /// Volumes that carry every one of `labels`; with `dangling`, only those no container uses.
-    async fn volumes_labelled(
-        &self,
-        labels: &[&str],
-        dangling: bool,
-    ) -> Result<Vec<bollard::models::Volume>, SandboxError> {
-        let mut filters = std::collections::HashMap::from([("label", labels.to_vec())]);
-        if dangling {
-            filters.insert("dangling", vec!["true"]);
-        }
-        let options = ListVolumesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let volumes = self
-            .docker
-            .list_volumes(Some(options))
-            .await
-            .map_err(|e| SandboxError::docker("listing volumes", e))?;
-        Ok(volumes.volumes.unwrap_or_default())
     }
 
     fn create_error(&self, error: bollard::errors::Error) -> SandboxError {
@@ -351,27 +308,14 @@ impl Sandbox {
             .await
             .map_err(|e| SandboxError::docker("inspecting the new container", e))?;
         policy::verify(&spec, &applied)?;
+        // Attach before start, so that no byte of output is missed.
         let phase = Instant::now();
-        docker
-            .upload_to_container(
-                id,
-                Some(
-                    UploadToContainerOptionsBuilder::default()
-                        .path("/work")
-                        .build(),
-                ),
-                bollard::body_full(Bytes::from(upload)),
-            )
-            .await
-            .map_err(|e| SandboxError::docker("copying the script and inputs in", e))?;
-        timings.copy_in = phase.elapsed();
-
-        let phase = Instant::now();
-        let AttachContainerResults { output, .. } = docker
+        let AttachContainerResults { output, mut input } = docker
             .attach_container(
                 id,
                 Some(
                     AttachContainerOptionsBuilder::default()
+                        .stdin(true)
                         .stdout(true)
                         .stderr(true)
                         .stream(true)
@@ -385,6 +329,22 @@ impl Sandbox {
             .start_container(id, None)
             .await
             .map_err(|e| SandboxError::docker("starting the container", e))?;
+        // The upload goes while the interpreter starts; closing stdin tells the runner (and
+        // Docker, through StdinOnce) that nothing more comes.
+        let copy_in_started = Instant::now();
+        let copy_in = async move {
+            input.write_all(&upload).await?;
+            input.shutdown().await
+        };
+        // The runner reads stdin before anything else, so this only stalls if the container
+        // died; the script's timeout bounds it all the same.
+        match tokio::time::timeout(limits.timeout, copy_in).await {
+            Ok(Ok(())) => {}
+            // The runner reports a short upload on stderr; the outcome shows it.
+            Ok(Err(error)) => tracing::warn!(%error, "sending the script and inputs failed"),
+            Err(_) => tracing::warn!("sending the script and inputs timed out"),
+        }
+        timings.copy_in = copy_in_started.elapsed();
 
         let (archive_tx, archive_rx) = mpsc::channel::<Bytes>(16);
         let (seen_tx, seen_rx) = oneshot::channel();
@@ -593,8 +553,10 @@ impl Runner for Sandbox {
                 source: std::io::Error::other(e),
             })??;
 
+        env.push(format!("FILE_AGENT_UPLOAD_BYTES={}", upload.len()));
+
         let phase = Instant::now();
-        let spec = policy::container_spec(&self.config, &self.instance, env);
+        let spec = policy::container_spec(&self.config, &self.instance, env, upload.len() as u64);
         let created = tokio::select! {
             created = self.docker.create_container(None, spec.clone()) => {
                 created.map_err(|e| self.create_error(e))?

@@ -80,7 +80,7 @@ pub struct Skipped {
 pub struct Timings {
     /// Create the container and check its settings.
     pub create: Duration,
-    /// Upload the script and inputs.
+    /// Send the script and inputs on stdin.
     pub copy_in: Duration,
     /// Attach, start, and wait until the script has finished.
     pub run: Duration,
@@ -88,7 +88,7 @@ pub struct Timings {
     pub logs: Duration,
     /// Receive and unpack the outputs.
     pub copy_out: Duration,
-    /// Remove the container and its volume.
+    /// Remove the container.
     pub remove: Duration,
     /// The whole attempt.
     pub total: Duration,

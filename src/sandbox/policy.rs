@@ -5,19 +5,20 @@
 //! closed: an engine that silently drops a limit must not run model code). The security settings
 //! are not configurable on purpose; only the resource limits and the OCI runtime are.
 //!
-//! Layout inside the container:
+//! Layout inside the container, with no volume and no bind mount, so nothing an attempt does
+//! touches the host's disk:
 //! - `/` read-only (the image);
-//! - `/work` an anonymous volume owned by root: `script.py` and `in/` are uploaded there before
-//!   start and are read-only to the sandbox user, so the script cannot fill the host's disk;
-//! - `/work/out` a tmpfs owned by uid 10001, capped at the output limit: the only place the
-//!   script writes results; the runner streams it back as a tar after the script;
-//! - `/tmp` a tmpfs capped in size; both tmpfs count against the memory limit.
+//! - `/work` a tmpfs sized to the upload (plus [`WORK_SLACK_BYTES`]): the runner unpacks
+//!   `script.py` and `in/` there from stdin, read-only;
+//! - `/work/out` a tmpfs capped at the output limit: where the script writes results; the runner
+//!   streams it back as a tar after the script;
+//! - `/tmp` a tmpfs capped in size. All three count against the memory limit.
 
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, HostConfig, HostConfigLogConfig, Mount,
-    MountType, MountVolumeOptions, ResourcesUlimits,
+    ContainerCreateBody, ContainerInspectResponse, HostConfig, HostConfigLogConfig,
+    ResourcesUlimits,
 };
 
 use super::SandboxError;
@@ -41,8 +42,9 @@ pub const COMMAND: [&str; 5] = [
     SCRIPT_PATH,
 ];
 /// Environment variables the runner reads; the only ones file-agent sets.
-pub const RUNNER_VARIABLES: [&str; 3] = [
+pub const RUNNER_VARIABLES: [&str; 4] = [
     "FILE_AGENT_BOUNDARY_SEED",
+    "FILE_AGENT_UPLOAD_BYTES",
     "FILE_AGENT_FILE_PATH",
     "FILE_AGENT_INPUT_FILE_PATH",
 ];
@@ -50,12 +52,16 @@ pub const RUNNER_VARIABLES: [&str; 3] = [
 /// environment makes [`verify`] refuse it.
 const IMAGE_VARIABLES: [&str; 5] = ["PATH", "HOME", "LANG", "MPLBACKEND", "MPLCONFIGDIR"];
 
+/// Room in the `/work` tmpfs beyond the upload itself.
+pub const WORK_SLACK_BYTES: u64 = 1024 * 1024;
+
 /// Builds the create request for one attempt. `env` holds `NAME=value` pairs for the runner,
-/// whose names must be among [`RUNNER_VARIABLES`].
+/// whose names must be among [`RUNNER_VARIABLES`]; `upload_bytes` sizes the `/work` tmpfs.
 pub fn container_spec(
     config: &SandboxConfig,
     instance: &str,
     env: Vec<String>,
+    upload_bytes: u64,
 ) -> ContainerCreateBody {
     let limits = &config.limits;
     let labels = HashMap::from([
@@ -78,11 +84,13 @@ pub fn container_spec(
         working_dir: Some("/work".to_string()),
         hostname: Some("sandbox".to_string()),
         env: Some(env),
-        labels: Some(labels.clone()),
+        labels: Some(labels),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        attach_stdin: Some(false),
-        open_stdin: Some(false),
+        // The upload arrives on stdin, which closes after it.
+        attach_stdin: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
         tty: Some(false),
         host_config: Some(HostConfig {
             network_mode: Some("none".to_string()),
@@ -100,17 +108,7 @@ pub fn container_spec(
                 ulimit("fsize", output_bytes),
                 ulimit("core", 0),
             ]),
-            tmpfs: Some(tmpfs_mounts(config)),
-            mounts: Some(vec![Mount {
-                target: Some("/work".to_string()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(false),
-                volume_options: Some(MountVolumeOptions {
-                    labels: Some(labels),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }]),
+            tmpfs: Some(tmpfs_mounts(config, upload_bytes)),
             // Output is read through attach and capped there; nothing is kept on the host's disk.
             log_config: Some(HostConfigLogConfig {
                 typ: Some("none".to_string()),
@@ -128,8 +126,9 @@ pub fn container_spec(
     }
 }
 
-fn tmpfs_mounts(config: &SandboxConfig) -> HashMap<String, String> {
+fn tmpfs_mounts(config: &SandboxConfig, upload_bytes: u64) -> HashMap<String, String> {
     let limits = &config.limits;
+    let work_bytes = upload_bytes.saturating_add(WORK_SLACK_BYTES);
     // Inodes bound the file count in the kernel, well above the copy-out cap so that the cap,
     // not ENOSPC, is what a script that writes too many files meets.
     let inodes = limits.output_max_files.saturating_mul(4).max(1024);
@@ -137,6 +136,10 @@ fn tmpfs_mounts(config: &SandboxConfig) -> HashMap<String, String> {
         (
             "/tmp".to_string(),
             format!("rw,nosuid,nodev,noexec,size={},mode=1777", limits.tmp_bytes),
+        ),
+        (
+            "/work".to_string(),
+            format!("rw,nosuid,nodev,noexec,size={work_bytes},uid=10001,gid=10001,mode=0755"),
         ),
         (
             "/work/out".to_string(),
@@ -230,13 +233,9 @@ pub fn verify(
         .clone()
         .unwrap_or_default()
         .into_iter()
-        .map(|m| (m.typ.map(|t| t.to_string()), m.destination))
+        .map(|m| (m.typ, m.destination))
         .collect();
-    check(
-        "Mounts",
-        &vec![(Some("volume".to_string()), Some("/work".to_string()))],
-        &mounts,
-    )?;
+    check("Mounts", &Vec::new(), &mounts)?;
     Ok(())
 }
 
@@ -276,6 +275,7 @@ mod tests {
             &config(),
             "instance-1",
             vec!["FILE_AGENT_BOUNDARY_SEED=x".to_string()],
+            4096,
         )
     }
 
@@ -293,11 +293,7 @@ mod tests {
                 ]),
                 ..Default::default()
             }),
-            mounts: Some(vec![bollard::models::MountPoint {
-                typ: Some("volume".to_string()),
-                destination: Some("/work".to_string()),
-                ..Default::default()
-            }]),
+            mounts: Some(Vec::new()),
             ..Default::default()
         }
     }
@@ -325,6 +321,7 @@ mod tests {
         assert!(tmpfs["/tmp"].contains("size=67108864"), "{tmpfs:?}");
         assert!(tmpfs["/work/out"].contains("uid=10001"), "{tmpfs:?}");
         assert!(tmpfs["/work/out"].contains("size=268435456"), "{tmpfs:?}");
+        assert!(tmpfs["/work"].contains(&format!("size={}", 4096 + WORK_SLACK_BYTES)));
         assert!(
             tmpfs
                 .values()
@@ -355,7 +352,7 @@ mod tests {
     fn the_runtime_is_passed_when_configured() {
         let mut config = config();
         config.runtime = Some("runsc".to_string());
-        let spec = container_spec(&config, "i", Vec::new());
+        let spec = container_spec(&config, "i", Vec::new(), 0);
         assert_eq!(spec.host_config.unwrap().runtime.as_deref(), Some("runsc"));
     }
 
@@ -406,7 +403,13 @@ mod tests {
             ("User", |a| {
                 a.config.as_mut().unwrap().user = Some("0".into())
             }),
-            ("Mounts", |a| a.mounts = Some(vec![])),
+            ("Mounts", |a| {
+                a.mounts = Some(vec![bollard::models::MountPoint {
+                    typ: Some("bind".to_string()),
+                    destination: Some("/host".to_string()),
+                    ..Default::default()
+                }])
+            }),
         ];
         for (field, weaken) in cases {
             let mut applied = applied(&spec);

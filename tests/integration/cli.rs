@@ -121,7 +121,7 @@ async fn sigterm_kills_the_attempt_and_removes_its_container() {
     let sandbox = crate::common::TestSandbox::new(|c| c.instance = Some(instance.clone())).await;
     // Wait until its container runs, then stop it the way `docker stop` or systemd would.
     with_timeout(async {
-        while sandbox.leftovers().await.unwrap().0 == 0 {
+        while sandbox.leftovers().await.unwrap() == 0 {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })

@@ -463,7 +463,7 @@ async fn reap_removes_labelled_leftovers() {
     let sandbox = TestSandbox::new(|_| {}).await;
     // A container of ours that nothing owns any more, as after a crash.
     let id = crate::common::orphan_container(&sandbox).await;
-    assert_eq!(sandbox.leftovers().await.unwrap().0, 1);
+    assert_eq!(sandbox.leftovers().await.unwrap(), 1);
     let mine = ReapFilter {
         older_than: None,
         instance: Some(sandbox.instance().to_string()),
