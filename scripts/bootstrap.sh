@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything file-agent needs on a fresh Debian/Ubuntu host, idempotent and quick when done:
 #   1. a Docker engine that answers (starts dockerd, installing docker.io if missing);
-#   2. debootstrap, for the registry-free image build;
+#   2. debootstrap and pip, for the registry-free image build;
 #   3. the sandbox image this checkout expects (built only if its tag is missing).
 # Needs root (or sudo) for steps 1 and 2 on a fresh machine; later runs change nothing.
 set -euo pipefail
@@ -28,6 +28,11 @@ fi
 if ! command -v debootstrap >/dev/null 2>&1 && ! [ -x /usr/sbin/debootstrap ]; then
   echo "bootstrap: installing debootstrap" >&2
   apt_install debootstrap
+fi
+
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  echo "bootstrap: installing python3-pip (downloads the image's pinned wheels)" >&2
+  apt_install python3-pip
 fi
 
 if ! cargo nextest --version >/dev/null 2>&1; then

@@ -11,14 +11,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common::{TestSandbox, fixture_script, with_timeout};
 
+async fn run_job(sandbox: &TestSandbox, job: Job, out: &Path) -> Outcome {
+    with_timeout(sandbox.run(job, out, &CancellationToken::new()))
+        .await
+        .unwrap()
+}
+
 async fn run_fixture(sandbox: &TestSandbox, name: &str, out: &Path) -> Outcome {
     let job = Job {
         script: fixture_script(name),
         ..Job::default()
     };
-    with_timeout(sandbox.run(job, out, &CancellationToken::new()))
-        .await
-        .unwrap()
+    run_job(sandbox, job, out).await
 }
 
 fn stdout(outcome: &Outcome) -> String {
@@ -34,9 +38,7 @@ async fn a_benign_script_writes_a_real_workbook() {
         file_path: Some("/work/out/sales report.xlsx".to_string()),
         ..Job::default()
     };
-    let outcome = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
-        .await
-        .unwrap();
+    let outcome = run_job(&sandbox, job, out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     assert_eq!(outcome.exit_code, Some(0));
     assert!(stdout(&outcome).contains("rows: 1000"));
@@ -90,9 +92,7 @@ async fn inputs_with_odd_names_arrive_byte_for_byte() {
         inputs,
         ..Job::default()
     };
-    let outcome = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
-        .await
-        .unwrap();
+    let outcome = run_job(&sandbox, job, out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     let report: Vec<serde_json::Value> = serde_json::from_str(stdout(&outcome).trim()).unwrap();
     assert_eq!(report.len(), 3, "{report:?}");
@@ -134,9 +134,7 @@ async fn the_preset_paths_cannot_be_reassigned() {
         file_path: Some("/work/out/report.txt".to_string()),
         ..Job::default()
     };
-    let outcome = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
-        .await
-        .unwrap();
+    let outcome = run_job(&sandbox, job, out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     assert_eq!(
         std::fs::read_to_string(out.path().join("report.txt")).unwrap(),
@@ -223,9 +221,7 @@ async fn nothing_outside_work_out_and_tmp_is_writable() {
         }],
         ..Job::default()
     };
-    let outcome = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
-        .await
-        .unwrap();
+    let outcome = run_job(&sandbox, job, out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     let text = stdout(&outcome);
     let wrote: Vec<&str> = text
