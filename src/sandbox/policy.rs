@@ -5,8 +5,8 @@
 //! closed: an engine that silently drops a limit must not run model code). The security settings
 //! are not configurable on purpose; only the resource limits and the OCI runtime are.
 //!
-//! Layout inside the container, with no volume and no bind mount, so nothing an attempt does
-//! touches the host's disk:
+//! Layout inside the container, with no volume and no bind mount, so nothing the script writes
+//! lands on the host's disk:
 //! - `/` read-only (the image);
 //! - `/work` a tmpfs sized to the upload (plus [`WORK_SLACK_BYTES`]): the runner unpacks
 //!   `script.py` and `in/` there from stdin, read-only;
@@ -24,7 +24,7 @@ use bollard::models::{
 use super::SandboxError;
 use crate::config::SandboxConfig;
 
-/// Label on every container and volume file-agent creates; the reaper looks for it.
+/// Label on every container file-agent creates; the reaper looks for it.
 pub const MANAGED_LABEL: &str = "io.file-agent.managed";
 /// Label naming the [`super::Sandbox`] instance that created a container.
 pub const INSTANCE_LABEL: &str = "io.file-agent.instance";
