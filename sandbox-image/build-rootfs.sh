@@ -71,6 +71,9 @@ mkdir -p "$root/work/in" "$root/work/out" "$root/opt/file-agent"
 chown 10001:10001 "$root/work/out"
 install -m 0644 "$context/runner.py" "$root/opt/file-agent/runner.py"
 chroot "$root" /usr/bin/python3 -m compileall -q /opt/file-agent >/dev/null
+# matplotlib's font list, built once here instead of in every attempt; the runner copies it.
+chroot "$root" /usr/bin/env MPLCONFIGDIR=/opt/file-agent/matplotlib HOME=/tmp \
+  /usr/bin/python3 -c "import matplotlib.font_manager" >/dev/null
 
 # Strip what model code never uses: the package manager first, then files.
 chroot "$root" /usr/bin/dpkg --purge apt libapt-pkg6.0 >>"$log" 2>&1 || fail "dpkg --purge apt"

@@ -58,6 +58,21 @@ async fn a_benign_script_writes_a_real_workbook() {
 }
 
 #[tokio::test]
+async fn a_chart_renders_without_rebuilding_the_font_cache() {
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "chart.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    assert!(stdout(&outcome).contains("font list seeded: True"));
+    let stderr = outcome.stderr.text();
+    assert!(!stderr.contains("findfont"), "a font is missing: {stderr}");
+    let png = std::fs::read(out.path().join("chart.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(png.len() > 5_000, "a real picture, not an empty canvas");
+    sandbox.assert_nothing_left().await;
+}
+
+#[tokio::test]
 async fn inputs_with_odd_names_arrive_byte_for_byte() {
     let sandbox = TestSandbox::new(|_| {}).await;
     let host = tempfile::tempdir().unwrap();
