@@ -1,6 +1,7 @@
-//! Ownership of one container: [`ContainerGuard`] removes it on every path. Removal through [`ContainerGuard::remove`] is the normal path; `Drop` is the
-//! fallback for a panic or a dropped future (a client that cancelled), and spawns the removal on
-//! the sandbox's task tracker so that shutdown can wait for it.
+//! Ownership of one container: [`ContainerGuard`] removes it on every path. Removal through
+//! [`ContainerGuard::remove`] is the normal path; `Drop` is the fallback for a panic or a dropped
+//! future (a client that cancelled), and spawns the removal on the sandbox's task tracker so that
+//! shutdown can wait for it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -217,8 +217,7 @@ impl Sandbox {
 
     /// Removes file-agent's containers that match `filter`, killing them if they run.
     pub async fn reap(&self, filter: &ReapFilter) -> Result<ReapReport, SandboxError> {
-        let label = format!("{}=true", policy::MANAGED_LABEL);
-        let mut labels = vec![label.clone()];
+        let mut labels = vec![format!("{}=true", policy::MANAGED_LABEL)];
         if let Some(instance) = &filter.instance {
             labels.push(format!("{}={instance}", policy::INSTANCE_LABEL));
         }
@@ -329,23 +328,6 @@ impl Sandbox {
             .start_container(id, None)
             .await
             .map_err(|e| SandboxError::docker("starting the container", e))?;
-        // The upload goes while the interpreter starts; closing stdin tells the runner (and
-        // Docker, through StdinOnce) that nothing more comes.
-        let copy_in_started = Instant::now();
-        let copy_in = async move {
-            input.write_all(&upload).await?;
-            input.shutdown().await
-        };
-        // The runner reads stdin before anything else, so this only stalls if the container
-        // died; the script's timeout bounds it all the same.
-        match tokio::time::timeout(limits.timeout, copy_in).await {
-            Ok(Ok(())) => {}
-            // The runner reports a short upload on stderr; the outcome shows it.
-            Ok(Err(error)) => tracing::warn!(%error, "sending the script and inputs failed"),
-            Err(_) => tracing::warn!("sending the script and inputs timed out"),
-        }
-        timings.copy_in = copy_in_started.elapsed();
-
         let (archive_tx, archive_rx) = mpsc::channel::<Bytes>(16);
         let (seen_tx, seen_rx) = oneshot::channel();
         let unpack_limits = archive::UnpackLimits {
@@ -362,6 +344,21 @@ impl Sandbox {
             archive_tx,
             seen_tx,
         ));
+        // The upload goes while the interpreter starts, under the same deadline as the script;
+        // closing stdin tells the runner (and Docker, through StdinOnce) that nothing more comes.
+        let copy_in = tokio::spawn(async move {
+            let started = Instant::now();
+            let sent = async {
+                input.write_all(&upload).await?;
+                input.shutdown().await
+            }
+            .await;
+            if let Err(error) = sent {
+                // The runner reports a short upload on stderr; the outcome shows it.
+                tracing::warn!(%error, "sending the script and inputs failed");
+            }
+            started.elapsed()
+        });
 
         let exit = async {
             let mut wait = docker.wait_container(id, None);
@@ -393,6 +390,10 @@ impl Sandbox {
             () = cancel.cancelled() => End::Cancelled,
         };
         let exited_at = Instant::now();
+        // Done by now unless the container died mid-upload; then the stream is closed or about
+        // to be, when the kill below lands.
+        copy_in.abort();
+        timings.copy_in = copy_in.await.unwrap_or_default();
         if !matches!(end, End::Exited(_)) {
             self.kill(id).await?;
         }
