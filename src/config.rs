@@ -3,9 +3,19 @@
 //! caller build clients from the result. Every default is a named constant below, and every
 //! variable is listed in the README's table and in `.env.example`.
 //!
-//! This module does not read `.env` files or talk to Docker.
+//! [`Config`] gathers everything `serve` needs: the sandbox part here, the server, model and
+//! storage parts in [`service`].
+//!
+//! This module does not read `.env` files (the CLI does, before calling it) or talk to anything.
+
+mod service;
 
 use std::time::Duration;
+
+pub use service::{
+    Config, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Secret, ServerConfig, StorageConfig,
+    TransferLimits,
+};
 
 use thiserror::Error;
 
@@ -193,7 +203,7 @@ impl SandboxConfig {
     }
 }
 
-fn parse_int<T>(
+pub(crate) fn parse_int<T>(
     value: Option<String>,
     var: &'static str,
     default: T,

@@ -5,11 +5,23 @@
 //! The crate is one library with a thin `main.rs`. Modules, by domain:
 //! - [`sandbox`]: one hardened, single-use container per attempt; the only module that talks to
 //!   Docker;
+//! - [`llm`]: the model that writes the Python (any OpenAI-compatible API);
+//! - [`storage`]: where files come from and go to (Open WebUI, or the built-in store);
+//! - [`tools`]: the tool flows (`generate_file`, `modify_file`, `run_python`) as plain functions;
+//! - [`mcp`]: the MCP adapter over the tools, the only module that knows MCP types;
+//! - [`server`]: HTTP (`/mcp`, `/health`, `/files`) and stdio wiring, start-up and shutdown;
+//! - [`prompts`]: the texts the model reads, from `prompts/`;
 //! - [`config`]: settings from the environment, parsed and validated without I/O;
-//! - [`cli`]: the command line (`run`, `doctor`, `reap`, `image build`, `bench`).
+//! - [`cli`]: the command line (`serve`, `run`, `doctor`, `reap`, `image build`, `bench`).
 //!
 //! See `ARCHITECTURE.md` for the map and the invariants.
 
 pub mod cli;
 pub mod config;
+pub mod llm;
+pub mod mcp;
+pub mod prompts;
 pub mod sandbox;
+pub mod server;
+pub mod storage;
+pub mod tools;

@@ -5,6 +5,7 @@
 mod bench;
 mod doctor;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,17 +21,21 @@ use crate::sandbox::{ReapFilter, Sandbox};
 
 /// Runs model-written Python in single-use, locked-down Docker containers.
 ///
-/// Every setting is read from the environment (see the README's table); the flags below
-/// override some of them for one command.
+/// Every setting is read from the environment and from a `.env` file in the working directory
+/// (see the README's table); the flags below override some of them for one command. With no
+/// subcommand, `serve` runs.
 #[derive(Debug, Parser)]
 #[command(name = "file-agent", version, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the MCP tools (the default): Streamable HTTP at /mcp, /health, and the local
+    /// store's /files; or MCP over stdin/stdout with --stdio.
+    Serve(ServeArgs),
     /// Run one Python script in the sandbox and print one JSON object describing the result.
     ///
     /// Each --input is placed at /work/in/<file name>; files the script writes under /work/out
@@ -59,6 +64,17 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         runs: usize,
     },
+}
+
+#[derive(Debug, Args, Default)]
+struct ServeArgs {
+    /// Address and port to listen on (default: FILE_AGENT_LISTEN, else 0.0.0.0:8000).
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "stdio")]
+    listen: Option<std::net::SocketAddr>,
+    /// Speak MCP on stdin/stdout instead of HTTP (for clients that start servers as a
+    /// subprocess); logs go to stderr.
+    #[arg(long)]
+    stdio: bool,
 }
 
 #[derive(Debug, Args)]
@@ -98,11 +114,25 @@ enum ImageCommand {
 /// Parses the command line, runs the command, and maps the result to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any thread exists: `.env` fills in variables the environment does not set.
+    match dotenvy::from_path(".env") {
+        Ok(()) => {}
+        Err(error) if error.not_found() => {}
+        Err(error) => {
+            eprintln!("file-agent: cannot read .env in the working directory: {error}");
+            return ExitCode::from(2);
+        }
+    }
+    // Serving logs one line per tool call (info); the one-shot commands only warnings.
+    let default_filter = match cli.command {
+        None | Some(Command::Serve(_)) => "warn,file_agent=info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .init();
     let runtime = match tokio::runtime::Runtime::new() {
@@ -122,8 +152,13 @@ pub fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let command = cli.command.unwrap_or(Command::Serve(ServeArgs::default()));
+    if let Command::Serve(args) = command {
+        return serve::serve(args.listen, args.stdio).await;
+    }
     let config = SandboxConfig::from_env()?;
-    match cli.command {
+    match command {
+        Command::Serve(_) => unreachable!("handled above"),
         Command::Run(args) => Ok(run::run(config, args).await),
         Command::Doctor => doctor::doctor(config).await,
         Command::Reap {

@@ -1,0 +1,417 @@
+//! The settings of the MCP server beyond the sandbox: where it listens, which model it asks,
+//! where files are stored. The names and defaults of the Python File Agent are kept
+//! (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `MODEL_NAME`, `INTERNAL_API_URL`, `PUBLIC_DOMAIN`,
+//! `OPENWEBUI_API_KEY`, `DEEP_RESEARCH_MODEL`), so an existing `.env` works unchanged; the new
+//! ones start with `FILE_AGENT_`.
+//!
+//! Parsing only: no I/O, no clients. A missing model key is not an error (the LLM tools then
+//! answer with one, and `run_python` still works).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{ConfigError, MIB, SandboxConfig, parse_int};
+
+/// `FILE_AGENT_LISTEN`: where the HTTP server listens.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
+/// `OPENAI_BASE_URL`: the OpenAI API; any compatible server (vLLM, Ollama, LiteLLM) works.
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+/// `MODEL_NAME`: the model that writes the Python.
+pub const DEFAULT_MODEL: &str = "gpt-4o";
+/// `FILE_AGENT_LLM_TIMEOUT`: seconds one chat request may take.
+pub const DEFAULT_LLM_TIMEOUT_SECS: u64 = 120;
+/// `FILE_AGENT_LLM_RETRIES`: extra tries of a chat request that timed out (the client itself
+/// already retries rate limits, 5xx and connection errors three times with back-off).
+pub const DEFAULT_LLM_TIMEOUT_RETRIES: u32 = 1;
+/// `FILE_AGENT_DATA_DIR`: the local store's folder.
+pub const DEFAULT_DATA_DIR: &str = "data";
+/// `FILE_AGENT_INPUT_MAX_MIB`: the largest input file fetched from storage or uploaded.
+pub const DEFAULT_INPUT_MAX_MIB: u64 = 50;
+/// `FILE_AGENT_DOWNLOAD_TIMEOUT`: seconds to fetch one input file.
+pub const DEFAULT_DOWNLOAD_TIMEOUT_SECS: u64 = 60;
+/// `FILE_AGENT_MAX_CONCURRENT`: containers running at once; further attempts wait their turn.
+pub const DEFAULT_MAX_CONCURRENT: usize = 4;
+/// `Host` names accepted on `/mcp` besides the public URL's host.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// A value that must never be printed: `Debug` shows only that it is set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Everything `file-agent serve` needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The sandbox: image, runtime, limits.
+    pub sandbox: SandboxConfig,
+    /// The HTTP side.
+    pub server: ServerConfig,
+    /// The model that writes code for `generate_file` and `modify_file`.
+    pub llm: LlmConfig,
+    /// Where inputs come from and outputs go.
+    pub storage: StorageConfig,
+    /// Caps on fetching one input file.
+    pub transfer: TransferLimits,
+    /// `FILE_AGENT_PROMPTS_DIR`: files here replace the built-in prompts of the same name.
+    pub prompts_dir: Option<PathBuf>,
+    /// `FILE_AGENT_MAX_CONCURRENT`: containers running at once.
+    pub max_concurrent: usize,
+}
+
+/// The HTTP server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// `FILE_AGENT_LISTEN`.
+    pub listen: SocketAddr,
+    /// `FILE_AGENT_PUBLIC_URL`: how users reach this server (links to the local store).
+    pub public_url: String,
+    /// `FILE_AGENT_ALLOWED_HOSTS`: `Host` values accepted on `/mcp`; `None` accepts any (`*`).
+    pub allowed_hosts: Option<Vec<String>>,
+}
+
+/// The OpenAI-compatible chat API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmConfig {
+    /// `OPENAI_API_KEY`; without it the LLM tools answer with a clear error.
+    pub api_key: Option<Secret>,
+    /// `OPENAI_BASE_URL`, with `/v1`, no trailing slash.
+    pub base_url: String,
+    /// `MODEL_NAME`.
+    pub model: String,
+    /// `DEEP_RESEARCH_MODEL`, read now so an existing `.env` is accepted; used by research.
+    pub deep_research_model: Option<String>,
+    /// `FILE_AGENT_LLM_TIMEOUT`: one request, from sending to the whole answer.
+    pub timeout: Duration,
+    /// `FILE_AGENT_LLM_RETRIES`: extra tries after a timeout.
+    pub timeout_retries: u32,
+}
+
+/// Where files live.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StorageConfig {
+    /// Open WebUI's files API (when `INTERNAL_API_URL` is set).
+    OpenWebUi(OpenWebUiConfig),
+    /// Files under a local folder, served by file-agent itself.
+    Local(LocalStoreConfig),
+}
+
+/// Open WebUI's files API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenWebUiConfig {
+    /// `INTERNAL_API_URL`: how file-agent reaches Open WebUI (e.g. `http://open-webui:8080`).
+    pub internal_url: String,
+    /// `PUBLIC_DOMAIN`: how users reach Open WebUI, for download links; default the internal URL.
+    pub public_url: String,
+    /// `OPENWEBUI_API_KEY`: used when a request carries no user token (or forwarding is off).
+    pub api_key: Option<Secret>,
+    /// `FILE_AGENT_FORWARD_USER_TOKEN`: use the bearer token of the MCP request (Open WebUI's
+    /// "session" auth sends the user's own token), so each user reaches only their own files.
+    pub forward_user_token: bool,
+}
+
+/// The built-in store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalStoreConfig {
+    /// `FILE_AGENT_DATA_DIR`.
+    pub data_dir: PathBuf,
+    /// The public URL of this server; files are at `<public_url>/files/<id>/<name>`.
+    pub public_url: String,
+}
+
+/// Caps on one input file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TransferLimits {
+    /// `FILE_AGENT_INPUT_MAX_MIB`, in bytes.
+    pub max_bytes: u64,
+    /// `FILE_AGENT_DOWNLOAD_TIMEOUT`.
+    pub timeout: Duration,
+}
+
+impl Config {
+    /// The configuration from the process environment (after `.env` was loaded into it).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The configuration from any lookup of variable names; empty values count as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
+        let sandbox = SandboxConfig::from_lookup(&lookup)?;
+
+        let listen: SocketAddr = match get("FILE_AGENT_LISTEN") {
+            None => DEFAULT_LISTEN.parse().map_err(|_| ConfigError {
+                var: "FILE_AGENT_LISTEN",
+                value: DEFAULT_LISTEN.into(),
+                expected: "an address and port",
+            })?,
+            Some(value) => value.trim().parse().map_err(|_| ConfigError {
+                var: "FILE_AGENT_LISTEN",
+                value,
+                expected: "an address and port, e.g. 0.0.0.0:8000 or 127.0.0.1:8000",
+            })?,
+        };
+        let public_url = match get("FILE_AGENT_PUBLIC_URL") {
+            Some(value) => parse_url(value, "FILE_AGENT_PUBLIC_URL")?,
+            None => format!("http://localhost:{}", listen.port()),
+        };
+        let allowed_hosts = match get("FILE_AGENT_ALLOWED_HOSTS") {
+            Some(value) if value.trim() == "*" => None,
+            Some(value) => Some(
+                value
+                    .split(',')
+                    .map(|host| host.trim().to_string())
+                    .filter(|host| !host.is_empty())
+                    .collect(),
+            ),
+            None => {
+                let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
+                if let Some(host) = url_authority(&public_url) {
+                    hosts.push(host);
+                }
+                Some(hosts)
+            }
+        };
+
+        let llm = LlmConfig {
+            api_key: get("OPENAI_API_KEY").map(|key| Secret::new(key.trim())),
+            base_url: match get("OPENAI_BASE_URL") {
+                Some(value) => parse_url(value, "OPENAI_BASE_URL")?,
+                None => DEFAULT_OPENAI_BASE_URL.into(),
+            },
+            model: get("MODEL_NAME")
+                .map(|m| m.trim().to_string())
+                .unwrap_or_else(|| DEFAULT_MODEL.into()),
+            deep_research_model: get("DEEP_RESEARCH_MODEL").map(|m| m.trim().to_string()),
+            timeout: Duration::from_secs(parse_int(
+                get("FILE_AGENT_LLM_TIMEOUT"),
+                "FILE_AGENT_LLM_TIMEOUT",
+                DEFAULT_LLM_TIMEOUT_SECS,
+                1..=3600,
+                "whole seconds from 1 to 3600",
+            )?),
+            timeout_retries: parse_int(
+                get("FILE_AGENT_LLM_RETRIES"),
+                "FILE_AGENT_LLM_RETRIES",
+                DEFAULT_LLM_TIMEOUT_RETRIES,
+                0..=5,
+                "a count from 0 to 5",
+            )?,
+        };
+
+        let storage = match get("INTERNAL_API_URL") {
+            Some(internal) => {
+                let internal_url = parse_url(internal, "INTERNAL_API_URL")?;
+                let public_url = match get("PUBLIC_DOMAIN") {
+                    // The Python File Agent took a bare domain as well as a URL.
+                    Some(domain) if !domain.contains("://") => {
+                        parse_url(format!("https://{}", domain.trim()), "PUBLIC_DOMAIN")?
+                    }
+                    Some(url) => parse_url(url, "PUBLIC_DOMAIN")?,
+                    None => internal_url.clone(),
+                };
+                StorageConfig::OpenWebUi(OpenWebUiConfig {
+                    internal_url,
+                    public_url,
+                    api_key: get("OPENWEBUI_API_KEY").map(|key| Secret::new(key.trim())),
+                    forward_user_token: parse_bool(
+                        get("FILE_AGENT_FORWARD_USER_TOKEN"),
+                        "FILE_AGENT_FORWARD_USER_TOKEN",
+                        true,
+                    )?,
+                })
+            }
+            None => StorageConfig::Local(LocalStoreConfig {
+                data_dir: get("FILE_AGENT_DATA_DIR")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+                public_url: public_url.clone(),
+            }),
+        };
+
+        let transfer = TransferLimits {
+            max_bytes: parse_int(
+                get("FILE_AGENT_INPUT_MAX_MIB"),
+                "FILE_AGENT_INPUT_MAX_MIB",
+                DEFAULT_INPUT_MAX_MIB,
+                1..=4096,
+                "MiB from 1 to 4096",
+            )? * MIB,
+            timeout: Duration::from_secs(parse_int(
+                get("FILE_AGENT_DOWNLOAD_TIMEOUT"),
+                "FILE_AGENT_DOWNLOAD_TIMEOUT",
+                DEFAULT_DOWNLOAD_TIMEOUT_SECS,
+                1..=3600,
+                "whole seconds from 1 to 3600",
+            )?),
+        };
+
+        Ok(Self {
+            sandbox,
+            server: ServerConfig {
+                listen,
+                public_url,
+                allowed_hosts,
+            },
+            llm,
+            storage,
+            transfer,
+            prompts_dir: get("FILE_AGENT_PROMPTS_DIR").map(PathBuf::from),
+            max_concurrent: parse_int(
+                get("FILE_AGENT_MAX_CONCURRENT"),
+                "FILE_AGENT_MAX_CONCURRENT",
+                DEFAULT_MAX_CONCURRENT,
+                1..=256,
+                "a count from 1 to 256",
+            )?,
+        })
+    }
+}
+
+/// An absolute http(s) URL, without a trailing slash.
+fn parse_url(value: String, var: &'static str) -> Result<String, ConfigError> {
+    let trimmed = value.trim().trim_end_matches('/');
+    match reqwest::Url::parse(trimmed) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
+            Ok(trimmed.to_string())
+        }
+        _ => Err(ConfigError {
+            var,
+            value,
+            expected: "an http:// or https:// URL, e.g. http://open-webui:8080",
+        }),
+    }
+}
+
+/// The host (and port, if any) of a URL, as a `Host` header would carry it.
+fn url_authority(url: &str) -> Option<String> {
+    let url = reqwest::Url::parse(url).ok()?;
+    let host = url.host_str()?.trim_matches(['[', ']']).to_string();
+    Some(host)
+}
+
+fn parse_bool(
+    value: Option<String>,
+    var: &'static str,
+    default: bool,
+) -> Result<bool, ConfigError> {
+    match value.as_deref().map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(default),
+        Some(v) if ["1", "true", "yes", "on"].contains(&v.as_str()) => Ok(true),
+        Some(v) if ["0", "false", "no", "off"].contains(&v.as_str()) => Ok(false),
+        Some(_) => Err(ConfigError {
+            var,
+            value: value.unwrap_or_default(),
+            expected: "true or false",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_are_the_python_file_agents_and_the_local_store() {
+        let config = config(&[]).unwrap();
+        assert_eq!(config.server.listen.to_string(), "0.0.0.0:8000");
+        assert_eq!(config.server.public_url, "http://localhost:8000");
+        assert_eq!(config.llm.model, "gpt-4o");
+        assert_eq!(config.llm.base_url, "https://api.openai.com/v1");
+        assert_eq!(config.llm.api_key, None);
+        assert_eq!(config.sandbox.limits.timeout, Duration::from_secs(90));
+        assert_eq!(
+            config.storage,
+            StorageConfig::Local(LocalStoreConfig {
+                data_dir: PathBuf::from("data"),
+                public_url: "http://localhost:8000".into()
+            })
+        );
+        let hosts = config.server.allowed_hosts.unwrap();
+        assert!(hosts.contains(&"localhost".to_string()), "{hosts:?}");
+    }
+
+    #[test]
+    fn open_webui_is_chosen_by_internal_api_url_and_public_domain_may_be_bare() {
+        let config = config(&[
+            ("INTERNAL_API_URL", "http://open-webui:8080/"),
+            ("PUBLIC_DOMAIN", "chat.example.com"),
+            ("OPENWEBUI_API_KEY", "sk-admin"),
+            ("FILE_AGENT_PUBLIC_URL", "https://files.example.com"),
+        ])
+        .unwrap();
+        let StorageConfig::OpenWebUi(owui) = config.storage else {
+            panic!("expected Open WebUI storage");
+        };
+        assert_eq!(owui.internal_url, "http://open-webui:8080");
+        assert_eq!(owui.public_url, "https://chat.example.com");
+        assert!(owui.forward_user_token);
+        assert_eq!(owui.api_key.unwrap().expose(), "sk-admin");
+        let hosts = config.server.allowed_hosts.unwrap();
+        assert!(hosts.contains(&"files.example.com".to_string()), "{hosts:?}");
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_output() {
+        let config = config(&[
+            ("OPENAI_API_KEY", "sk-very-secret"),
+            ("INTERNAL_API_URL", "http://owui:8080"),
+            ("OPENWEBUI_API_KEY", "sk-also-secret"),
+        ])
+        .unwrap();
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("very-secret"), "{printed}");
+        assert!(!printed.contains("also-secret"), "{printed}");
+    }
+
+    #[test]
+    fn wrong_values_name_their_variable() {
+        for (var, value) in [
+            ("FILE_AGENT_LISTEN", "8000"),
+            ("OPENAI_BASE_URL", "api.openai.com"),
+            ("INTERNAL_API_URL", "ftp://x"),
+            ("FILE_AGENT_INPUT_MAX_MIB", "0"),
+            ("FILE_AGENT_FORWARD_USER_TOKEN", "maybe"),
+            ("FILE_AGENT_LLM_TIMEOUT", "soon"),
+        ] {
+            let mut vars = vec![(var, value)];
+            if var == "FILE_AGENT_FORWARD_USER_TOKEN" {
+                vars.push(("INTERNAL_API_URL", "http://owui:8080"));
+            }
+            let err = config(&vars).unwrap_err();
+            assert_eq!(err.var, var, "{err}");
+        }
+        assert!(config(&[("FILE_AGENT_ALLOWED_HOSTS", "*")])
+            .unwrap()
+            .server
+            .allowed_hosts
+            .is_none());
+    }
+}

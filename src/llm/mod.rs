@@ -1,0 +1,308 @@
+//! The model that writes Python: chat completions over any OpenAI-compatible API (OpenAI,
+//! vLLM, Ollama, LiteLLM), with a request timeout and retries, and the extraction of code from
+//! a reply ([`code`]).
+//!
+//! Retries: async-openai already retries rate limits (not `insufficient_quota`), every 5xx and
+//! connection errors three times with exponential back-off, honouring `Retry-After`. It does
+//! not retry timeouts, so this module adds that, and only that, to avoid multiplying the two.
+//!
+//! This module knows nothing of the sandbox, storage or MCP, and never logs the key.
+
+pub mod code;
+
+use std::time::{Duration, Instant};
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::types::chat::{
+    ChatCompletionRequestAssistantMessage, ChatCompletionRequestMessage,
+    ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
+    CreateChatCompletionRequestArgs,
+};
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::LlmConfig;
+
+/// Connect timeout of the HTTP client; the whole request has `FILE_AGENT_LLM_TIMEOUT`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause before trying again after a timeout.
+const TIMEOUT_BACKOFF: Duration = Duration::from_secs(1);
+/// How much of an unexpected answer body goes into an error message.
+const BODY_EXCERPT: usize = 200;
+
+/// One message of a conversation with the model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// Instructions the model follows (a prompt from `prompts/`).
+    System(String),
+    /// A request or an error report.
+    User(String),
+    /// What the model answered before.
+    Assistant(String),
+}
+
+/// Why the model gave no usable answer. Each message says what to do.
+#[derive(Debug, Error)]
+pub enum LlmError {
+    /// `OPENAI_API_KEY` is not set.
+    #[error(
+        "no language model is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a server other than OpenAI); run_python works without one"
+    )]
+    NotConfigured,
+    /// The API refused the key.
+    #[error("the model API at {base_url} refused the key (HTTP {status}): {message}; check OPENAI_API_KEY")]
+    Unauthorized {
+        /// The API's base URL.
+        base_url: String,
+        /// 401 or 403.
+        status: u16,
+        /// The API's message.
+        message: String,
+    },
+    /// The model does not exist there.
+    #[error("the model {model:?} is not available at {base_url}: {message}; set MODEL_NAME to one it serves")]
+    ModelNotFound {
+        /// `MODEL_NAME`.
+        model: String,
+        /// The API's base URL.
+        base_url: String,
+        /// The API's message.
+        message: String,
+    },
+    /// Rate limits, quota, or server errors that lasted through the retries.
+    #[error("the model API at {base_url} failed (HTTP {status}) even after retries: {message}; try again later")]
+    Api {
+        /// The API's base URL.
+        base_url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The API's message.
+        message: String,
+    },
+    /// No connection could be made, or it broke.
+    #[error("the model API at {base_url} cannot be reached ({detail}); check OPENAI_BASE_URL and the network")]
+    Unreachable {
+        /// The API's base URL.
+        base_url: String,
+        /// The transport error.
+        detail: String,
+    },
+    /// Every try ran past the timeout.
+    #[error("the model API at {base_url} did not answer within {timeout:?} ({tries} tries); raise FILE_AGENT_LLM_TIMEOUT or try again")]
+    Timeout {
+        /// The API's base URL.
+        base_url: String,
+        /// `FILE_AGENT_LLM_TIMEOUT`.
+        timeout: Duration,
+        /// How many requests were sent.
+        tries: u32,
+    },
+    /// The answer was not a chat completion, or had no text.
+    #[error("the model API at {base_url} sent an answer that is not a usable chat completion: {detail}")]
+    BadReply {
+        /// The API's base URL.
+        base_url: String,
+        /// What was wrong, with an excerpt.
+        detail: String,
+    },
+    /// The caller went away.
+    #[error("the request was cancelled")]
+    Cancelled,
+}
+
+/// A chat client for one model, or the lack of one.
+#[derive(Debug, Clone)]
+pub struct Llm {
+    client: Option<Client<OpenAIConfig>>,
+    config: LlmConfig,
+}
+
+/// A reply and what it cost.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The text of the first choice.
+    pub text: String,
+    /// Time spent, retries included.
+    pub elapsed: Duration,
+}
+
+impl Llm {
+    /// Builds the client (no request is sent). Without a key, every call is `NotConfigured`.
+    pub fn new(config: LlmConfig) -> Result<Self, LlmError> {
+        let client = match &config.api_key {
+            None => None,
+            Some(key) => {
+                let http = reqwest::Client::builder()
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .timeout(config.timeout)
+                    .build()
+                    .map_err(|error| LlmError::Unreachable {
+                        base_url: config.base_url.clone(),
+                        detail: format!("cannot build the HTTP client: {error}"),
+                    })?;
+                let api = OpenAIConfig::new()
+                    .with_api_base(config.base_url.clone())
+                    .with_api_key(key.expose());
+                Some(Client::build(http, api))
+            }
+        };
+        Ok(Self { client, config })
+    }
+
+    /// Whether a key is configured.
+    pub fn is_configured(&self) -> bool {
+        self.client.is_some()
+    }
+
+    /// The model's name.
+    pub fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    /// Sends the conversation and returns the text of the answer.
+    pub async fn complete(
+        &self,
+        messages: &[Message],
+        cancel: &CancellationToken,
+    ) -> Result<Reply, LlmError> {
+        let client = self.client.as_ref().ok_or(LlmError::NotConfigured)?;
+        let request = CreateChatCompletionRequestArgs::default()
+            .model(self.config.model.clone())
+            .messages(messages.iter().map(to_request_message).collect::<Vec<_>>())
+            .build()
+            .map_err(|error| self.bad_reply(format!("cannot build the request: {error}")))?;
+        let started = Instant::now();
+        let tries = self.config.timeout_retries + 1;
+        for attempt in 1..=tries {
+            let chat = client.chat();
+            let answer = tokio::select! {
+                () = cancel.cancelled() => return Err(LlmError::Cancelled),
+                answer = chat.create(request.clone()) => answer,
+            };
+            match answer {
+                Ok(response) => {
+                    let text = response
+                        .choices
+                        .into_iter()
+                        .next()
+                        .and_then(|choice| choice.message.content)
+                        .filter(|text| !text.trim().is_empty())
+                        .ok_or_else(|| self.bad_reply("the reply has no text".into()))?;
+                    return Ok(Reply {
+                        text,
+                        elapsed: started.elapsed(),
+                    });
+                }
+                Err(OpenAIError::Reqwest(error)) if error.is_timeout() && attempt < tries => {
+                    tracing::warn!(attempt, "the model API timed out; trying again");
+                    tokio::select! {
+                        () = cancel.cancelled() => return Err(LlmError::Cancelled),
+                        () = tokio::time::sleep(TIMEOUT_BACKOFF) => {}
+                    }
+                }
+                Err(error) => return Err(self.classify(error, tries)),
+            }
+        }
+        Err(LlmError::Timeout {
+            base_url: self.config.base_url.clone(),
+            timeout: self.config.timeout,
+            tries,
+        })
+    }
+
+    fn bad_reply(&self, detail: String) -> LlmError {
+        LlmError::BadReply {
+            base_url: self.config.base_url.clone(),
+            detail,
+        }
+    }
+
+    fn classify(&self, error: OpenAIError, tries: u32) -> LlmError {
+        let base_url = self.config.base_url.clone();
+        match error {
+            OpenAIError::ApiError(response) => {
+                let status = response.status_code.as_u16();
+                let message = response.api_error.message.clone();
+                let code = response.api_error.code.clone().unwrap_or_default();
+                match status {
+                    401 | 403 => LlmError::Unauthorized {
+                        base_url,
+                        status,
+                        message,
+                    },
+                    404 => LlmError::ModelNotFound {
+                        model: self.config.model.clone(),
+                        base_url,
+                        message,
+                    },
+                    _ if code == "model_not_found" => LlmError::ModelNotFound {
+                        model: self.config.model.clone(),
+                        base_url,
+                        message,
+                    },
+                    _ => LlmError::Api {
+                        base_url,
+                        status,
+                        message,
+                    },
+                }
+            }
+            OpenAIError::Reqwest(error) if error.is_timeout() => LlmError::Timeout {
+                base_url,
+                timeout: self.config.timeout,
+                tries,
+            },
+            OpenAIError::Reqwest(error) => match error.status() {
+                Some(status) if matches!(status.as_u16(), 401 | 403) => LlmError::Unauthorized {
+                    base_url,
+                    status: status.as_u16(),
+                    message: "no details".into(),
+                },
+                _ => LlmError::Unreachable {
+                    base_url,
+                    detail: error_chain(&error),
+                },
+            },
+            OpenAIError::JSONDeserialize(error, body) => LlmError::BadReply {
+                base_url,
+                detail: format!("{error}; it began: {:?}", excerpt(&body, BODY_EXCERPT)),
+            },
+            other => LlmError::BadReply {
+                base_url,
+                detail: other.to_string(),
+            },
+        }
+    }
+}
+
+fn to_request_message(message: &Message) -> ChatCompletionRequestMessage {
+    match message {
+        Message::System(text) => ChatCompletionRequestSystemMessage::from(text.as_str()).into(),
+        Message::User(text) => ChatCompletionRequestUserMessage::from(text.as_str()).into(),
+        Message::Assistant(text) => {
+            ChatCompletionRequestAssistantMessage::from(text.as_str()).into()
+        }
+    }
+}
+
+/// An error and its sources, joined, for one log line or message.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The first `max` characters of `text`.
+pub fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}

@@ -1,0 +1,197 @@
+//! The texts the model reads, from `prompts/`: a system prompt per file type and action, the
+//! message sent after a failed attempt, and the MCP tool descriptions. They are compiled in
+//! with `include_str!`; a file of the same relative name in `FILE_AGENT_PROMPTS_DIR` replaces
+//! one at start-up. Placeholders are written `{{name}}`; only `retry.md` has any.
+
+use std::path::Path;
+
+use thiserror::Error;
+
+/// The built-in prompts, by their path under `prompts/`.
+const BUILT_IN: [(&str, &str); 8] = [
+    ("create_excel.md", include_str!("../prompts/create_excel.md")),
+    ("modify_excel.md", include_str!("../prompts/modify_excel.md")),
+    ("create_docx.md", include_str!("../prompts/create_docx.md")),
+    ("modify_docx.md", include_str!("../prompts/modify_docx.md")),
+    ("retry.md", include_str!("../prompts/retry.md")),
+    ("tools/generate_file.md", include_str!("../prompts/tools/generate_file.md")),
+    ("tools/modify_file.md", include_str!("../prompts/tools/modify_file.md")),
+    ("tools/run_python.md", include_str!("../prompts/tools/run_python.md")),
+];
+
+/// The placeholders `retry.md` may use.
+pub const RETRY_PLACEHOLDERS: [&str; 3] = ["attempt", "max_attempts", "error"];
+
+/// An override that cannot be used.
+#[derive(Debug, Error)]
+#[error("cannot read the prompt override {path}: {reason}; fix or remove it (FILE_AGENT_PROMPTS_DIR)")]
+pub struct PromptError {
+    /// The file.
+    pub path: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Every prompt, resolved.
+#[derive(Debug, Clone)]
+pub struct Prompts {
+    /// System prompt: a new workbook with xlsxwriter.
+    pub create_excel: String,
+    /// System prompt: change a workbook with openpyxl.
+    pub modify_excel: String,
+    /// System prompt: a new document with python-docx.
+    pub create_docx: String,
+    /// System prompt: change a document with python-docx.
+    pub modify_docx: String,
+    /// The message after a failed attempt (`{{attempt}}`, `{{max_attempts}}`, `{{error}}`).
+    pub retry: String,
+    /// Description of the `generate_file` tool.
+    pub tool_generate_file: String,
+    /// Description of the `modify_file` tool.
+    pub tool_modify_file: String,
+    /// Description of the `run_python` tool.
+    pub tool_run_python: String,
+}
+
+impl Default for Prompts {
+    fn default() -> Self {
+        Self::resolve(|_| Ok(None)).unwrap_or_else(|_| unreachable!("built-ins never fail"))
+    }
+}
+
+impl Prompts {
+    /// The built-ins, each replaced by the file of the same name under `dir` if there is one.
+    pub fn load(dir: Option<&Path>) -> Result<Self, PromptError> {
+        Self::resolve(|name| {
+            let Some(dir) = dir else { return Ok(None) };
+            let path = dir.join(name);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => {
+                    check_placeholders(name, &text).map_err(|reason| PromptError {
+                        path: path.display().to_string(),
+                        reason,
+                    })?;
+                    Ok(Some(text))
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(error) => Err(PromptError {
+                    path: path.display().to_string(),
+                    reason: error.to_string(),
+                }),
+            }
+        })
+    }
+
+    fn resolve(
+        read: impl Fn(&str) -> Result<Option<String>, PromptError>,
+    ) -> Result<Self, PromptError> {
+        let get = |name: &str| -> Result<String, PromptError> {
+            let built_in = BUILT_IN
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, text)| text.to_string())
+                .unwrap_or_default();
+            Ok(read(name)?.unwrap_or(built_in).trim().to_string())
+        };
+        Ok(Self {
+            create_excel: get("create_excel.md")?,
+            modify_excel: get("modify_excel.md")?,
+            create_docx: get("create_docx.md")?,
+            modify_docx: get("modify_docx.md")?,
+            retry: get("retry.md")?,
+            tool_generate_file: get("tools/generate_file.md")?,
+            tool_modify_file: get("tools/modify_file.md")?,
+            tool_run_python: get("tools/run_python.md")?,
+        })
+    }
+}
+
+/// Replaces each `{{name}}` by its value; unknown placeholders stay as written.
+pub fn render(template: &str, values: &[(&str, &str)]) -> String {
+    let mut text = template.to_string();
+    for (name, value) in values {
+        text = text.replace(&format!("{{{{{name}}}}}"), value);
+    }
+    text
+}
+
+/// The `{{name}}` placeholders in `text`.
+fn placeholders(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        match after.find("}}") {
+            Some(end) => {
+                found.push(after[..end].to_string());
+                rest = &after[end + 2..];
+            }
+            None => break,
+        }
+    }
+    found
+}
+
+/// Only `retry.md` may have placeholders, and only the known ones.
+fn check_placeholders(name: &str, text: &str) -> Result<(), String> {
+    let allowed: &[&str] = if name == "retry.md" {
+        &RETRY_PLACEHOLDERS
+    } else {
+        &[]
+    };
+    match placeholders(text)
+        .into_iter()
+        .find(|p| !allowed.contains(&p.as_str()))
+    {
+        Some(unknown) => Err(format!(
+            "unknown placeholder {{{{{unknown}}}}} (allowed here: {allowed:?})"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_prompts_use_only_known_placeholders_and_retry_uses_all() {
+        for (name, text) in BUILT_IN {
+            check_placeholders(name, text).unwrap();
+            assert!(!text.trim().is_empty(), "{name} is empty");
+        }
+        let retry = Prompts::default().retry;
+        for name in RETRY_PLACEHOLDERS {
+            assert!(retry.contains(&format!("{{{{{name}}}}}")), "retry.md lacks {name}");
+        }
+        let rendered = render(
+            &retry,
+            &[("attempt", "1"), ("max_attempts", "3"), ("error", "boom")],
+        );
+        assert!(!rendered.contains("{{"), "{rendered}");
+        assert!(rendered.contains("boom"));
+    }
+
+    #[test]
+    fn the_system_prompts_name_the_libraries_the_issue_asks_for() {
+        let prompts = Prompts::default();
+        assert!(prompts.create_excel.contains("xlsxwriter"));
+        assert!(prompts.modify_excel.contains("openpyxl"));
+        assert!(prompts.create_docx.contains("python-docx") || prompts.create_docx.contains("docx"));
+        assert!(prompts.modify_excel.contains("input_file_path"));
+    }
+
+    #[test]
+    fn a_directory_overrides_by_name_and_bad_placeholders_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tools")).unwrap();
+        std::fs::write(dir.path().join("tools/run_python.md"), "Run it.").unwrap();
+        let prompts = Prompts::load(Some(dir.path())).unwrap();
+        assert_eq!(prompts.tool_run_python, "Run it.");
+        assert_eq!(prompts.create_excel, Prompts::default().create_excel);
+
+        std::fs::write(dir.path().join("create_docx.md"), "Hello {{user}}").unwrap();
+        let err = Prompts::load(Some(dir.path())).unwrap_err();
+        assert!(err.to_string().contains("create_docx.md"), "{err}");
+    }
+}

@@ -1,0 +1,185 @@
+//! The running server: builds the parts from a [`Config`] (two phases: the config was parsed
+//! with no I/O; here the clients are made), then serves MCP over Streamable HTTP at `/mcp`
+//! (stateless, so replicas can share load), `/health`, and the local store's `/files` routes;
+//! or MCP over stdio.
+//!
+//! Shutdown: one root token, cancelled by SIGINT/SIGTERM. rmcp derives each request's token
+//! from it, the tools pass that token to every container guard, so a client that goes away or
+//! a stopping server kills what it started; the sandbox's removals are awaited before exit.
+
+pub mod files;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use rmcp::ServiceExt;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::llm::Llm;
+use crate::mcp::FileAgentServer;
+use crate::prompts::Prompts;
+use crate::sandbox::{ReapFilter, Sandbox};
+use crate::storage::Storage;
+use crate::tools::Tools;
+
+/// Largest MCP request body (a `run_python` script is the biggest thing sent).
+const MAX_MCP_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// At start-up, containers older than the longest attempt plus this are leftovers to remove
+/// (younger ones may belong to another replica sharing the engine).
+const REAP_GRACE: Duration = Duration::from_secs(120);
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The sandbox is unusable.
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Storage(#[from] crate::storage::StorageError),
+    /// A prompt override is broken.
+    #[error(transparent)]
+    Prompts(#[from] crate::prompts::PromptError),
+    /// The model client could not be built.
+    #[error(transparent)]
+    Llm(#[from] crate::llm::LlmError),
+}
+
+/// Connects to Docker, opens the store, loads the prompts, builds the model client, and
+/// removes leftover containers. A missing image is only warned about (`/health` reports it).
+pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
+    let prompts = Prompts::load(config.prompts_dir.as_deref())?;
+    let storage = Storage::new(&config.storage, config.transfer)?;
+    let llm = Llm::new(config.llm.clone())?;
+    let sandbox = Sandbox::connect(config.sandbox.clone()).await?;
+    let older_than = config.sandbox.limits.timeout + REAP_GRACE;
+    match sandbox
+        .reap(&ReapFilter {
+            older_than: Some(older_than),
+            instance: None,
+        })
+        .await
+    {
+        Ok(report) if report.containers > 0 => {
+            tracing::warn!(containers = report.containers, "removed leftover sandbox containers")
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "could not look for leftover containers"),
+    }
+    if !sandbox
+        .image_present(&config.sandbox.image)
+        .await
+        .unwrap_or(false)
+    {
+        tracing::warn!(
+            image = %config.sandbox.image,
+            "the sandbox image is missing; build it with `file-agent image build` (tools fail until then)"
+        );
+    }
+    if !llm.is_configured() {
+        tracing::warn!("OPENAI_API_KEY is not set: generate_file and modify_file will answer with an error; run_python works");
+    }
+    Ok(Tools::new(
+        Arc::new(sandbox),
+        llm,
+        storage,
+        Arc::new(prompts),
+        config.max_concurrent,
+    ))
+}
+
+/// The HTTP application: `/mcp`, `/health`, and `/files` when the local store is in use.
+pub fn router(tools: Tools, config: &Config, shutdown: CancellationToken) -> axum::Router {
+    let mut mcp_config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_max_request_body_bytes(MAX_MCP_BODY_BYTES)
+        .with_cancellation_token(shutdown.child_token());
+    mcp_config = match &config.server.allowed_hosts {
+        Some(hosts) => mcp_config.with_allowed_hosts(hosts.clone()),
+        None => mcp_config.disable_allowed_hosts(),
+    };
+    let handler_tools = tools.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(FileAgentServer::new(handler_tools.clone())),
+        Arc::new(NeverSessionManager::default()),
+        mcp_config,
+    );
+    let mut app = axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .route("/health", get(health));
+    if let Some(store) = tools.storage().local() {
+        app = app.merge(files::routes(store.clone()));
+    }
+    app.with_state(tools)
+}
+
+/// Serves HTTP on `listener` until `shutdown` fires, then waits for the sandbox's cleanup.
+pub async fn serve_http(
+    tools: Tools,
+    config: &Config,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = router(tools.clone(), config, shutdown.clone());
+    let stop = shutdown.clone();
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled_owned().await })
+        .await;
+    tools.sandbox().shutdown().await;
+    result
+}
+
+/// Serves MCP on stdin/stdout until the client closes it or `shutdown` fires.
+pub async fn serve_stdio(tools: Tools, shutdown: CancellationToken) -> std::io::Result<()> {
+    let server = FileAgentServer::new(tools.clone());
+    let running = server
+        .serve_with_ct(rmcp::transport::stdio(), shutdown.child_token())
+        .await
+        .map_err(|error| std::io::Error::other(error.to_string()))?;
+    let result = running.waiting().await;
+    tools.sandbox().shutdown().await;
+    result
+        .map(|_| ())
+        .map_err(|error| std::io::Error::other(error.to_string()))
+}
+
+/// `GET /health`: Docker, the image, the store and the model, nothing secret. 503 when
+/// attempts cannot run.
+async fn health(State(tools): State<Tools>) -> impl IntoResponse {
+    let sandbox = tools.sandbox();
+    let image = sandbox.config().image.clone();
+    let (docker, image_present) = match sandbox.diagnose().await {
+        Ok(diagnosis) => (
+            json!({"reachable": true, "version": diagnosis.engine_version, "api": diagnosis.api_version}),
+            diagnosis.image.is_some(),
+        ),
+        Err(error) => (json!({"reachable": false, "error": error.to_string()}), false),
+    };
+    let ready = docker["reachable"] == true && image_present;
+    let body = json!({
+        "status": if ready { "ok" } else { "degraded" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "docker": docker,
+        "image": {"tag": image, "present": image_present},
+        "storage": tools.storage().kind(),
+        "llm": {"configured": tools.llm().is_configured(), "model": tools.llm().model()},
+        "containers_running": sandbox.live_containers(),
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body))
+}

@@ -1,0 +1,218 @@
+//! The built-in store: each file at `<data dir>/files/<id>/<name>`, with a random 128-bit id
+//! (unguessable, so a link is the capability to read it), served by this server at
+//! `<FILE_AGENT_PUBLIC_URL>/files/<id>/<name>`. A new file always gets a new folder, so nothing
+//! is ever replaced.
+//!
+//! The HTTP routes live in `server::files`; this module only reads and writes the folder.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::{Download, StorageError, Stored, encode_path_segment};
+use crate::config::{LocalStoreConfig, TransferLimits};
+
+/// Characters in an id: 32 lowercase hex digits.
+const ID_LEN: usize = 32;
+
+/// The local file store.
+#[derive(Debug, Clone)]
+pub struct LocalStore {
+    root: PathBuf,
+    public_url: String,
+    limits: TransferLimits,
+}
+
+fn io(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> StorageError {
+    let action = action.into();
+    move |source| StorageError::Io { action, source }
+}
+
+impl LocalStore {
+    /// Opens (creating) `<data dir>/files`.
+    pub fn open(config: &LocalStoreConfig, limits: TransferLimits) -> Result<Self, StorageError> {
+        let root = config.data_dir.join("files");
+        std::fs::create_dir_all(&root).map_err(io(format!(
+            "cannot create the local store at {} (set FILE_AGENT_DATA_DIR to a writable folder)",
+            root.display()
+        )))?;
+        Ok(Self {
+            root,
+            public_url: config.public_url.clone(),
+            limits,
+        })
+    }
+
+    /// The largest file accepted.
+    pub fn max_bytes(&self) -> u64 {
+        self.limits.max_bytes
+    }
+
+    /// Where a stored file is, if `id` and `name` name one.
+    pub fn locate(&self, id: &str, name: &str) -> Option<PathBuf> {
+        if !is_id(id) || !is_plain_name(name) {
+            return None;
+        }
+        let path = self.root.join(id).join(name);
+        path.is_file().then_some(path)
+    }
+
+    /// The one file in folder `id`.
+    fn only_file(&self, id: &str) -> Result<(String, PathBuf), StorageError> {
+        let not_found = || StorageError::NotFound { id: id.to_string() };
+        if !is_id(id) {
+            return Err(StorageError::BadId {
+                id: id.to_string(),
+                expected: "a local file id: 32 hexadecimal digits, as in /files/<id>/<name>",
+            });
+        }
+        let dir = self.root.join(id);
+        let entries = std::fs::read_dir(&dir).map_err(|_| not_found())?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if is_plain_name(&name) && entry.file_type().is_ok_and(|t| t.is_file()) {
+                return Ok((name, entry.path()));
+            }
+        }
+        Err(not_found())
+    }
+
+    /// Reads file `id`, refusing one over the cap.
+    pub async fn fetch(&self, id: &str) -> Result<Download, StorageError> {
+        let (name, path) = self.only_file(id)?;
+        let size = tokio::fs::metadata(&path)
+            .await
+            .map_err(io(format!("cannot read {}", path.display())))?
+            .len();
+        if size > self.limits.max_bytes {
+            return Err(StorageError::TooLarge {
+                what: id.to_string(),
+                limit_mib: self.limits.max_bytes / (1024 * 1024),
+            });
+        }
+        let bytes = tokio::fs::read(&path)
+            .await
+            .map_err(io(format!("cannot read {}", path.display())))?;
+        Ok(Download {
+            content_type: Some(super::content_type_for(&name).to_string()),
+            name,
+            bytes,
+        })
+    }
+
+    /// Stores `bytes` as `name` under a new id.
+    pub async fn store(&self, name: &str, bytes: Vec<u8>) -> Result<Stored, StorageError> {
+        let store = self.clone();
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || store.store_blocking(&name, &bytes))
+            .await
+            .map_err(|e| StorageError::Io {
+                action: "storing a file".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?
+    }
+
+    fn store_blocking(&self, name: &str, bytes: &[u8]) -> Result<Stored, StorageError> {
+        if !is_plain_name(name) {
+            return Err(StorageError::BadId {
+                id: name.to_string(),
+                expected: "a plain file name (no folders, no control characters)",
+            });
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let dir = self.root.join(&id);
+        // create_dir (not _all) fails if the folder exists: a fresh id, never a reused one.
+        std::fs::create_dir(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
+        let result = write_new(&dir, name, bytes);
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        result?;
+        Ok(Stored {
+            url: format!(
+                "{}/files/{id}/{}",
+                self.public_url,
+                encode_path_segment(name)
+            ),
+            id,
+            name: name.to_string(),
+            bytes: bytes.len() as u64,
+        })
+    }
+}
+
+/// Writes through a temporary file in the same folder, then links it in place without ever
+/// replacing an existing file.
+fn write_new(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
+    let mut temp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(io(format!("cannot write in {}", dir.display())))?;
+    temp.write_all(bytes)
+        .and_then(|()| temp.as_file().sync_all())
+        .map_err(io(format!("cannot write in {}", dir.display())))?;
+    temp.persist_noclobber(dir.join(name))
+        .map_err(|e| StorageError::Io {
+            action: format!("cannot store {name}"),
+            source: e.error,
+        })?;
+    Ok(())
+}
+
+fn is_id(id: &str) -> bool {
+    id.len() == ID_LEN && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A single path component with no control characters, not `.` or `..`, not hidden.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('.')
+        && !name.contains(['/', '\\'])
+        && !name.chars().any(char::is_control)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn store(dir: &Path) -> LocalStore {
+        LocalStore::open(
+            &LocalStoreConfig {
+                data_dir: dir.to_path_buf(),
+                public_url: "http://files.test".into(),
+            },
+            TransferLimits {
+                max_bytes: 10,
+                timeout: Duration::from_secs(1),
+            },
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn stores_under_fresh_ids_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        let a = store.store("a b.txt", b"one".to_vec()).await.unwrap();
+        let b = store.store("a b.txt", b"two".to_vec()).await.unwrap();
+        assert_ne!(a.id, b.id);
+        assert_eq!(a.url, format!("http://files.test/files/{}/a%20b.txt", a.id));
+        assert_eq!(store.fetch(&a.id).await.unwrap().bytes, b"one");
+        assert_eq!(store.fetch(&b.id).await.unwrap().name, "a b.txt");
+        assert!(store.locate(&a.id, "a b.txt").is_some());
+        assert!(store.locate(&a.id, "../a b.txt").is_none());
+    }
+
+    #[tokio::test]
+    async fn refuses_bad_ids_unknown_ids_bad_names_and_big_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        assert!(matches!(store.fetch("../../etc").await, Err(StorageError::BadId { .. })));
+        assert!(matches!(
+            store.fetch(&"0".repeat(32)).await,
+            Err(StorageError::NotFound { .. })
+        ));
+        assert!(store.store("../x", b"1".to_vec()).await.is_err());
+        let big = store.store("big.bin", vec![0; 11]).await.unwrap();
+        assert!(matches!(store.fetch(&big.id).await, Err(StorageError::TooLarge { .. })));
+    }
+}

@@ -1,0 +1,250 @@
+//! Where input files come from and outputs go: Open WebUI's files API ([`openwebui`]) or the
+//! built-in store served by this server ([`local`]), behind one small enum so the tools do not
+//! care which. Every fetch is capped in bytes and time.
+//!
+//! This module does not run code or know about MCP; it sees a caller only as an optional bearer
+//! token to forward.
+
+pub mod local;
+pub mod openwebui;
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::config::{Secret, StorageConfig, TransferLimits};
+
+pub use local::LocalStore;
+pub use openwebui::OpenWebUi;
+
+/// Who is asking, as far as storage cares.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// The bearer token of the MCP request, if any (Open WebUI's "session" auth sends the
+    /// user's own token).
+    pub bearer: Option<Secret>,
+}
+
+/// A file fetched from storage.
+#[derive(Debug, Clone)]
+pub struct Download {
+    /// Its name as stored (used for `/work/in/<name>`).
+    pub name: String,
+    /// The type the store reported, if any.
+    pub content_type: Option<String>,
+    /// Its content.
+    pub bytes: Vec<u8>,
+}
+
+/// A file put into storage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    /// The store's id for it (what `file_id` takes).
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Where a user downloads it.
+    pub url: String,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// Why a file could not be fetched or stored. Each message says what to do.
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// The id cannot be an id of this store.
+    #[error("{id:?} is not a file id: {expected}")]
+    BadId {
+        /// What was given.
+        id: String,
+        /// What ids look like here.
+        expected: &'static str,
+    },
+    /// No such file, or the caller may not read it.
+    #[error("file {id} was not found, or you may not read it; check the id (attach the file to the chat again)")]
+    NotFound {
+        /// The id.
+        id: String,
+    },
+    /// Bigger than `FILE_AGENT_INPUT_MAX_MIB`.
+    #[error("file {what} is larger than the {limit_mib} MiB allowed for inputs (FILE_AGENT_INPUT_MAX_MIB)")]
+    TooLarge {
+        /// The id or name.
+        what: String,
+        /// The cap in MiB.
+        limit_mib: u64,
+    },
+    /// Slower than `FILE_AGENT_DOWNLOAD_TIMEOUT`.
+    #[error("fetching file {id} took longer than {after:?} (FILE_AGENT_DOWNLOAD_TIMEOUT); try again or raise the limit")]
+    Timeout {
+        /// The id.
+        id: String,
+        /// The limit.
+        after: Duration,
+    },
+    /// No token to call Open WebUI with.
+    #[error("no Open WebUI credential: set OPENWEBUI_API_KEY, or connect with Open WebUI's session auth so the user's token is forwarded")]
+    NoCredential,
+    /// Open WebUI refused the token.
+    #[error("Open WebUI refused the credential (HTTP {status}: {detail}); check OPENWEBUI_API_KEY (and that API keys are enabled) or the MCP connection's auth mode")]
+    Unauthorized {
+        /// 401 or 403.
+        status: u16,
+        /// Its message.
+        detail: String,
+    },
+    /// Open WebUI could not be reached.
+    #[error("Open WebUI at {url} cannot be reached ({detail}); check INTERNAL_API_URL and that Open WebUI is up")]
+    Unreachable {
+        /// The base URL.
+        url: String,
+        /// The transport error.
+        detail: String,
+    },
+    /// Open WebUI answered with an error.
+    #[error("Open WebUI failed while {action} (HTTP {status}: {detail}); try again, or check its logs")]
+    Remote {
+        /// What file-agent was doing.
+        action: &'static str,
+        /// The HTTP status.
+        status: u16,
+        /// Its message.
+        detail: String,
+    },
+    /// A local I/O failure.
+    #[error("{action}: {source}")]
+    Io {
+        /// What file-agent was doing.
+        action: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// The configured store.
+#[derive(Debug, Clone)]
+pub enum Storage {
+    /// Open WebUI's files API.
+    OpenWebUi(OpenWebUi),
+    /// The built-in store.
+    Local(LocalStore),
+}
+
+impl Storage {
+    /// Builds the store from its settings (creates the local folder; sends no request).
+    pub fn new(config: &StorageConfig, limits: TransferLimits) -> Result<Self, StorageError> {
+        Ok(match config {
+            StorageConfig::OpenWebUi(config) => Self::OpenWebUi(OpenWebUi::new(config, limits)?),
+            StorageConfig::Local(config) => Self::Local(LocalStore::open(config, limits)?),
+        })
+    }
+
+    /// `open-webui` or `local`, for logs and `/health`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::OpenWebUi(_) => "open-webui",
+            Self::Local(_) => "local",
+        }
+    }
+
+    /// The local store, when that is the one in use.
+    pub fn local(&self) -> Option<&LocalStore> {
+        match self {
+            Self::Local(store) => Some(store),
+            Self::OpenWebUi(_) => None,
+        }
+    }
+
+    /// Fetches file `id`, within the size and time caps.
+    pub async fn fetch(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
+        match self {
+            Self::OpenWebUi(store) => store.fetch(id, caller).await,
+            Self::Local(store) => store.fetch(id).await,
+        }
+    }
+
+    /// Stores a new file; never replaces one.
+    pub async fn store(
+        &self,
+        name: &str,
+        content_type: &str,
+        bytes: Vec<u8>,
+        caller: &Caller,
+    ) -> Result<Stored, StorageError> {
+        match self {
+            Self::OpenWebUi(store) => store.store(name, content_type, bytes, caller).await,
+            Self::Local(store) => store.store(name, bytes).await,
+        }
+    }
+}
+
+/// The content type to label a file with, from its extension.
+pub fn content_type_for(name: &str) -> &'static str {
+    let extension = name.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase());
+    match extension.as_deref() {
+        Some("xlsx") => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        Some("docx") => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        Some("pptx") => "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        Some("pdf") => "application/pdf",
+        Some("csv") => "text/csv",
+        Some("txt" | "log" | "md") => "text/plain",
+        Some("json") => "application/json",
+        Some("png") => "image/png",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("svg") => "image/svg+xml",
+        Some("html" | "htm") => "text/html",
+        _ => "application/octet-stream",
+    }
+}
+
+/// Percent-encodes a path segment (everything but unreserved ASCII).
+pub fn encode_path_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Decodes `%XX` escapes; `None` when the result is not UTF-8.
+pub fn decode_percent(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let high = (bytes[i + 1] as char).to_digit(16);
+            let low = (bytes[i + 2] as char).to_digit(16);
+            if let (Some(high), Some(low)) = (high, low) {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_through_percent_encoding() {
+        for name in ["report.xlsx", "Bericht März 2026.docx", "a%b&c.csv"] {
+            let encoded = encode_path_segment(name);
+            assert!(!encoded.contains(' ') && !encoded.contains('&'), "{encoded}");
+            assert_eq!(decode_percent(&encoded).unwrap(), name);
+        }
+        assert_eq!(
+            content_type_for("x.XLSX"),
+            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+        );
+    }
+}

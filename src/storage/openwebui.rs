@@ -1,0 +1,317 @@
+//! Open WebUI's files API: download `GET /api/v1/files/{id}/content`, upload
+//! `POST /api/v1/files/?process=false` (multipart field `file`, with its content type set, and
+//! no RAG processing of generated files). Links point at `PUBLIC_DOMAIN`.
+//!
+//! Credentials: the MCP request's own bearer token when forwarding is on (Open WebUI's
+//! "session" auth sends the user's token, so each user reaches only their files), else
+//! `OPENWEBUI_API_KEY` (which reaches whatever that key's user may read).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{Caller, Download, StorageError, Stored, decode_percent};
+use crate::config::{OpenWebUiConfig, Secret, TransferLimits};
+
+/// Connect timeout to Open WebUI.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for an upload.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+/// How much of an error body goes into a message.
+const DETAIL_MAX: usize = 300;
+
+/// A client of one Open WebUI.
+#[derive(Debug, Clone)]
+pub struct OpenWebUi {
+    http: reqwest::Client,
+    internal_url: String,
+    public_url: String,
+    api_key: Option<Secret>,
+    forward_user_token: bool,
+    limits: TransferLimits,
+}
+
+#[derive(Deserialize)]
+struct FileModel {
+    id: String,
+    #[serde(default)]
+    filename: Option<String>,
+    #[serde(default)]
+    meta: Option<FileMeta>,
+}
+
+#[derive(Deserialize)]
+struct FileMeta {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+impl OpenWebUi {
+    /// A client; sends nothing yet.
+    pub fn new(config: &OpenWebUiConfig, limits: TransferLimits) -> Result<Self, StorageError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|error| StorageError::Unreachable {
+                url: config.internal_url.clone(),
+                detail: error.to_string(),
+            })?;
+        Ok(Self {
+            http,
+            internal_url: config.internal_url.clone(),
+            public_url: config.public_url.clone(),
+            api_key: config.api_key.clone(),
+            forward_user_token: config.forward_user_token,
+            limits,
+        })
+    }
+
+    fn token<'a>(&'a self, caller: &'a Caller) -> Result<&'a str, StorageError> {
+        let forwarded = caller.bearer.as_ref().filter(|_| self.forward_user_token);
+        forwarded
+            .or(self.api_key.as_ref())
+            .map(Secret::expose)
+            .ok_or(StorageError::NoCredential)
+    }
+
+    fn unreachable(&self, error: &reqwest::Error) -> StorageError {
+        let mut detail = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            detail.push_str(": ");
+            detail.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        StorageError::Unreachable {
+            url: self.internal_url.clone(),
+            detail,
+        }
+    }
+
+    /// Downloads file `id` within the caps.
+    pub async fn fetch(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
+        check_id(id)?;
+        let token = self.token(caller)?.to_string();
+        let work = async {
+            let url = format!("{}/api/v1/files/{id}/content", self.internal_url);
+            let mut response = self
+                .http
+                .get(&url)
+                .bearer_auth(&token)
+                .send()
+                .await
+                .map_err(|e| self.unreachable(&e))?;
+            let response_status = response.status();
+            if !response_status.is_success() {
+                return Err(error_for(response, id, "downloading a file").await);
+            }
+            let too_large = || StorageError::TooLarge {
+                what: id.to_string(),
+                limit_mib: self.limits.max_bytes / (1024 * 1024),
+            };
+            if response
+                .content_length()
+                .is_some_and(|length| length > self.limits.max_bytes)
+            {
+                return Err(too_large());
+            }
+            let headers = response.headers().clone();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(|e| self.unreachable(&e))? {
+                if bytes.len() as u64 + chunk.len() as u64 > self.limits.max_bytes {
+                    return Err(too_large());
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            let content_type = headers
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.split(';').next().unwrap_or(v).trim().to_string());
+            let name = match headers
+                .get(reqwest::header::CONTENT_DISPOSITION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(filename_from_disposition)
+            {
+                Some(name) => name,
+                None => self.name_of(id, &token).await?,
+            };
+            Ok(Download {
+                name,
+                content_type,
+                bytes,
+            })
+        };
+        match tokio::time::timeout(self.limits.timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(StorageError::Timeout {
+                id: id.to_string(),
+                after: self.limits.timeout,
+            }),
+        }
+    }
+
+    /// The stored name of `id`, from `GET /api/v1/files/{id}` (text files come without a
+    /// Content-Disposition).
+    async fn name_of(&self, id: &str, token: &str) -> Result<String, StorageError> {
+        let url = format!("{}/api/v1/files/{id}", self.internal_url);
+        let response = self
+            .http
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        if !response.status().is_success() {
+            return Err(error_for(response, id, "reading a file's details").await);
+        }
+        let model: FileModel = response.json().await.map_err(|e| StorageError::Remote {
+            action: "reading a file's details",
+            status: 200,
+            detail: e.to_string(),
+        })?;
+        Ok(model
+            .meta
+            .and_then(|meta| meta.name)
+            .or(model.filename)
+            .unwrap_or_else(|| "input".into()))
+    }
+
+    /// Uploads a new file and returns its id and link.
+    pub async fn store(
+        &self,
+        name: &str,
+        content_type: &str,
+        bytes: Vec<u8>,
+        caller: &Caller,
+    ) -> Result<Stored, StorageError> {
+        let token = self.token(caller)?;
+        let size = bytes.len() as u64;
+        let part = reqwest::multipart::Part::bytes(bytes)
+            .file_name(name.to_string())
+            .mime_str(content_type)
+            .map_err(|e| StorageError::Remote {
+                action: "preparing an upload",
+                status: 0,
+                detail: e.to_string(),
+            })?;
+        let form = reqwest::multipart::Form::new().part("file", part);
+        let url = format!("{}/api/v1/files/?process=false", self.internal_url);
+        let response = self
+            .http
+            .post(&url)
+            .bearer_auth(token)
+            .timeout(UPLOAD_TIMEOUT)
+            .multipart(form)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        if !response.status().is_success() {
+            return Err(error_for(response, name, "uploading the result").await);
+        }
+        let model: FileModel = response.json().await.map_err(|e| StorageError::Remote {
+            action: "uploading the result",
+            status: 200,
+            detail: format!("the answer has no file id: {e}"),
+        })?;
+        check_id(&model.id).map_err(|_| StorageError::Remote {
+            action: "uploading the result",
+            status: 200,
+            detail: format!("the answer's file id {:?} is not usable", model.id),
+        })?;
+        Ok(Stored {
+            url: format!("{}/api/v1/files/{}/content", self.public_url, model.id),
+            id: model.id,
+            name: name.to_string(),
+            bytes: size,
+        })
+    }
+}
+
+/// Open WebUI ids are UUIDs; anything that could change the URL's path is refused.
+fn check_id(id: &str) -> Result<(), StorageError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(StorageError::BadId {
+            id: id.to_string(),
+            expected: "an Open WebUI file id (a UUID such as 3f2b...-...)",
+        })
+    }
+}
+
+/// Maps an error answer to a [`StorageError`], with FastAPI's `detail` when there is one.
+async fn error_for(response: reqwest::Response, what: &str, action: &'static str) -> StorageError {
+    let status = response.status().as_u16();
+    let body = response.text().await.unwrap_or_default();
+    let detail = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("detail").map(|d| d.as_str().map(str::to_string).unwrap_or(d.to_string())))
+        .unwrap_or_else(|| crate::llm::excerpt(body.trim(), DETAIL_MAX));
+    match status {
+        401 | 403 => StorageError::Unauthorized { status, detail },
+        404 => StorageError::NotFound { id: what.to_string() },
+        413 => StorageError::Remote {
+            action,
+            status,
+            detail: format!("{detail} (the file is larger than Open WebUI accepts)"),
+        },
+        _ => StorageError::Remote {
+            action,
+            status,
+            detail,
+        },
+    }
+}
+
+/// The file name in a Content-Disposition header: RFC 5987 `filename*=UTF-8''...` first, then
+/// `filename="..."`.
+pub fn filename_from_disposition(header: &str) -> Option<String> {
+    let mut plain = None;
+    for param in header.split(';').map(str::trim) {
+        if let Some(value) = param.strip_prefix("filename*=") {
+            let encoded = value.trim_matches('"');
+            let encoded = encoded
+                .split_once("''")
+                .map(|(_, rest)| rest)
+                .unwrap_or(encoded);
+            if let Some(name) = decode_percent(encoded).filter(|n| !n.is_empty()) {
+                return Some(name);
+            }
+        } else if let Some(value) = param.strip_prefix("filename=") {
+            plain = Some(value.trim_matches('"').to_string()).filter(|n| !n.is_empty());
+        }
+    }
+    plain
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_both_forms_of_content_disposition() {
+        assert_eq!(
+            filename_from_disposition("attachment; filename*=UTF-8''Q3%20Bericht%20M%C3%A4rz.xlsx")
+                .unwrap(),
+            "Q3 Bericht März.xlsx"
+        );
+        assert_eq!(
+            filename_from_disposition("inline; filename=\"a.pdf\"").unwrap(),
+            "a.pdf"
+        );
+        assert_eq!(filename_from_disposition("attachment"), None);
+    }
+
+    #[test]
+    fn ids_that_could_change_the_path_are_refused() {
+        assert!(check_id("3f2b1c9e-0d7a-4a8e-9b1e-2c3d4e5f6a7b").is_ok());
+        for id in ["", "../etc", "a/b", "x?y", "a b"] {
+            assert!(check_id(id).is_err(), "{id}");
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! `generate_file` and `modify_file`: the self-healing loop. The model writes a script; the
+//! sandbox runs it in a fresh container; the file at `file_path` must exist and open as the
+//! asked type; otherwise the trimmed error goes back to the model for a corrected script, up to
+//! [`MAX_ATTEMPTS`] attempts. Only a valid file is stored; the original of a modification is a
+//! read-only input and is never replaced.
+
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use super::filename::{output_name, safe_name};
+use super::filetype::{self, FileType};
+use super::{ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, human_size, tail};
+use crate::llm::Message;
+use crate::llm::code::extract_code;
+use crate::prompts::render;
+use crate::sandbox::{Input, InputSource, Job, Status};
+use crate::storage::{Caller, content_type_for};
+
+/// Where the sandbox's `/work/out` is.
+const OUTPUT_DIR: &str = "/work/out";
+/// Where inputs are placed.
+const INPUT_DIR: &str = "/work/in";
+
+/// One file to be written by the model's code.
+struct FileTask {
+    file_type: FileType,
+    system_prompt: String,
+    request: String,
+    output_name: String,
+    input: Option<Input>,
+}
+
+impl Tools {
+    /// Makes a new Excel or Word file from plain-language instructions.
+    pub async fn generate_file(
+        &self,
+        instructions: &str,
+        file_type: &str,
+        filename_hint: Option<&str>,
+        caller: &Caller,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let file_type = FileType::parse(file_type).ok_or_else(|| {
+            ToolError::InvalidArgument(format!(
+                "file_type {file_type:?} is not supported; use \"excel\" or \"docx\""
+            ))
+        })?;
+        let instructions = non_empty(instructions, "instructions")?;
+        if !self.llm.is_configured() {
+            return Err(crate::llm::LlmError::NotConfigured.into());
+        }
+        let system_prompt = match file_type {
+            FileType::Excel => self.prompts.create_excel.clone(),
+            FileType::Docx => self.prompts.create_docx.clone(),
+        };
+        let output_name = output_name(filename_hint, "output", file_type.extension());
+        let request = format!(
+            "Create a new {} as follows.\n\nInstructions:\n{instructions}\n\nSave it to the preset `file_path` (its name ends in .{}).",
+            file_type.label(),
+            file_type.extension()
+        );
+        let task = FileTask {
+            file_type,
+            system_prompt,
+            request,
+            output_name,
+            input: None,
+        };
+        self.write_file(task, "created", caller, cancel).await
+    }
+
+    /// Makes a modified copy of an existing .xlsx or .docx file.
+    pub async fn modify_file(
+        &self,
+        file_id: &str,
+        instructions: &str,
+        filename_hint: Option<&str>,
+        caller: &Caller,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let file_id = non_empty(file_id, "file_id")?;
+        let instructions = non_empty(instructions, "instructions")?;
+        if !self.llm.is_configured() {
+            return Err(crate::llm::LlmError::NotConfigured.into());
+        }
+        let original = self.storage.fetch(file_id.trim(), caller).await?;
+        let file_type = filetype::detect(
+            &original.bytes,
+            &original.name,
+            original.content_type.as_deref(),
+        )
+        .map_err(ToolError::UnsupportedInput)?;
+        let input_name = safe_name(
+            &original.name,
+            &format!("original.{}", file_type.extension()),
+        );
+        let system_prompt = match file_type {
+            FileType::Excel => self.prompts.modify_excel.clone(),
+            FileType::Docx => self.prompts.modify_docx.clone(),
+        };
+        let output_name = output_name(filename_hint, "modified", file_type.extension());
+        let request = format!(
+            "Modify the {} at the preset `input_file_path` ({INPUT_DIR}/{input_name}, read-only) and save the changed copy to the preset `file_path` (its name ends in .{}).\n\nInstructions:\n{instructions}",
+            file_type.label(),
+            file_type.extension()
+        );
+        let task = FileTask {
+            file_type,
+            system_prompt,
+            request,
+            output_name,
+            input: Some(Input {
+                name: input_name.into_bytes(),
+                source: InputSource::Bytes(original.bytes),
+            }),
+        };
+        self.write_file(task, "modified", caller, cancel).await
+    }
+
+    /// The loop: ask, run, check, and either store or report back to the model.
+    async fn write_file(
+        &self,
+        task: FileTask,
+        verb: &str,
+        caller: &Caller,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let mut conversation = vec![
+            Message::System(task.system_prompt.clone()),
+            Message::User(task.request.clone()),
+        ];
+        let file_path = format!("{OUTPUT_DIR}/{}", task.output_name);
+        let mut last_error = String::new();
+        for attempt in 1..=MAX_ATTEMPTS {
+            let started = Instant::now();
+            let reply = self.llm.complete(&conversation, cancel).await?;
+            conversation.push(Message::Assistant(reply.text.clone()));
+            let result = match extract_code(&reply.text) {
+                None => Err("your reply contained no Python code block".to_string()),
+                Some(code) => {
+                    tracing::debug!(attempt, %code, "generated code");
+                    self.try_code(&task, code, &file_path, cancel).await?
+                }
+            };
+            match result {
+                Ok(bytes) => {
+                    let size = bytes.len() as u64;
+                    let stored = self
+                        .storage
+                        .store(
+                            &task.output_name,
+                            content_type_for(&task.output_name),
+                            bytes,
+                            caller,
+                        )
+                        .await?;
+                    tracing::info!(
+                        attempt,
+                        model_ms = reply.elapsed.as_millis() as u64,
+                        attempt_ms = started.elapsed().as_millis() as u64,
+                        "file written"
+                    );
+                    return Ok(ToolOutput {
+                        text: format!(
+                            "{} {verb}: [{}]({})\n\n{} ({}), file id `{}`; attempt {attempt} of {MAX_ATTEMPTS}.",
+                            task.file_type.label(),
+                            stored.name,
+                            stored.url,
+                            stored.name,
+                            human_size(size),
+                            stored.id,
+                        ),
+                        attempts: attempt,
+                    });
+                }
+                Err(error) => {
+                    tracing::info!(attempt, error = %tail(&error, 300), "attempt failed");
+                    last_error = tail(&error, ERROR_TAIL_CHARS);
+                    conversation.push(Message::User(render(
+                        &self.prompts.retry,
+                        &[
+                            ("attempt", &attempt.to_string()),
+                            ("max_attempts", &MAX_ATTEMPTS.to_string()),
+                            ("error", &last_error),
+                        ],
+                    )));
+                }
+            }
+        }
+        Err(ToolError::AttemptsExhausted {
+            what: task.file_type.label(),
+            attempts: MAX_ATTEMPTS,
+            last_error,
+        })
+    }
+
+    /// Runs one script; `Ok(Err(reason))` is a failed attempt to report to the model.
+    async fn try_code(
+        &self,
+        task: &FileTask,
+        code: String,
+        file_path: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Result<Vec<u8>, String>, ToolError> {
+        let out_dir = tempfile::tempdir().map_err(|source| {
+            ToolError::Sandbox(crate::sandbox::SandboxError::Io {
+                action: "cannot create a temporary folder for the outputs".into(),
+                source,
+            })
+        })?;
+        let input_file_path = task.input.as_ref().map(|input| {
+            format!("{INPUT_DIR}/{}", String::from_utf8_lossy(&input.name))
+        });
+        let job = Job {
+            script: code,
+            inputs: task.input.iter().cloned().collect(),
+            file_path: Some(file_path.to_string()),
+            input_file_path,
+        };
+        let outcome = self.run_attempt(job, out_dir.path(), cancel).await?;
+        let limits = &self.sandbox.config().limits;
+        let stderr = outcome.stderr.text();
+        let reason = match outcome.status {
+            Status::Ok => None,
+            Status::Failed => Some(format!(
+                "The script failed (exit code {}).\n{}",
+                outcome.exit_code.unwrap_or(-1),
+                if stderr.trim().is_empty() { outcome.message.clone() } else { stderr.clone() }
+            )),
+            Status::Timeout => Some(format!(
+                "The script ran longer than the {} s time limit and was killed.",
+                limits.timeout.as_secs()
+            )),
+            Status::OutOfMemory => Some(format!(
+                "The script used more than the {} MiB memory limit and was killed.",
+                limits.memory_bytes / (1024 * 1024)
+            )),
+            Status::OutputLimit => Some(format!("The script wrote too much output: {}", outcome.message)),
+        };
+        if let Some(reason) = reason {
+            return Ok(Err(reason));
+        }
+        let wanted = file_path.trim_start_matches(OUTPUT_DIR).trim_start_matches('/');
+        let Some(output) = outcome.outputs.iter().find(|file| file.path == wanted) else {
+            let written: Vec<&str> = outcome.outputs.iter().map(|f| f.path.as_str()).collect();
+            return Ok(Err(format!(
+                "The script finished but wrote no file at file_path ({file_path}). Files written to {OUTPUT_DIR}: {written:?}. Save to the preset `file_path`.{}",
+                if stderr.trim().is_empty() { String::new() } else { format!("\nstderr:\n{stderr}") }
+            )));
+        };
+        let bytes = tokio::fs::read(&output.host_path).await.map_err(|source| {
+            ToolError::Sandbox(crate::sandbox::SandboxError::Io {
+                action: "cannot read the attempt's output".into(),
+                source,
+            })
+        })?;
+        match filetype::validate(task.file_type, &bytes) {
+            Ok(()) => Ok(Ok(bytes)),
+            Err(why) => Ok(Err(format!(
+                "The file at file_path is not a valid {}: {why}.",
+                task.file_type.label()
+            ))),
+        }
+    }
+}
+
+fn non_empty<'a>(value: &'a str, name: &str) -> Result<&'a str, ToolError> {
+    if value.trim().is_empty() {
+        Err(ToolError::InvalidArgument(format!("{name} is empty; say what you want")))
+    } else {
+        Ok(value)
+    }
+}

@@ -1,0 +1,128 @@
+//! `run_python`: the caller's own code, with inputs fetched from storage into `/work/in` and
+//! every file written to `/work/out` stored and linked. No model is involved, so it works
+//! without an API key.
+
+use std::collections::HashSet;
+
+use tokio_util::sync::CancellationToken;
+
+use super::filename::safe_name;
+use super::{ToolError, ToolOutput, Tools, human_size, tail};
+use crate::sandbox::{Input, InputSource, Job, Status};
+use crate::storage::{Caller, content_type_for};
+
+/// Characters of stdout and stderr put into the answer.
+const OUTPUT_CHARS: usize = 20_000;
+/// Inputs per call.
+const MAX_INPUTS: usize = 20;
+
+impl Tools {
+    /// Runs `code` with the files `file_ids` in `/work/in`.
+    pub async fn run_python(
+        &self,
+        code: &str,
+        file_ids: &[String],
+        caller: &Caller,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        if code.trim().is_empty() {
+            return Err(ToolError::InvalidArgument(
+                "code is empty; pass the Python to run".into(),
+            ));
+        }
+        if file_ids.len() > MAX_INPUTS {
+            return Err(ToolError::InvalidArgument(format!(
+                "{} file_ids given; at most {MAX_INPUTS} per call",
+                file_ids.len()
+            )));
+        }
+        let mut inputs = Vec::new();
+        let mut names = HashSet::new();
+        for id in file_ids {
+            let download = self.storage.fetch(id.trim(), caller).await?;
+            let mut name = safe_name(&download.name, "input");
+            // Two inputs with one name: the second becomes name-2.ext, and so on.
+            let mut n = 2;
+            while !names.insert(name.clone()) {
+                name = match safe_name(&download.name, "input").rsplit_once('.') {
+                    Some((stem, ext)) => format!("{stem}-{n}.{ext}"),
+                    None => format!("{}-{n}", safe_name(&download.name, "input")),
+                };
+                n += 1;
+            }
+            inputs.push(Input {
+                name: name.into_bytes(),
+                source: InputSource::Bytes(download.bytes),
+            });
+        }
+        let out_dir = tempfile::tempdir().map_err(|source| {
+            ToolError::Sandbox(crate::sandbox::SandboxError::Io {
+                action: "cannot create a temporary folder for the outputs".into(),
+                source,
+            })
+        })?;
+        let job = Job {
+            script: code.to_string(),
+            inputs,
+            file_path: None,
+            input_file_path: None,
+        };
+        let outcome = self.run_attempt(job, out_dir.path(), cancel).await?;
+        let stdout = tail(&outcome.stdout.text(), OUTPUT_CHARS);
+        let stderr = tail(&outcome.stderr.text(), OUTPUT_CHARS);
+        if outcome.status != Status::Ok {
+            let mut report = format!("The code did not succeed: {}\n", outcome.message);
+            push_block(&mut report, "stdout", &stdout);
+            push_block(&mut report, "stderr", &stderr);
+            report.push_str("\nNo files were kept. Fix the code and call run_python again.");
+            return Err(ToolError::ScriptFailed(report));
+        }
+        let mut text = String::from("The code ran successfully.\n");
+        push_block(&mut text, "stdout", &stdout);
+        push_block(&mut text, "stderr", &stderr);
+        let mut used = HashSet::new();
+        let mut links = Vec::new();
+        for output in &outcome.outputs {
+            let flat = output.path.replace('/', "_");
+            let mut name = safe_name(&flat, "output");
+            if !used.insert(name.clone()) {
+                name = format!("{}-{}", links.len() + 1, name);
+                used.insert(name.clone());
+            }
+            let bytes = tokio::fs::read(&output.host_path).await.map_err(|source| {
+                ToolError::Sandbox(crate::sandbox::SandboxError::Io {
+                    action: "cannot read an output".into(),
+                    source,
+                })
+            })?;
+            let stored = self
+                .storage
+                .store(&name, content_type_for(&name), bytes, caller)
+                .await?;
+            links.push(format!(
+                "- [{}]({}) ({}, from /work/out/{}, file id `{}`)",
+                stored.name,
+                stored.url,
+                human_size(stored.bytes),
+                output.path,
+                stored.id
+            ));
+        }
+        if links.is_empty() {
+            text.push_str("\nNo files were written to /work/out.");
+        } else {
+            text.push_str("\nFiles:\n");
+            text.push_str(&links.join("\n"));
+        }
+        for skipped in &outcome.skipped {
+            text.push_str(&format!("\n(skipped /work/out/{}: {})", skipped.path, skipped.reason));
+        }
+        Ok(ToolOutput { text, attempts: 1 })
+    }
+}
+
+fn push_block(text: &mut String, label: &str, body: &str) {
+    if !body.trim().is_empty() {
+        text.push_str(&format!("\n{label}:\n```\n{}\n```\n", body.trim_end()));
+    }
+}
