@@ -2,7 +2,8 @@
 # Everything file-agent needs on a fresh Debian/Ubuntu host, idempotent and quick when done:
 #   1. a Docker engine that answers (starts dockerd, installing docker.io if missing);
 #   2. debootstrap and pip, for the registry-free image build;
-#   3. the sandbox image this checkout expects (built only if its tag is missing).
+#   3. the official MCP Python SDK (2.x), which a test uses to check compatibility;
+#   4. the sandbox image this checkout expects (built only if its tag is missing).
 # Needs root (or sudo) for steps 1 and 2 on a fresh machine; later runs change nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,11 @@ fi
 if ! python3 -m pip --version >/dev/null 2>&1; then
   echo "bootstrap: installing python3-pip (downloads the image's pinned wheels)" >&2
   apt_install python3-pip
+fi
+
+if ! python3 -c 'import mcp.client.streamable_http' >/dev/null 2>&1; then
+  echo "bootstrap: installing the MCP Python SDK (pip install 'mcp>=2,<3')" >&2
+  python3 -m pip install --quiet --disable-pip-version-check 'mcp>=2,<3'
 fi
 
 if ! cargo nextest --version >/dev/null 2>&1; then

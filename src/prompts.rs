@@ -9,14 +9,29 @@ use thiserror::Error;
 
 /// The built-in prompts, by their path under `prompts/`.
 const BUILT_IN: [(&str, &str); 8] = [
-    ("create_excel.md", include_str!("../prompts/create_excel.md")),
-    ("modify_excel.md", include_str!("../prompts/modify_excel.md")),
+    (
+        "create_excel.md",
+        include_str!("../prompts/create_excel.md"),
+    ),
+    (
+        "modify_excel.md",
+        include_str!("../prompts/modify_excel.md"),
+    ),
     ("create_docx.md", include_str!("../prompts/create_docx.md")),
     ("modify_docx.md", include_str!("../prompts/modify_docx.md")),
     ("retry.md", include_str!("../prompts/retry.md")),
-    ("tools/generate_file.md", include_str!("../prompts/tools/generate_file.md")),
-    ("tools/modify_file.md", include_str!("../prompts/tools/modify_file.md")),
-    ("tools/run_python.md", include_str!("../prompts/tools/run_python.md")),
+    (
+        "tools/generate_file.md",
+        include_str!("../prompts/tools/generate_file.md"),
+    ),
+    (
+        "tools/modify_file.md",
+        include_str!("../prompts/tools/modify_file.md"),
+    ),
+    (
+        "tools/run_python.md",
+        include_str!("../prompts/tools/run_python.md"),
+    ),
 ];
 
 /// The placeholders `retry.md` may use.
@@ -24,7 +39,9 @@ pub const RETRY_PLACEHOLDERS: [&str; 3] = ["attempt", "max_attempts", "error"];
 
 /// An override that cannot be used.
 #[derive(Debug, Error)]
-#[error("cannot read the prompt override {path}: {reason}; fix or remove it (FILE_AGENT_PROMPTS_DIR)")]
+#[error(
+    "cannot read the prompt override {path}: {reason}; fix or remove it (FILE_AGENT_PROMPTS_DIR)"
+)]
 pub struct PromptError {
     /// The file.
     pub path: String,
@@ -162,7 +179,10 @@ mod tests {
         }
         let retry = Prompts::default().retry;
         for name in RETRY_PLACEHOLDERS {
-            assert!(retry.contains(&format!("{{{{{name}}}}}")), "retry.md lacks {name}");
+            assert!(
+                retry.contains(&format!("{{{{{name}}}}}")),
+                "retry.md lacks {name}"
+            );
         }
         let rendered = render(
             &retry,
@@ -177,7 +197,9 @@ mod tests {
         let prompts = Prompts::default();
         assert!(prompts.create_excel.contains("xlsxwriter"));
         assert!(prompts.modify_excel.contains("openpyxl"));
-        assert!(prompts.create_docx.contains("python-docx") || prompts.create_docx.contains("docx"));
+        assert!(
+            prompts.create_docx.contains("python-docx") || prompts.create_docx.contains("docx")
+        );
         assert!(prompts.modify_excel.contains("input_file_path"));
     }
 

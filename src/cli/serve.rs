@@ -40,7 +40,9 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
         ),
     };
     tracing::info!(%address, storage, "serving MCP at http://{address}/mcp");
-    eprintln!("file-agent: MCP at http://{address}/mcp, health at http://{address}/health; {storage}");
+    eprintln!(
+        "file-agent: MCP at http://{address}/mcp, health at http://{address}/health; {storage}"
+    );
     server::serve_http(tools, &config, listener, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -375,7 +375,10 @@ mod tests {
         assert!(owui.forward_user_token);
         assert_eq!(owui.api_key.unwrap().expose(), "sk-admin");
         let hosts = config.server.allowed_hosts.unwrap();
-        assert!(hosts.contains(&"files.example.com".to_string()), "{hosts:?}");
+        assert!(
+            hosts.contains(&"files.example.com".to_string()),
+            "{hosts:?}"
+        );
     }
 
     #[test]
@@ -408,10 +411,12 @@ mod tests {
             let err = config(&vars).unwrap_err();
             assert_eq!(err.var, var, "{err}");
         }
-        assert!(config(&[("FILE_AGENT_ALLOWED_HOSTS", "*")])
-            .unwrap()
-            .server
-            .allowed_hosts
-            .is_none());
+        assert!(
+            config(&[("FILE_AGENT_ALLOWED_HOSTS", "*")])
+                .unwrap()
+                .server
+                .allowed_hosts
+                .is_none()
+        );
     }
 }

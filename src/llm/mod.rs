@@ -52,7 +52,9 @@ pub enum LlmError {
     )]
     NotConfigured,
     /// The API refused the key.
-    #[error("the model API at {base_url} refused the key (HTTP {status}): {message}; check OPENAI_API_KEY")]
+    #[error(
+        "the model API at {base_url} refused the key (HTTP {status}): {message}; check OPENAI_API_KEY"
+    )]
     Unauthorized {
         /// The API's base URL.
         base_url: String,
@@ -62,7 +64,9 @@ pub enum LlmError {
         message: String,
     },
     /// The model does not exist there.
-    #[error("the model {model:?} is not available at {base_url}: {message}; set MODEL_NAME to one it serves")]
+    #[error(
+        "the model {model:?} is not available at {base_url}: {message}; set MODEL_NAME to one it serves"
+    )]
     ModelNotFound {
         /// `MODEL_NAME`.
         model: String,
@@ -72,7 +76,9 @@ pub enum LlmError {
         message: String,
     },
     /// Rate limits, quota, or server errors that lasted through the retries.
-    #[error("the model API at {base_url} failed (HTTP {status}) even after retries: {message}; try again later")]
+    #[error(
+        "the model API at {base_url} failed (HTTP {status}) even after retries: {message}; try again later"
+    )]
     Api {
         /// The API's base URL.
         base_url: String,
@@ -82,7 +88,9 @@ pub enum LlmError {
         message: String,
     },
     /// No connection could be made, or it broke.
-    #[error("the model API at {base_url} cannot be reached ({detail}); check OPENAI_BASE_URL and the network")]
+    #[error(
+        "the model API at {base_url} cannot be reached ({detail}); check OPENAI_BASE_URL and the network"
+    )]
     Unreachable {
         /// The API's base URL.
         base_url: String,
@@ -90,7 +98,9 @@ pub enum LlmError {
         detail: String,
     },
     /// Every try ran past the timeout.
-    #[error("the model API at {base_url} did not answer within {timeout:?} ({tries} tries); raise FILE_AGENT_LLM_TIMEOUT or try again")]
+    #[error(
+        "the model API at {base_url} did not answer within {timeout:?} ({tries} tries); raise FILE_AGENT_LLM_TIMEOUT or try again"
+    )]
     Timeout {
         /// The API's base URL.
         base_url: String,
@@ -100,7 +110,9 @@ pub enum LlmError {
         tries: u32,
     },
     /// The answer was not a chat completion, or had no text.
-    #[error("the model API at {base_url} sent an answer that is not a usable chat completion: {detail}")]
+    #[error(
+        "the model API at {base_url} sent an answer that is not a usable chat completion: {detail}"
+    )]
     BadReply {
         /// The API's base URL.
         base_url: String,

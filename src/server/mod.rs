@@ -70,7 +70,10 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
         .await
     {
         Ok(report) if report.containers > 0 => {
-            tracing::warn!(containers = report.containers, "removed leftover sandbox containers")
+            tracing::warn!(
+                containers = report.containers,
+                "removed leftover sandbox containers"
+            )
         }
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, "could not look for leftover containers"),
@@ -86,7 +89,9 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
         );
     }
     if !llm.is_configured() {
-        tracing::warn!("OPENAI_API_KEY is not set: generate_file and modify_file will answer with an error; run_python works");
+        tracing::warn!(
+            "OPENAI_API_KEY is not set: generate_file and modify_file will answer with an error; run_python works"
+        );
     }
     Ok(Tools::new(
         Arc::new(sandbox),
@@ -164,7 +169,10 @@ async fn health(State(tools): State<Tools>) -> impl IntoResponse {
             json!({"reachable": true, "version": diagnosis.engine_version, "api": diagnosis.api_version}),
             diagnosis.image.is_some(),
         ),
-        Err(error) => (json!({"reachable": false, "error": error.to_string()}), false),
+        Err(error) => (
+            json!({"reachable": false, "error": error.to_string()}),
+            false,
+        ),
     };
     let ready = docker["reachable"] == true && image_present;
     let body = json!({

@@ -157,7 +157,10 @@ fn write_new(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
 }
 
 fn is_id(id: &str) -> bool {
-    id.len() == ID_LEN && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    id.len() == ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A single path component with no control characters, not `.` or `..`, not hidden.
@@ -206,13 +209,19 @@ mod tests {
     async fn refuses_bad_ids_unknown_ids_bad_names_and_big_files() {
         let dir = tempfile::tempdir().unwrap();
         let store = store(dir.path());
-        assert!(matches!(store.fetch("../../etc").await, Err(StorageError::BadId { .. })));
+        assert!(matches!(
+            store.fetch("../../etc").await,
+            Err(StorageError::BadId { .. })
+        ));
         assert!(matches!(
             store.fetch(&"0".repeat(32)).await,
             Err(StorageError::NotFound { .. })
         ));
         assert!(store.store("../x", b"1".to_vec()).await.is_err());
         let big = store.store("big.bin", vec![0; 11]).await.unwrap();
-        assert!(matches!(store.fetch(&big.id).await, Err(StorageError::TooLarge { .. })));
+        assert!(matches!(
+            store.fetch(&big.id).await,
+            Err(StorageError::TooLarge { .. })
+        ));
     }
 }

@@ -61,13 +61,17 @@ pub enum StorageError {
         expected: &'static str,
     },
     /// No such file, or the caller may not read it.
-    #[error("file {id} was not found, or you may not read it; check the id (attach the file to the chat again)")]
+    #[error(
+        "file {id} was not found, or you may not read it; check the id (attach the file to the chat again)"
+    )]
     NotFound {
         /// The id.
         id: String,
     },
     /// Bigger than `FILE_AGENT_INPUT_MAX_MIB`.
-    #[error("file {what} is larger than the {limit_mib} MiB allowed for inputs (FILE_AGENT_INPUT_MAX_MIB)")]
+    #[error(
+        "file {what} is larger than the {limit_mib} MiB allowed for inputs (FILE_AGENT_INPUT_MAX_MIB)"
+    )]
     TooLarge {
         /// The id or name.
         what: String,
@@ -75,7 +79,9 @@ pub enum StorageError {
         limit_mib: u64,
     },
     /// Slower than `FILE_AGENT_DOWNLOAD_TIMEOUT`.
-    #[error("fetching file {id} took longer than {after:?} (FILE_AGENT_DOWNLOAD_TIMEOUT); try again or raise the limit")]
+    #[error(
+        "fetching file {id} took longer than {after:?} (FILE_AGENT_DOWNLOAD_TIMEOUT); try again or raise the limit"
+    )]
     Timeout {
         /// The id.
         id: String,
@@ -83,10 +89,14 @@ pub enum StorageError {
         after: Duration,
     },
     /// No token to call Open WebUI with.
-    #[error("no Open WebUI credential: set OPENWEBUI_API_KEY, or connect with Open WebUI's session auth so the user's token is forwarded")]
+    #[error(
+        "no Open WebUI credential: set OPENWEBUI_API_KEY, or connect with Open WebUI's session auth so the user's token is forwarded"
+    )]
     NoCredential,
     /// Open WebUI refused the token.
-    #[error("Open WebUI refused the credential (HTTP {status}: {detail}); check OPENWEBUI_API_KEY (and that API keys are enabled) or the MCP connection's auth mode")]
+    #[error(
+        "Open WebUI refused the credential (HTTP {status}: {detail}); check OPENWEBUI_API_KEY (and that API keys are enabled) or the MCP connection's auth mode"
+    )]
     Unauthorized {
         /// 401 or 403.
         status: u16,
@@ -94,7 +104,9 @@ pub enum StorageError {
         detail: String,
     },
     /// Open WebUI could not be reached.
-    #[error("Open WebUI at {url} cannot be reached ({detail}); check INTERNAL_API_URL and that Open WebUI is up")]
+    #[error(
+        "Open WebUI at {url} cannot be reached ({detail}); check INTERNAL_API_URL and that Open WebUI is up"
+    )]
     Unreachable {
         /// The base URL.
         url: String,
@@ -102,7 +114,9 @@ pub enum StorageError {
         detail: String,
     },
     /// Open WebUI answered with an error.
-    #[error("Open WebUI failed while {action} (HTTP {status}: {detail}); try again, or check its logs")]
+    #[error(
+        "Open WebUI failed while {action} (HTTP {status}: {detail}); try again, or check its logs"
+    )]
     Remote {
         /// What file-agent was doing.
         action: &'static str,
@@ -180,7 +194,9 @@ impl Storage {
 
 /// The content type to label a file with, from its extension.
 pub fn content_type_for(name: &str) -> &'static str {
-    let extension = name.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase());
+    let extension = name
+        .rsplit_once('.')
+        .map(|(_, ext)| ext.to_ascii_lowercase());
     match extension.as_deref() {
         Some("xlsx") => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
         Some("docx") => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
@@ -239,7 +255,10 @@ mod tests {
     fn names_round_trip_through_percent_encoding() {
         for name in ["report.xlsx", "Bericht März 2026.docx", "a%b&c.csv"] {
             let encoded = encode_path_segment(name);
-            assert!(!encoded.contains(' ') && !encoded.contains('&'), "{encoded}");
+            assert!(
+                !encoded.contains(' ') && !encoded.contains('&'),
+                "{encoded}"
+            );
             assert_eq!(decode_percent(&encoded).unwrap(), name);
         }
         assert_eq!(

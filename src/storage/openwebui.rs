@@ -250,11 +250,16 @@ async fn error_for(response: reqwest::Response, what: &str, action: &'static str
     let body = response.text().await.unwrap_or_default();
     let detail = serde_json::from_str::<serde_json::Value>(&body)
         .ok()
-        .and_then(|v| v.get("detail").map(|d| d.as_str().map(str::to_string).unwrap_or(d.to_string())))
+        .and_then(|v| {
+            v.get("detail")
+                .map(|d| d.as_str().map(str::to_string).unwrap_or(d.to_string()))
+        })
         .unwrap_or_else(|| crate::llm::excerpt(body.trim(), DETAIL_MAX));
     match status {
         401 | 403 => StorageError::Unauthorized { status, detail },
-        404 => StorageError::NotFound { id: what.to_string() },
+        404 => StorageError::NotFound {
+            id: what.to_string(),
+        },
         413 => StorageError::Remote {
             action,
             status,

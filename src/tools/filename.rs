@@ -81,7 +81,10 @@ mod tests {
             "\u{202e}gpj.xlsx",
         ] {
             let name = output_name(Some(hint), "output", "xlsx");
-            assert!(crate::storage::local::is_plain_name(&name), "{hint:?} -> {name:?}");
+            assert!(
+                crate::storage::local::is_plain_name(&name),
+                "{hint:?} -> {name:?}"
+            );
             assert!(!name.contains(".."), "{name}");
             assert!(name.ends_with(".xlsx"), "{name}");
         }
@@ -99,7 +102,12 @@ mod tests {
             output_name(Some("same"), "o", "docx"),
             output_name(Some("same"), "o", "docx")
         );
-        assert_eq!(output_name(Some("Bericht März"), "o", "docx").split('_').next(), Some("Bericht"));
+        assert_eq!(
+            output_name(Some("Bericht März"), "o", "docx")
+                .split('_')
+                .next(),
+            Some("Bericht")
+        );
         assert_eq!(safe_name("../data 2026.csv", "input"), "data_2026.csv");
         assert_eq!(safe_name("...", "input"), "input");
     }

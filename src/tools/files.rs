@@ -209,9 +209,10 @@ impl Tools {
                 source,
             })
         })?;
-        let input_file_path = task.input.as_ref().map(|input| {
-            format!("{INPUT_DIR}/{}", String::from_utf8_lossy(&input.name))
-        });
+        let input_file_path = task
+            .input
+            .as_ref()
+            .map(|input| format!("{INPUT_DIR}/{}", String::from_utf8_lossy(&input.name)));
         let job = Job {
             script: code,
             inputs: task.input.iter().cloned().collect(),
@@ -226,7 +227,11 @@ impl Tools {
             Status::Failed => Some(format!(
                 "The script failed (exit code {}).\n{}",
                 outcome.exit_code.unwrap_or(-1),
-                if stderr.trim().is_empty() { outcome.message.clone() } else { stderr.clone() }
+                if stderr.trim().is_empty() {
+                    outcome.message.clone()
+                } else {
+                    stderr.clone()
+                }
             )),
             Status::Timeout => Some(format!(
                 "The script ran longer than the {} s time limit and was killed.",
@@ -236,17 +241,26 @@ impl Tools {
                 "The script used more than the {} MiB memory limit and was killed.",
                 limits.memory_bytes / (1024 * 1024)
             )),
-            Status::OutputLimit => Some(format!("The script wrote too much output: {}", outcome.message)),
+            Status::OutputLimit => Some(format!(
+                "The script wrote too much output: {}",
+                outcome.message
+            )),
         };
         if let Some(reason) = reason {
             return Ok(Err(reason));
         }
-        let wanted = file_path.trim_start_matches(OUTPUT_DIR).trim_start_matches('/');
+        let wanted = file_path
+            .trim_start_matches(OUTPUT_DIR)
+            .trim_start_matches('/');
         let Some(output) = outcome.outputs.iter().find(|file| file.path == wanted) else {
             let written: Vec<&str> = outcome.outputs.iter().map(|f| f.path.as_str()).collect();
             return Ok(Err(format!(
                 "The script finished but wrote no file at file_path ({file_path}). Files written to {OUTPUT_DIR}: {written:?}. Save to the preset `file_path`.{}",
-                if stderr.trim().is_empty() { String::new() } else { format!("\nstderr:\n{stderr}") }
+                if stderr.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!("\nstderr:\n{stderr}")
+                }
             )));
         };
         let bytes = tokio::fs::read(&output.host_path).await.map_err(|source| {
@@ -267,7 +281,9 @@ impl Tools {
 
 fn non_empty<'a>(value: &'a str, name: &str) -> Result<&'a str, ToolError> {
     if value.trim().is_empty() {
-        Err(ToolError::InvalidArgument(format!("{name} is empty; say what you want")))
+        Err(ToolError::InvalidArgument(format!(
+            "{name} is empty; say what you want"
+        )))
     } else {
         Ok(value)
     }

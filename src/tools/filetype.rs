@@ -159,7 +159,11 @@ mod tests {
             ("word/document.xml", "<w:document><w:body/></w:document>"),
         ]);
         assert_eq!(detect(&docx, "renamed.xlsx", None), Ok(FileType::Docx));
-        assert!(detect(b"%PDF-1.7 ...", "a.xlsx", None).unwrap_err().contains("PDF"));
+        assert!(
+            detect(b"%PDF-1.7 ...", "a.xlsx", None)
+                .unwrap_err()
+                .contains("PDF")
+        );
         let ole = [0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1, 0, 0];
         assert!(detect(&ole, "old.xls", None).unwrap_err().contains(".xls"));
         assert!(detect(&ole, "old.doc", None).unwrap_err().contains(".doc"));

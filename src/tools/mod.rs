@@ -7,8 +7,8 @@
 //! This module does not know MCP types or HTTP; it reaches Docker only through `sandbox`.
 
 pub mod filename;
-pub mod filetype;
 mod files;
+pub mod filetype;
 mod python;
 
 use std::path::Path;
@@ -48,7 +48,9 @@ pub enum ToolError {
     #[error("the sandbox could not run the code: {0}")]
     Sandbox(#[from] SandboxError),
     /// Every attempt failed.
-    #[error("no valid {what} after {attempts} attempts; the last error was:\n{last_error}\nRephrase or simplify the instructions and try again.")]
+    #[error(
+        "no valid {what} after {attempts} attempts; the last error was:\n{last_error}\nRephrase or simplify the instructions and try again."
+    )]
     AttemptsExhausted {
         /// What was to be made.
         what: &'static str,

@@ -115,7 +115,10 @@ impl Tools {
             text.push_str(&links.join("\n"));
         }
         for skipped in &outcome.skipped {
-            text.push_str(&format!("\n(skipped /work/out/{}: {})", skipped.path, skipped.reason));
+            text.push_str(&format!(
+                "\n(skipped /work/out/{}: {})",
+                skipped.path, skipped.reason
+            ));
         }
         Ok(ToolOutput { text, attempts: 1 })
     }

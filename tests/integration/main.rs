@@ -6,4 +6,6 @@
 
 mod cli;
 mod common;
+mod fakes;
+mod mcp_server;
 mod sandbox;

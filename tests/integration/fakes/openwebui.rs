@@ -1,0 +1,232 @@
+//! A fake of Open WebUI's files API (backend/open_webui/routers/files.py): upload
+//! `POST /api/v1/files/` (multipart `file`), `GET /api/v1/files/{id}`, and
+//! `GET /api/v1/files/{id}/content` with the stored type and an RFC 5987
+//! Content-Disposition. Access is per user, by bearer token; a file another user owns is a 404,
+//! as in Open WebUI. Errors are FastAPI's `{"detail": ...}`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::{Multipart, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+
+/// A token for user "alice" (an API key, as an admin would configure).
+pub const ALICE: &str = "sk-alice";
+/// A token for user "bob".
+pub const BOB: &str = "token-bob";
+
+/// One stored file.
+#[derive(Debug, Clone)]
+pub struct StoredFile {
+    /// Its owner's token.
+    pub owner: String,
+    /// Its name.
+    pub filename: String,
+    /// The multipart part's content type.
+    pub content_type: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Whether the upload had `?process=false`.
+    pub process_false: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    files: HashMap<String, StoredFile>,
+    /// When set, every request gets this status.
+    fail_with: Option<u16>,
+}
+
+/// The fake and its files.
+#[derive(Clone, Default)]
+pub struct FakeOpenWebUi {
+    inner: Arc<Mutex<Inner>>,
+    /// Its base URL.
+    pub url: String,
+}
+
+impl FakeOpenWebUi {
+    /// Starts an empty fake.
+    pub async fn start() -> Self {
+        let mut fake = Self::default();
+        let app = axum::Router::new()
+            .route("/api/v1/files/", post(upload))
+            .route("/api/v1/files/{id}", get(details))
+            .route("/api/v1/files/{id}/content", get(content))
+            .with_state(fake.clone());
+        fake.url = super::spawn(app).await;
+        fake
+    }
+
+    /// Puts a file there as `owner`, returning its id.
+    pub fn add(&self, owner: &str, filename: &str, content_type: &str, bytes: Vec<u8>) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.inner.lock().unwrap().files.insert(
+            id.clone(),
+            StoredFile {
+                owner: owner.into(),
+                filename: filename.into(),
+                content_type: content_type.into(),
+                bytes,
+                process_false: false,
+            },
+        );
+        id
+    }
+
+    /// File `id`, if stored.
+    pub fn get(&self, id: &str) -> Option<StoredFile> {
+        self.inner.lock().unwrap().files.get(id).cloned()
+    }
+
+    /// Makes every request answer `status` from now on.
+    pub fn fail_with(&self, status: u16) {
+        self.inner.lock().unwrap().fail_with = Some(status);
+    }
+}
+
+fn detail(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({"detail": message}))).into_response()
+}
+
+/// The user's token, or the error Open WebUI gives.
+#[allow(clippy::result_large_err)]
+fn authenticate(fake: &FakeOpenWebUi, headers: &HeaderMap) -> Result<String, Response> {
+    if let Some(status) = fake.inner.lock().unwrap().fail_with {
+        let status = StatusCode::from_u16(status).unwrap();
+        return Err(detail(status, "Internal Server Error"));
+    }
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    match token {
+        None => Err(detail(StatusCode::UNAUTHORIZED, "Not authenticated")),
+        Some(token) if token == ALICE || token == BOB => Ok(token),
+        Some(_) => Err(detail(
+            StatusCode::UNAUTHORIZED,
+            "Your session has expired or the token is invalid. Please sign in again.",
+        )),
+    }
+}
+
+const NOT_FOUND: &str = "We could not find what you're looking for :/";
+
+async fn upload(
+    State(fake): State<FakeOpenWebUi>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+    mut multipart: Multipart,
+) -> Response {
+    let user = match authenticate(&fake, &headers) {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    while let Ok(Some(field)) = multipart.next_field().await {
+        if field.name() != Some("file") {
+            continue;
+        }
+        let filename = field.file_name().unwrap_or("").to_string();
+        let content_type = field
+            .content_type()
+            .unwrap_or("application/octet-stream")
+            .to_string();
+        let bytes = field.bytes().await.unwrap().to_vec();
+        let id = uuid::Uuid::new_v4().to_string();
+        let size = bytes.len();
+        fake.inner.lock().unwrap().files.insert(
+            id.clone(),
+            StoredFile {
+                owner: user.clone(),
+                filename: filename.clone(),
+                content_type: content_type.clone(),
+                bytes,
+                process_false: query.get("process").map(String::as_str) == Some("false"),
+            },
+        );
+        return Json(json!({
+            "id": id, "user_id": user, "hash": null, "filename": filename,
+            "data": {}, "meta": {"name": filename, "content_type": content_type, "size": size},
+            "created_at": 1_763_000_000, "updated_at": 1_763_000_000
+        }))
+        .into_response();
+    }
+    detail(
+        StatusCode::BAD_REQUEST,
+        "There was an error parsing the body",
+    )
+}
+
+fn readable(fake: &FakeOpenWebUi, user: &str, id: &str) -> Option<StoredFile> {
+    fake.get(id).filter(|file| file.owner == user)
+}
+
+async fn details(
+    State(fake): State<FakeOpenWebUi>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let user = match authenticate(&fake, &headers) {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    match readable(&fake, &user, &id) {
+        Some(file) => Json(json!({
+            "id": id, "user_id": file.owner, "filename": file.filename,
+            "meta": {"name": file.filename, "content_type": file.content_type, "size": file.bytes.len()},
+        }))
+        .into_response(),
+        None => detail(StatusCode::NOT_FOUND, NOT_FOUND),
+    }
+}
+
+async fn content(
+    State(fake): State<FakeOpenWebUi>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let user = match authenticate(&fake, &headers) {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    let Some(file) = readable(&fake, &user, &id) else {
+        return detail(StatusCode::NOT_FOUND, NOT_FOUND);
+    };
+    let mut response = (
+        StatusCode::OK,
+        [("content-type", file.content_type.clone())],
+        file.bytes.clone(),
+    )
+        .into_response();
+    // Open WebUI sends no Content-Disposition for text/plain, `inline` for PDF.
+    if file.content_type != "text/plain" {
+        let kind = if file.content_type == "application/pdf" {
+            "inline"
+        } else {
+            "attachment"
+        };
+        let encoded: String = file
+            .filename
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        response.headers_mut().insert(
+            "content-disposition",
+            format!("{kind}; filename*=UTF-8''{encoded}")
+                .parse()
+                .unwrap(),
+        );
+    }
+    response
+}
