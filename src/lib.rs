@@ -25,3 +25,15 @@ pub mod sandbox;
 pub mod server;
 pub mod storage;
 pub mod tools;
+
+/// An error and its sources joined with `: `, for one log line or message.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -274,7 +274,7 @@ impl Llm {
                 },
                 _ => LlmError::Unreachable {
                     base_url,
-                    detail: error_chain(&error),
+                    detail: crate::error_chain(&error),
                 },
             },
             OpenAIError::JSONDeserialize(error, body) => LlmError::BadReply {
@@ -297,18 +297,6 @@ fn to_request_message(message: &Message) -> ChatCompletionRequestMessage {
             ChatCompletionRequestAssistantMessage::from(text.as_str()).into()
         }
     }
-}
-
-/// An error and its sources, joined, for one log line or message.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// The first `max` characters of `text`.

@@ -176,7 +176,7 @@ async fn finish(
         Err(error) => {
             let outcome = outcome_name(&error);
             if error.is_infrastructure() {
-                tracing::error!(call = %id, %request, tool, outcome, duration_ms, error = ?anyhow_chain(&error), "tool call");
+                tracing::error!(call = %id, %request, tool, outcome, duration_ms, error = %crate::error_chain(&error), "tool call");
             } else {
                 tracing::info!(call = %id, %request, tool, outcome, duration_ms, error = %error, "tool call");
             }
@@ -196,16 +196,4 @@ fn outcome_name(error: &ToolError) -> &'static str {
         ToolError::ScriptFailed(_) => "script_failed",
         ToolError::Cancelled => "cancelled",
     }
-}
-
-/// The error with all its sources, for the log.
-fn anyhow_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -3,9 +3,10 @@
 //! (stateless, so replicas can share load), `/health`, and the local store's `/files` routes;
 //! or MCP over stdio.
 //!
-//! Shutdown: one root token, cancelled by SIGINT/SIGTERM. rmcp derives each request's token
-//! from it, the tools pass that token to every container guard, so a client that goes away or
-//! a stopping server kills what it started; the sandbox's removals are awaited before exit.
+//! Shutdown: one root token, cancelled by SIGINT/SIGTERM, stops axum and rmcp. Each MCP request
+//! has its own token (fired when an HTTP client disconnects, or by `notifications/cancelled`
+//! over stdio); the tools hand it to the attempt, whose container guard removes the container.
+//! The sandbox's pending removals are awaited before exit.
 
 pub mod files;
 

@@ -75,16 +75,9 @@ impl OpenWebUi {
     }
 
     fn unreachable(&self, error: &reqwest::Error) -> StorageError {
-        let mut detail = error.to_string();
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            detail.push_str(": ");
-            detail.push_str(&cause.to_string());
-            source = cause.source();
-        }
         StorageError::Unreachable {
             url: self.internal_url.clone(),
-            detail,
+            detail: crate::error_chain(error),
         }
     }
 
