@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::filename::{output_name, safe_name};
 use super::filetype::{self, FileType};
-use super::{ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, human_size, tail};
+use super::{
+    ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, human_size, local_io, tail,
+};
 use crate::llm::Message;
 use crate::llm::code::extract_code;
 use crate::prompts::render;
@@ -203,12 +205,8 @@ impl Tools {
         file_path: &str,
         cancel: &CancellationToken,
     ) -> Result<Result<Vec<u8>, String>, ToolError> {
-        let out_dir = tempfile::tempdir().map_err(|source| {
-            ToolError::Sandbox(crate::sandbox::SandboxError::Io {
-                action: "cannot create a temporary folder for the outputs".into(),
-                source,
-            })
-        })?;
+        let out_dir = tempfile::tempdir()
+            .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let input_file_path = task
             .input
             .as_ref()
@@ -263,12 +261,9 @@ impl Tools {
                 }
             )));
         };
-        let bytes = tokio::fs::read(&output.host_path).await.map_err(|source| {
-            ToolError::Sandbox(crate::sandbox::SandboxError::Io {
-                action: "cannot read the attempt's output".into(),
-                source,
-            })
-        })?;
+        let bytes = tokio::fs::read(&output.host_path)
+            .await
+            .map_err(local_io("cannot read the attempt's output"))?;
         match filetype::validate(task.file_type, &bytes) {
             Ok(()) => Ok(Ok(bytes)),
             Err(why) => Ok(Err(format!(

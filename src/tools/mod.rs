@@ -156,6 +156,16 @@ impl Tools {
     }
 }
 
+/// Maps a local I/O failure (temporary folders, reading outputs) to a [`ToolError`].
+fn local_io(action: &'static str) -> impl FnOnce(std::io::Error) -> ToolError {
+    move |source| {
+        ToolError::Sandbox(SandboxError::Io {
+            action: action.into(),
+            source,
+        })
+    }
+}
+
 /// The last `max` characters of `text`, marked when cut.
 pub fn tail(text: &str, max: usize) -> String {
     let count = text.chars().count();

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
-use super::{ToolError, ToolOutput, Tools, human_size, tail};
+use super::{ToolError, ToolOutput, Tools, human_size, local_io, tail};
 use crate::sandbox::{Input, InputSource, Job, Status};
 use crate::storage::{Caller, content_type_for};
 
@@ -55,12 +55,8 @@ impl Tools {
                 source: InputSource::Bytes(download.bytes),
             });
         }
-        let out_dir = tempfile::tempdir().map_err(|source| {
-            ToolError::Sandbox(crate::sandbox::SandboxError::Io {
-                action: "cannot create a temporary folder for the outputs".into(),
-                source,
-            })
-        })?;
+        let out_dir = tempfile::tempdir()
+            .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let job = Job {
             script: code.to_string(),
             inputs,
@@ -89,12 +85,9 @@ impl Tools {
                 name = format!("{}-{}", links.len() + 1, name);
                 used.insert(name.clone());
             }
-            let bytes = tokio::fs::read(&output.host_path).await.map_err(|source| {
-                ToolError::Sandbox(crate::sandbox::SandboxError::Io {
-                    action: "cannot read an output".into(),
-                    source,
-                })
-            })?;
+            let bytes = tokio::fs::read(&output.host_path)
+                .await
+                .map_err(local_io("cannot read an output"))?;
             let stored = self
                 .storage
                 .store(&name, content_type_for(&name), bytes, caller)
