@@ -46,5 +46,5 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-cargo build --quiet
-./target/debug/file-agent image build
+# cargo run (not ./target/...) so a CARGO_TARGET_DIR elsewhere works too.
+cargo run --quiet -- image build
