@@ -157,18 +157,12 @@ impl Config {
         let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
         let sandbox = SandboxConfig::from_lookup(&lookup)?;
 
-        let listen: SocketAddr = match get("FILE_AGENT_LISTEN") {
-            None => DEFAULT_LISTEN.parse().map_err(|_| ConfigError {
-                var: "FILE_AGENT_LISTEN",
-                value: DEFAULT_LISTEN.into(),
-                expected: "an address and port",
-            })?,
-            Some(value) => value.trim().parse().map_err(|_| ConfigError {
-                var: "FILE_AGENT_LISTEN",
-                value,
-                expected: "an address and port, e.g. 0.0.0.0:8000 or 127.0.0.1:8000",
-            })?,
-        };
+        let listen_value = get("FILE_AGENT_LISTEN").unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen: SocketAddr = listen_value.trim().parse().map_err(|_| ConfigError {
+            var: "FILE_AGENT_LISTEN",
+            value: listen_value.clone(),
+            expected: "an address and port, e.g. 0.0.0.0:8000 or 127.0.0.1:8000",
+        })?;
         let public_url = match get("FILE_AGENT_PUBLIC_URL") {
             Some(value) => parse_url(value, "FILE_AGENT_PUBLIC_URL")?,
             None => format!("http://localhost:{}", listen.port()),

@@ -40,16 +40,7 @@ impl Tools {
         let mut names = HashSet::new();
         for id in file_ids {
             let download = self.storage.fetch(id.trim(), caller).await?;
-            let mut name = safe_name(&download.name, "input");
-            // Two inputs with one name: the second becomes name-2.ext, and so on.
-            let mut n = 2;
-            while !names.insert(name.clone()) {
-                name = match safe_name(&download.name, "input").rsplit_once('.') {
-                    Some((stem, ext)) => format!("{stem}-{n}.{ext}"),
-                    None => format!("{}-{n}", safe_name(&download.name, "input")),
-                };
-                n += 1;
-            }
+            let name = unique_name(safe_name(&download.name, "input"), &mut names);
             inputs.push(Input {
                 name: name.into_bytes(),
                 source: InputSource::Bytes(download.bytes),
@@ -79,12 +70,10 @@ impl Tools {
         let mut used = HashSet::new();
         let mut links = Vec::new();
         for output in &outcome.outputs {
-            let flat = output.path.replace('/', "_");
-            let mut name = safe_name(&flat, "output");
-            if !used.insert(name.clone()) {
-                name = format!("{}-{}", links.len() + 1, name);
-                used.insert(name.clone());
-            }
+            let name = unique_name(
+                safe_name(&output.path.replace('/', "_"), "output"),
+                &mut used,
+            );
             let bytes = tokio::fs::read(&output.host_path)
                 .await
                 .map_err(local_io("cannot read an output"))?;
@@ -117,8 +106,37 @@ impl Tools {
     }
 }
 
+/// `name`, or `stem-2.ext`, `stem-3.ext`, ... when it is taken; records the result in `taken`.
+fn unique_name(name: String, taken: &mut HashSet<String>) -> String {
+    let mut candidate = name.clone();
+    let mut n = 2;
+    while !taken.insert(candidate.clone()) {
+        candidate = match name.rsplit_once('.') {
+            Some((stem, ext)) => format!("{stem}-{n}.{ext}"),
+            None => format!("{name}-{n}"),
+        };
+        n += 1;
+    }
+    candidate
+}
+
 fn push_block(text: &mut String, label: &str, body: &str) {
     if !body.trim().is_empty() {
         text.push_str(&format!("\n{label}:\n```\n{}\n```\n", body.trim_end()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_names_get_a_numbered_stem_and_keep_their_extension() {
+        let mut taken = HashSet::new();
+        assert_eq!(unique_name("a.csv".into(), &mut taken), "a.csv");
+        assert_eq!(unique_name("a.csv".into(), &mut taken), "a-2.csv");
+        assert_eq!(unique_name("a.csv".into(), &mut taken), "a-3.csv");
+        assert_eq!(unique_name("notes".into(), &mut taken), "notes");
+        assert_eq!(unique_name("notes".into(), &mut taken), "notes-2");
     }
 }
