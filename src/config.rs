@@ -4,14 +4,17 @@
 //! variable is listed in the README's table and in `.env.example`.
 //!
 //! [`Config`] gathers everything `serve` needs: the sandbox part here, the server, model and
-//! storage parts in [`service`].
+//! storage parts in [`service`], the analysis tools' URL policy and research polling in
+//! [`analysis`].
 //!
 //! This module does not read `.env` files (the CLI does, before calling it) or talk to anything.
 
+mod analysis;
 mod service;
 
 use std::time::Duration;
 
+pub use analysis::{Network, ResearchConfig, UrlFetchConfig};
 pub use service::{
     Config, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Secret, ServerConfig, StorageConfig,
     TransferLimits,
@@ -38,7 +41,7 @@ pub const DEFAULT_OUTPUT_MAX_MIB: u64 = 256;
 /// `SANDBOX_OUTPUT_MAX_FILES`: files and folders written to `/work/out`.
 pub const DEFAULT_OUTPUT_MAX_FILES: usize = 1000;
 
-const MIB: u64 = 1024 * 1024;
+pub(crate) const MIB: u64 = 1024 * 1024;
 
 /// A variable that is set but unusable. Its message names the variable and what it takes.
 #[derive(Debug, Error, PartialEq)]

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{ConfigError, MIB, SandboxConfig, parse_int};
+use super::{ConfigError, MIB, ResearchConfig, SandboxConfig, UrlFetchConfig, parse_int};
 
 /// `FILE_AGENT_LISTEN`: where the HTTP server listens.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
@@ -75,6 +75,10 @@ pub struct Config {
     pub prompts_dir: Option<PathBuf>,
     /// `FILE_AGENT_MAX_CONCURRENT`: containers running at once.
     pub max_concurrent: usize,
+    /// Which document URLs `data_analysis_tool` may fetch.
+    pub url_fetch: UrlFetchConfig,
+    /// How `conduct_deep_research` runs.
+    pub research: ResearchConfig,
 }
 
 /// The HTTP server.
@@ -97,8 +101,6 @@ pub struct LlmConfig {
     pub base_url: String,
     /// `MODEL_NAME`.
     pub model: String,
-    /// `DEEP_RESEARCH_MODEL`, read now so an existing `.env` is accepted; used by research.
-    pub deep_research_model: Option<String>,
     /// `FILE_AGENT_LLM_TIMEOUT`: one request, from sending to the whole answer.
     pub timeout: Duration,
     /// `FILE_AGENT_LLM_RETRIES`: extra tries after a timeout.
@@ -194,7 +196,6 @@ impl Config {
             model: get("MODEL_NAME")
                 .map(|m| m.trim().to_string())
                 .unwrap_or_else(|| DEFAULT_MODEL.into()),
-            deep_research_model: get("DEEP_RESEARCH_MODEL").map(|m| m.trim().to_string()),
             timeout: Duration::from_secs(parse_int(
                 get("FILE_AGENT_LLM_TIMEOUT"),
                 "FILE_AGENT_LLM_TIMEOUT",
@@ -276,6 +277,8 @@ impl Config {
                 1..=256,
                 "a count from 1 to 256",
             )?,
+            url_fetch: UrlFetchConfig::from_lookup(&get)?,
+            research: ResearchConfig::from_lookup(&get)?,
         })
     }
 }

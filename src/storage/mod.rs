@@ -7,6 +7,7 @@
 
 pub mod local;
 pub mod openwebui;
+pub mod url;
 
 use std::time::Duration;
 

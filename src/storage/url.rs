@@ -1,0 +1,519 @@
+//! Fetching a document by URL for `data_analysis_tool` (a presigned S3 link, say), as a
+//! server-side request forgery risk handled on purpose:
+//!
+//! - `http` and `https` only, no proxy from the environment (the checks below would not apply
+//!   to what a proxy connects to);
+//! - every host, redirects included, must pass `FILE_AGENT_URL_ALLOWED_HOSTS` when it is set;
+//! - every address a host resolves to must be public, or in `FILE_AGENT_URL_ALLOWED_NETWORKS`.
+//!   The check sits in the DNS resolver reqwest connects with, so the address checked is the
+//!   address used (no second lookup for a rebinding DNS server to answer differently); an IP
+//!   literal is checked before the request, since reqwest does not resolve those;
+//! - redirects are followed by hand, at most `FILE_AGENT_URL_MAX_REDIRECTS`, each hop checked;
+//! - the body is capped in bytes while it streams, and the whole fetch in time.
+//!
+//! Query strings are never printed: a presigned URL's signature is a credential.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use reqwest::Url;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use thiserror::Error;
+
+use super::Download;
+use crate::config::{TransferLimits, UrlFetchConfig};
+
+/// Why a document URL was not fetched. Each message says what to do; none shows a query string.
+#[derive(Debug, Error)]
+pub enum FetchError {
+    /// Not an absolute http(s) URL.
+    #[error("{url:?} is not a document URL: {why}; pass an http:// or https:// link to the file")]
+    BadUrl {
+        /// What was given (without its query).
+        url: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// The policy refuses the host or its address.
+    #[error("refused to fetch {url}: {reason}")]
+    Refused {
+        /// The URL (without its query).
+        url: String,
+        /// Why, and which setting allows it.
+        reason: String,
+    },
+    /// More redirects than allowed.
+    #[error(
+        "{url} redirected more than {max} times; pass the final link (FILE_AGENT_URL_MAX_REDIRECTS)"
+    )]
+    TooManyRedirects {
+        /// The first URL (without its query).
+        url: String,
+        /// The limit.
+        max: usize,
+    },
+    /// The server answered with an error status.
+    #[error("{url} answered HTTP {status}{hint}")]
+    Status {
+        /// The URL (without its query).
+        url: String,
+        /// The status.
+        status: u16,
+        /// What it likely means.
+        hint: &'static str,
+    },
+    /// Bigger than `FILE_AGENT_INPUT_MAX_MIB`.
+    #[error(
+        "the document at {url} is larger than the {limit_mib} MiB allowed for inputs (FILE_AGENT_INPUT_MAX_MIB)"
+    )]
+    TooLarge {
+        /// The URL (without its query).
+        url: String,
+        /// The cap in MiB.
+        limit_mib: u64,
+    },
+    /// Slower than `FILE_AGENT_DOWNLOAD_TIMEOUT`.
+    #[error(
+        "fetching {url} took longer than {after:?} (FILE_AGENT_DOWNLOAD_TIMEOUT); try again or raise the limit"
+    )]
+    Timeout {
+        /// The URL (without its query).
+        url: String,
+        /// The limit.
+        after: Duration,
+    },
+    /// No connection, or it broke.
+    #[error("cannot fetch {url}: {detail}; check that the link works from the server")]
+    Unreachable {
+        /// The URL (without its query).
+        url: String,
+        /// The transport error.
+        detail: String,
+    },
+}
+
+/// Fetches documents by URL under the configured policy.
+#[derive(Debug, Clone)]
+pub struct UrlFetcher {
+    client: reqwest::Client,
+    policy: Arc<UrlFetchConfig>,
+    limits: TransferLimits,
+}
+
+impl UrlFetcher {
+    /// A fetcher with its own HTTP client (no proxy, no automatic redirects, guarded DNS).
+    pub fn new(policy: UrlFetchConfig, limits: TransferLimits) -> Result<Self, FetchError> {
+        let policy = Arc::new(policy);
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(GuardedResolver {
+                policy: policy.clone(),
+            }))
+            .connect_timeout(limits.timeout.min(Duration::from_secs(10)))
+            .user_agent(concat!("file-agent/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|error| FetchError::Unreachable {
+                url: String::new(),
+                detail: format!("cannot build the HTTP client: {error}"),
+            })?;
+        Ok(Self {
+            client,
+            policy,
+            limits,
+        })
+    }
+
+    /// Fetches `url`; the name is `name` if given, else the URL path's last segment.
+    pub async fn fetch(&self, url: &str, name: Option<&str>) -> Result<Download, FetchError> {
+        let first = parse(url)?;
+        let shown = redact(&first);
+        let after = self.limits.timeout;
+        match tokio::time::timeout(after, self.follow(first, name)).await {
+            Ok(result) => result,
+            Err(_) => Err(FetchError::Timeout { url: shown, after }),
+        }
+    }
+
+    async fn follow(&self, first: Url, name: Option<&str>) -> Result<Download, FetchError> {
+        let mut url = first.clone();
+        for _hop in 0..=self.policy.max_redirects {
+            self.check(&url)?;
+            let response = self
+                .client
+                .get(url.clone())
+                .send()
+                .await
+                .map_err(|error| transport_error(&url, &error))?;
+            let status = response.status();
+            if status.is_redirection() {
+                let location = response
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|value| value.to_str().ok())
+                    .ok_or_else(|| FetchError::Status {
+                        url: redact(&url),
+                        status: status.as_u16(),
+                        hint: " (a redirect without a Location)",
+                    })?;
+                url = url.join(location).map_err(|_| FetchError::BadUrl {
+                    url: redact(&url),
+                    why: "it redirected to an unusable Location",
+                })?;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(FetchError::Status {
+                    url: redact(&url),
+                    status: status.as_u16(),
+                    hint: match status.as_u16() {
+                        401 | 403 => {
+                            "; the link is not authorised (a presigned URL may have expired: get a new one)"
+                        }
+                        404 => "; there is no document at this link",
+                        _ => "; try again later",
+                    },
+                });
+            }
+            let content_type = response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_string);
+            let bytes = self.read_capped(&url, response).await?;
+            let name = name
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_string)
+                .or_else(|| last_segment(&first))
+                .unwrap_or_else(|| "document".into());
+            return Ok(Download {
+                name,
+                content_type,
+                bytes,
+            });
+        }
+        Err(FetchError::TooManyRedirects {
+            url: redact(&first),
+            max: self.policy.max_redirects,
+        })
+    }
+
+    /// The scheme, the host allow-list, and an IP literal's address (names are checked when
+    /// they are resolved).
+    fn check(&self, url: &Url) -> Result<(), FetchError> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(FetchError::Refused {
+                url: redact(url),
+                reason: format!("the scheme {:?} is not http or https", url.scheme()),
+            });
+        }
+        let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if let Some(allowed) = &self.policy.allowed_hosts
+            && !allowed.iter().any(|pattern| host_matches(pattern, bare))
+        {
+            return Err(FetchError::Refused {
+                url: redact(url),
+                reason: format!(
+                    "the host {bare} is not in FILE_AGENT_URL_ALLOWED_HOSTS; ask the operator to add it"
+                ),
+            });
+        }
+        if let Ok(ip) = bare.parse::<IpAddr>()
+            && let Err(kind) = address_allowed(&self.policy, ip)
+        {
+            return Err(FetchError::Refused {
+                url: redact(url),
+                reason: refusal(bare, ip, kind),
+            });
+        }
+        Ok(())
+    }
+
+    async fn read_capped(
+        &self,
+        url: &Url,
+        response: reqwest::Response,
+    ) -> Result<Vec<u8>, FetchError> {
+        let max = self.limits.max_bytes;
+        let too_large = || FetchError::TooLarge {
+            url: redact(url),
+            limit_mib: max / crate::config::MIB,
+        };
+        if response.content_length().is_some_and(|length| length > max) {
+            return Err(too_large());
+        }
+        let mut bytes = Vec::new();
+        let mut body = response.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|error| transport_error(url, &error))?;
+            if (bytes.len() + chunk.len()) as u64 > max {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+}
+
+fn parse(text: &str) -> Result<Url, FetchError> {
+    let text = text.trim();
+    let url = Url::parse(text).map_err(|_| FetchError::BadUrl {
+        url: text
+            .split(['?', '#'])
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        why: "it is not an absolute URL",
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(FetchError::BadUrl {
+            url: redact(&url),
+            why: "only http and https are fetched",
+        });
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(FetchError::BadUrl {
+            url: redact(&url),
+            why: "it has no host",
+        });
+    }
+    Ok(url)
+}
+
+/// The URL without credentials, query or fragment, for messages and logs.
+pub fn redact(url: &Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
+}
+
+fn last_segment(url: &Url) -> Option<String> {
+    let segment = url.path_segments()?.rev().find(|s| !s.is_empty())?;
+    super::decode_percent(segment).filter(|decoded| !decoded.trim().is_empty())
+}
+
+/// `pattern` is a host name, or `*.suffix` for any subdomain of `suffix`.
+fn host_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host.len() > suffix.len() && host.ends_with(&format!(".{suffix}")),
+        None => pattern == host,
+    }
+}
+
+/// The kind of non-public address `ip` is, if it is one.
+pub fn non_public_kind(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => v4_kind(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return v4_kind(v4);
+            }
+            let segments = v6.segments();
+            if v6.is_loopback() {
+                Some("a loopback address")
+            } else if v6.is_unspecified() {
+                Some("the unspecified address")
+            } else if segments[0] & 0xffc0 == 0xfe80 {
+                Some("a link-local address (where cloud metadata services answer)")
+            } else if segments[0] & 0xfe00 == 0xfc00 {
+                Some("a private (unique local) address")
+            } else if v6.is_multicast() {
+                Some("a multicast address")
+            } else if segments[0] == 0x64 && segments[1] == 0xff9b {
+                // NAT64 embeds an IPv4 address in the last 32 bits.
+                v4_kind(Ipv4Addr::from(
+                    (u32::from(segments[6]) << 16) | u32::from(segments[7]),
+                ))
+            } else if segments[0] == 0x2002 {
+                // 6to4 embeds an IPv4 address in bits 16..48.
+                v4_kind(Ipv4Addr::from(
+                    (u32::from(segments[1]) << 16) | u32::from(segments[2]),
+                ))
+            } else if segments[0] == 0x2001 && segments[1] == 0x0db8 {
+                Some("a documentation address")
+            } else {
+                None
+            }
+        }
+    }
+}
+
+fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, ..] = ip.octets();
+    if ip.is_loopback() {
+        Some("a loopback address")
+    } else if ip.is_unspecified() || a == 0 {
+        Some("the unspecified network")
+    } else if ip.is_link_local() {
+        Some("a link-local address (where cloud metadata services answer)")
+    } else if ip.is_private() {
+        Some("a private network address")
+    } else if a == 100 && (64..128).contains(&b) {
+        Some("a shared (CGNAT) address, where some clouds run metadata services")
+    } else if ip.is_multicast() || ip.is_broadcast() || a >= 240 {
+        Some("a multicast, broadcast or reserved address")
+    } else if ip.is_documentation() || (a == 198 && (18..20).contains(&b)) || (a == 192 && b == 0) {
+        Some("a reserved or documentation address")
+    } else {
+        None
+    }
+}
+
+/// `Ok` when `ip` is public or inside an allowed network; else the kind of address it is.
+fn address_allowed(policy: &UrlFetchConfig, ip: IpAddr) -> Result<(), &'static str> {
+    match non_public_kind(ip) {
+        Some(kind) if !policy.allowed_networks.iter().any(|net| net.contains(ip)) => Err(kind),
+        _ => Ok(()),
+    }
+}
+
+fn refusal(host: &str, ip: IpAddr, kind: &str) -> String {
+    format!(
+        "{host} is {ip}, {kind}; only public addresses are fetched unless the operator lists the network in FILE_AGENT_URL_ALLOWED_NETWORKS"
+    )
+}
+
+/// The refusal raised inside the resolver, found again in reqwest's error chain.
+#[derive(Debug, Error)]
+#[error("{0}")]
+struct ResolverRefusal(String);
+
+/// Resolves names with the system resolver and refuses the host if any address is not
+/// allowed, so that a name cannot smuggle in an internal address next to a public one.
+struct GuardedResolver {
+    policy: Arc<UrlFetchConfig>,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let policy = self.policy.clone();
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            for addr in &addrs {
+                if let Err(kind) = address_allowed(&policy, addr.ip()) {
+                    let refusal = ResolverRefusal(refusal(&host, addr.ip(), kind));
+                    return Err(Box::new(refusal) as Box<dyn std::error::Error + Send + Sync>);
+                }
+            }
+            let addrs: Addrs = Box::new(addrs.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+fn transport_error(url: &Url, error: &reqwest::Error) -> FetchError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        if let Some(refusal) = current.downcast_ref::<ResolverRefusal>() {
+            return FetchError::Refused {
+                url: redact(url),
+                reason: refusal.0.clone(),
+            };
+        }
+        source = current.source();
+    }
+    // reqwest's message includes the URL with its query: build one without it.
+    let mut detail = if error.is_connect() {
+        "the connection failed".to_string()
+    } else if error.is_body() || error.is_decode() {
+        "the download broke off".to_string()
+    } else {
+        "the request failed".to_string()
+    };
+    let mut source = std::error::Error::source(error);
+    while let Some(current) = source {
+        detail.push_str(&format!(": {current}"));
+        source = current.source();
+    }
+    FetchError::Unreachable {
+        url: redact(url),
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Network;
+
+    #[test]
+    fn public_addresses_pass_and_internal_ones_are_named() {
+        for public in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
+            assert_eq!(non_public_kind(public.parse().unwrap()), None, "{public}");
+        }
+        for (internal, words) in [
+            ("127.0.0.1", "loopback"),
+            ("169.254.169.254", "metadata"),
+            ("10.1.2.3", "private"),
+            ("192.168.0.1", "private"),
+            ("100.100.100.200", "CGNAT"),
+            ("0.0.0.0", "unspecified"),
+            ("::1", "loopback"),
+            ("fe80::1", "link-local"),
+            ("fd00:ec2::254", "unique local"),
+            ("::ffff:169.254.169.254", "metadata"),
+            ("64:ff9b::a9fe:a9fe", "metadata"),
+            ("2002:7f00:0001::", "loopback"),
+        ] {
+            let kind = non_public_kind(internal.parse().unwrap())
+                .unwrap_or_else(|| panic!("{internal} passed"));
+            assert!(kind.contains(words), "{internal}: {kind}");
+        }
+    }
+
+    #[test]
+    fn an_allowed_network_lets_its_addresses_through() {
+        let policy = UrlFetchConfig {
+            allowed_networks: vec![Network::parse("10.0.0.0/8").unwrap()],
+            ..UrlFetchConfig::default()
+        };
+        assert!(address_allowed(&policy, "10.0.0.5".parse().unwrap()).is_ok());
+        assert!(address_allowed(&policy, "169.254.169.254".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn host_patterns_match_exactly_or_by_subdomain() {
+        assert!(host_matches("s3.example.com", "s3.example.com"));
+        assert!(!host_matches("s3.example.com", "evil-s3.example.com"));
+        assert!(host_matches("*.example.com", "bucket.s3.example.com"));
+        assert!(!host_matches("*.example.com", "example.com"));
+        assert!(!host_matches("*.example.com", "badexample.com"));
+    }
+
+    #[test]
+    fn redaction_drops_the_signature_and_credentials() {
+        let url = Url::parse(
+            "https://user:pw@bucket.s3.amazonaws.com/data/sales.csv?X-Amz-Signature=secret#x",
+        )
+        .unwrap();
+        let shown = redact(&url);
+        assert_eq!(shown, "https://bucket.s3.amazonaws.com/data/sales.csv");
+        assert_eq!(last_segment(&url).as_deref(), Some("sales.csv"));
+    }
+
+    #[test]
+    fn only_absolute_http_urls_are_accepted() {
+        assert!(matches!(
+            parse("file:///etc/passwd"),
+            Err(FetchError::BadUrl { .. })
+        ));
+        assert!(matches!(
+            parse("/relative/path.csv"),
+            Err(FetchError::BadUrl { .. })
+        ));
+        assert!(matches!(
+            parse("gopher://x/1"),
+            Err(FetchError::BadUrl { .. })
+        ));
+        assert!(parse("https://example.com/a.csv").is_ok());
+    }
+}
