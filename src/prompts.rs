@@ -1,14 +1,15 @@
 //! The texts the model reads, from `prompts/`: a system prompt per file type and action, the
 //! message sent after a failed attempt, and the MCP tool descriptions. They are compiled in
 //! with `include_str!`; a file of the same relative name in `FILE_AGENT_PROMPTS_DIR` replaces
-//! one at start-up. Placeholders are written `{{name}}`; only `retry.md` has any.
+//! one at start-up. Placeholders are written `{{name}}`; [`PLACEHOLDERS`] lists which file may
+//! use which.
 
 use std::path::Path;
 
 use thiserror::Error;
 
 /// The built-in prompts, by their path under `prompts/`.
-const BUILT_IN: [(&str, &str); 8] = [
+const BUILT_IN: [(&str, &str); 18] = [
     (
         "create_excel.md",
         include_str!("../prompts/create_excel.md"),
@@ -20,6 +21,25 @@ const BUILT_IN: [(&str, &str); 8] = [
     ("create_docx.md", include_str!("../prompts/create_docx.md")),
     ("modify_docx.md", include_str!("../prompts/modify_docx.md")),
     ("retry.md", include_str!("../prompts/retry.md")),
+    ("analyze.md", include_str!("../prompts/analyze.md")),
+    (
+        "analysis_step.md",
+        include_str!("../prompts/analysis_step.md"),
+    ),
+    (
+        "analysis_fix.md",
+        include_str!("../prompts/analysis_fix.md"),
+    ),
+    (
+        "analysis_final.md",
+        include_str!("../prompts/analysis_final.md"),
+    ),
+    ("checker.md", include_str!("../prompts/checker.md")),
+    (
+        "analysis_redo.md",
+        include_str!("../prompts/analysis_redo.md"),
+    ),
+    ("research.md", include_str!("../prompts/research.md")),
     (
         "tools/generate_file.md",
         include_str!("../prompts/tools/generate_file.md"),
@@ -32,10 +52,30 @@ const BUILT_IN: [(&str, &str); 8] = [
         "tools/run_python.md",
         include_str!("../prompts/tools/run_python.md"),
     ),
+    (
+        "tools/analyze_file.md",
+        include_str!("../prompts/tools/analyze_file.md"),
+    ),
+    (
+        "tools/data_analysis_tool.md",
+        include_str!("../prompts/tools/data_analysis_tool.md"),
+    ),
+    (
+        "tools/conduct_deep_research.md",
+        include_str!("../prompts/tools/conduct_deep_research.md"),
+    ),
 ];
 
-/// The placeholders `retry.md` may use.
-pub const RETRY_PLACEHOLDERS: [&str; 3] = ["attempt", "max_attempts", "error"];
+/// The placeholders each prompt may use (and the built-in uses all of); the others have none.
+pub const PLACEHOLDERS: [(&str, &[&str]); 4] = [
+    ("retry.md", &["attempt", "max_attempts", "error"]),
+    ("analysis_step.md", &["step", "max_steps", "output"]),
+    (
+        "analysis_fix.md",
+        &["attempt", "max_attempts", "error", "inspection"],
+    ),
+    ("analysis_redo.md", &["feedback"]),
+];
 
 /// An override that cannot be used.
 #[derive(Debug, Error)]
@@ -68,6 +108,27 @@ pub struct Prompts {
     pub tool_modify_file: String,
     /// Description of the `run_python` tool.
     pub tool_run_python: String,
+    /// System prompt of the analysis steps (`analyze_file`, `data_analysis_tool`).
+    pub analyze: String,
+    /// The message after a successful analysis step (`{{step}}`, `{{max_steps}}`, `{{output}}`).
+    pub analysis_step: String,
+    /// The message after a failed analysis attempt (`{{attempt}}`, `{{max_attempts}}`,
+    /// `{{error}}`, `{{inspection}}`).
+    pub analysis_fix: String,
+    /// The message when the step limit is reached: answer now.
+    pub analysis_final: String,
+    /// System prompt of the checker that reviews an analysis.
+    pub checker: String,
+    /// The message that asks for a redo with the checker's `{{feedback}}`.
+    pub analysis_redo: String,
+    /// Instructions sent with a deep-research request.
+    pub research: String,
+    /// Description of the `analyze_file` tool.
+    pub tool_analyze_file: String,
+    /// Description of the `data_analysis_tool` tool.
+    pub tool_data_analysis: String,
+    /// Description of the `conduct_deep_research` tool.
+    pub tool_research: String,
 }
 
 impl Default for Prompts {
@@ -119,6 +180,16 @@ impl Prompts {
             tool_generate_file: get("tools/generate_file.md")?,
             tool_modify_file: get("tools/modify_file.md")?,
             tool_run_python: get("tools/run_python.md")?,
+            analyze: get("analyze.md")?,
+            analysis_step: get("analysis_step.md")?,
+            analysis_fix: get("analysis_fix.md")?,
+            analysis_final: get("analysis_final.md")?,
+            checker: get("checker.md")?,
+            analysis_redo: get("analysis_redo.md")?,
+            research: get("research.md")?,
+            tool_analyze_file: get("tools/analyze_file.md")?,
+            tool_data_analysis: get("tools/data_analysis_tool.md")?,
+            tool_research: get("tools/conduct_deep_research.md")?,
         })
     }
 }
@@ -149,13 +220,17 @@ fn placeholders(text: &str) -> Vec<String> {
     found
 }
 
-/// Only `retry.md` may have placeholders, and only the known ones.
+/// The placeholders `name` may use.
+fn allowed_placeholders(name: &str) -> &'static [&'static str] {
+    PLACEHOLDERS
+        .iter()
+        .find(|(file, _)| *file == name)
+        .map_or(&[], |(_, allowed)| allowed)
+}
+
+/// A prompt may use only its own placeholders (see [`PLACEHOLDERS`]).
 fn check_placeholders(name: &str, text: &str) -> Result<(), String> {
-    let allowed: &[&str] = if name == "retry.md" {
-        &RETRY_PLACEHOLDERS
-    } else {
-        &[]
-    };
+    let allowed = allowed_placeholders(name);
     match placeholders(text)
         .into_iter()
         .find(|p| !allowed.contains(&p.as_str()))
@@ -172,18 +247,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn built_in_prompts_use_only_known_placeholders_and_retry_uses_all() {
+    fn built_in_prompts_use_only_known_placeholders_and_use_all_of_theirs() {
         for (name, text) in BUILT_IN {
             check_placeholders(name, text).unwrap();
             assert!(!text.trim().is_empty(), "{name} is empty");
+            for placeholder in allowed_placeholders(name) {
+                assert!(
+                    text.contains(&format!("{{{{{placeholder}}}}}")),
+                    "{name} lacks {placeholder}"
+                );
+            }
+        }
+        for (file, _) in PLACEHOLDERS {
+            assert!(BUILT_IN.iter().any(|(name, _)| *name == file), "{file}");
         }
         let retry = Prompts::default().retry;
-        for name in RETRY_PLACEHOLDERS {
-            assert!(
-                retry.contains(&format!("{{{{{name}}}}}")),
-                "retry.md lacks {name}"
-            );
-        }
         let rendered = render(
             &retry,
             &[("attempt", "1"), ("max_attempts", "3"), ("error", "boom")],
