@@ -9,6 +9,7 @@
 //! This module knows nothing of the sandbox, storage or MCP, and never logs the key.
 
 pub mod code;
+pub mod research;
 
 use std::time::{Duration, Instant};
 
@@ -65,7 +66,7 @@ pub enum LlmError {
     },
     /// The model does not exist there.
     #[error(
-        "the model {model:?} is not available at {base_url}: {message}; set MODEL_NAME to one it serves"
+        "the model {model:?} is not available at {base_url}: {message}; set MODEL_NAME (DEEP_RESEARCH_MODEL for research) to one it serves"
     )]
     ModelNotFound {
         /// `MODEL_NAME`.
@@ -117,6 +118,16 @@ pub enum LlmError {
         /// The API's base URL.
         base_url: String,
         /// What was wrong, with an excerpt.
+        detail: String,
+    },
+    /// The provider has no Responses API (deep research needs OpenAI's).
+    #[error(
+        "the model API at {base_url} does not offer OpenAI's Responses API ({detail}); conduct_deep_research needs it: point OPENAI_BASE_URL at https://api.openai.com/v1 (or a provider with /v1/responses)"
+    )]
+    NoResponsesApi {
+        /// The API's base URL.
+        base_url: String,
+        /// What it answered.
         detail: String,
     },
     /// The caller went away.
@@ -214,7 +225,7 @@ impl Llm {
                         () = tokio::time::sleep(TIMEOUT_BACKOFF) => {}
                     }
                 }
-                Err(error) => return Err(self.classify(error, tries)),
+                Err(error) => return Err(self.classify(error, tries, &self.config.model)),
             }
         }
         Err(LlmError::Timeout {
@@ -231,7 +242,8 @@ impl Llm {
         }
     }
 
-    fn classify(&self, error: OpenAIError, tries: u32) -> LlmError {
+    /// An API error in words; `model` is the model the request named.
+    fn classify(&self, error: OpenAIError, tries: u32, model: &str) -> LlmError {
         let base_url = self.config.base_url.clone();
         match error {
             OpenAIError::ApiError(response) => {
@@ -245,12 +257,12 @@ impl Llm {
                         message,
                     },
                     404 => LlmError::ModelNotFound {
-                        model: self.config.model.clone(),
+                        model: model.to_string(),
                         base_url,
                         message,
                     },
                     _ if code == "model_not_found" => LlmError::ModelNotFound {
-                        model: self.config.model.clone(),
+                        model: model.to_string(),
                         base_url,
                         message,
                     },
