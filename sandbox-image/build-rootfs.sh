@@ -62,7 +62,7 @@ if [ -n "$wheels" ]; then
   chroot "$root" /usr/bin/python3 -m compileall -q "/usr/local/lib/python$pyver/dist-packages" >/dev/null
 fi
 
-# The sandbox user, its folders and the runner.
+# The sandbox user, its folders, the runner and the table inspection script.
 echo "sandbox:x:10001:10001:file-agent sandbox:/tmp:/usr/sbin/nologin" >>"$root/etc/passwd"
 echo "sandbox:x:10001:" >>"$root/etc/group"
 # /work and /work/in belong to root: inputs are read-only to the script. /work/out, where a tmpfs
@@ -70,6 +70,7 @@ echo "sandbox:x:10001:" >>"$root/etc/group"
 mkdir -p "$root/work/in" "$root/work/out" "$root/opt/file-agent"
 chown 10001:10001 "$root/work/out"
 install -m 0644 "$context/runner.py" "$root/opt/file-agent/runner.py"
+install -m 0644 "$context/inspect_table.py" "$root/opt/file-agent/inspect_table.py"
 chroot "$root" /usr/bin/python3 -m compileall -q /opt/file-agent >/dev/null
 # matplotlib's font list, built once here instead of in every attempt; the runner copies it.
 chroot "$root" /usr/bin/env MPLCONFIGDIR=/opt/file-agent/matplotlib HOME=/tmp \

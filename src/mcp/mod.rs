@@ -10,13 +10,14 @@ use std::time::Instant;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
 
 use crate::config::Secret;
 use crate::storage::Caller;
+use crate::tools::research::Progress;
 use crate::tools::{ToolError, ToolOutput, Tools};
 
 /// Arguments of `generate_file`.
@@ -53,6 +54,34 @@ pub struct RunPythonArgs {
     pub file_ids: Vec<String>,
 }
 
+/// Arguments of `analyze_file`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct AnalyzeFileArgs {
+    /// The id of the CSV, .xlsx or .xls file (from the chat's files).
+    pub file_id: String,
+    /// The question about the data, in plain language; ask for a chart to get one.
+    pub instructions: String,
+}
+
+/// Arguments of `data_analysis_tool` (the contract of the "Conversations" chat backend).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct DataAnalysisArgs {
+    /// The question about the data.
+    pub query: String,
+    /// The http(s) URL of the CSV, .xlsx or .xls document (a presigned S3 URL, say).
+    pub document: String,
+    /// The document's file name, e.g. "sales.csv" (default: from the URL).
+    #[serde(default)]
+    pub document_name: Option<String>,
+}
+
+/// Arguments of `conduct_deep_research`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ResearchArgs {
+    /// What to research, with the scope, period, region or angle that matters.
+    pub instructions: String,
+}
+
 /// The MCP server: the tools, and the router rmcp dispatches with.
 #[derive(Debug, Clone)]
 pub struct FileAgentServer {
@@ -70,6 +99,9 @@ impl FileAgentServer {
             ("generate_file", &prompts.tool_generate_file),
             ("modify_file", &prompts.tool_modify_file),
             ("run_python", &prompts.tool_run_python),
+            ("analyze_file", &prompts.tool_analyze_file),
+            ("data_analysis_tool", &prompts.tool_data_analysis),
+            ("conduct_deep_research", &prompts.tool_research),
         ] {
             if let Some(route) = tool_router.map.get_mut(name) {
                 route.attr.description = Some(description.clone().into());
@@ -124,6 +156,70 @@ impl FileAgentServer {
             .run_python(&args.code, &args.file_ids, &caller, &context.ct);
         finish("run_python", &context, call).await
     }
+
+    #[tool(name = "analyze_file")]
+    async fn analyze_file(
+        &self,
+        Parameters(args): Parameters<AnalyzeFileArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        let caller = caller_of(&context);
+        let call = self
+            .tools
+            .analyze_file(&args.file_id, &args.instructions, &caller, &context.ct);
+        finish("analyze_file", &context, call).await
+    }
+
+    #[tool(name = "data_analysis_tool")]
+    async fn data_analysis_tool(
+        &self,
+        Parameters(args): Parameters<DataAnalysisArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        let call = self.tools.data_analysis(
+            &args.query,
+            &args.document,
+            args.document_name.as_deref(),
+            &context.ct,
+        );
+        finish("data_analysis_tool", &context, call).await
+    }
+
+    #[tool(name = "conduct_deep_research")]
+    async fn conduct_deep_research(
+        &self,
+        Parameters(args): Parameters<ResearchArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        // Progress goes out in order through one task, and only to a client that asked.
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+        let forwarder = context.meta.get_progress_token().map(|token| {
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                while let Some(progress) = receiver.recv().await {
+                    let notification =
+                        ProgressNotificationParam::new(token.clone(), progress.elapsed)
+                            .with_total(progress.total)
+                            .with_message(progress.message);
+                    if let Err(error) = peer.notify_progress(notification).await {
+                        tracing::debug!(%error, "could not send a progress notification");
+                    }
+                }
+            })
+        });
+        let report = move |progress: Progress| {
+            let _ = sender.send(progress);
+        };
+        let call = self
+            .tools
+            .deep_research(&args.instructions, &report, &context.ct);
+        let result = finish("conduct_deep_research", &context, call).await;
+        drop(report);
+        if let Some(forwarder) = forwarder {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), forwarder).await;
+        }
+        result
+    }
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -133,8 +229,11 @@ impl ServerHandler for FileAgentServer {
             .with_server_info(Implementation::new("file-agent", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Makes Excel and Word files from plain-language instructions (generate_file, \
-                 modify_file) and runs Python in a network-less sandbox (run_python). Results \
-                 come back as markdown download links: show them to the user.",
+                 modify_file), answers questions about data files by computing them \
+                 (analyze_file; data_analysis_tool for a document URL), researches topics on \
+                 the web (conduct_deep_research) and runs Python in a network-less sandbox \
+                 (run_python). Files come back as markdown download links: show them to the \
+                 user.",
             )
     }
 }
@@ -191,6 +290,8 @@ fn outcome_name(error: &ToolError) -> &'static str {
         ToolError::UnsupportedInput(_) => "unsupported_input",
         ToolError::Llm(_) => "llm_error",
         ToolError::Storage(_) => "storage_error",
+        ToolError::Fetch(_) => "fetch_error",
+        ToolError::Research(_) => "research_error",
         ToolError::Sandbox(_) => "sandbox_error",
         ToolError::AttemptsExhausted { .. } => "attempts_exhausted",
         ToolError::ScriptFailed(_) => "script_failed",

@@ -30,6 +30,7 @@ use crate::mcp::FileAgentServer;
 use crate::prompts::Prompts;
 use crate::sandbox::{ReapFilter, Sandbox};
 use crate::storage::Storage;
+use crate::storage::url::UrlFetcher;
 use crate::tools::Tools;
 
 /// Largest MCP request body (a `run_python` script is the biggest thing sent).
@@ -53,6 +54,9 @@ pub enum StartError {
     /// The model client could not be built.
     #[error(transparent)]
     Llm(#[from] crate::llm::LlmError),
+    /// The document fetcher could not be built.
+    #[error(transparent)]
+    Fetch(#[from] crate::storage::url::FetchError),
 }
 
 /// Connects to Docker, opens the store, loads the prompts, builds the model client, and
@@ -61,6 +65,7 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     let prompts = Prompts::load(config.prompts_dir.as_deref())?;
     let storage = Storage::new(&config.storage, config.transfer)?;
     let llm = Llm::new(config.llm.clone())?;
+    let fetcher = UrlFetcher::new(config.url_fetch.clone(), config.transfer)?;
     let sandbox = Sandbox::connect(config.sandbox.clone()).await?;
     let older_than = config.sandbox.limits.timeout + REAP_GRACE;
     match sandbox
@@ -91,14 +96,16 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     }
     if !llm.is_configured() {
         tracing::warn!(
-            "OPENAI_API_KEY is not set: generate_file and modify_file will answer with an error; run_python works"
+            "OPENAI_API_KEY is not set: every tool but run_python will answer with an error"
         );
     }
     Ok(Tools::new(
         Arc::new(sandbox),
         llm,
         storage,
+        fetcher,
         Arc::new(prompts),
+        config.research.clone(),
         config.max_concurrent,
     ))
 }

@@ -11,12 +11,13 @@ use tokio_util::sync::CancellationToken;
 use super::filename::{output_name, safe_name};
 use super::filetype::{self, FileType};
 use super::{
-    ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, human_size, local_io, tail,
+    ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, human_size,
+    local_io, non_empty, tail,
 };
 use crate::llm::Message;
 use crate::llm::code::extract_code;
 use crate::prompts::render;
-use crate::sandbox::{Input, InputSource, Job, Status};
+use crate::sandbox::{Input, InputSource, Job};
 use crate::storage::{Caller, content_type_for};
 
 /// Where the sandbox's `/work/out` is.
@@ -218,32 +219,8 @@ impl Tools {
             input_file_path,
         };
         let outcome = self.run_attempt(job, out_dir.path(), cancel).await?;
-        let limits = &self.sandbox.config().limits;
         let stderr = outcome.stderr.text();
-        let reason = match outcome.status {
-            Status::Ok => None,
-            Status::Failed => Some(format!(
-                "The script failed (exit code {}).\n{}",
-                outcome.exit_code.unwrap_or(-1),
-                if stderr.trim().is_empty() {
-                    outcome.message.clone()
-                } else {
-                    stderr.clone()
-                }
-            )),
-            Status::Timeout => Some(format!(
-                "The script ran longer than the {} s time limit and was killed.",
-                limits.timeout.as_secs()
-            )),
-            Status::OutOfMemory => Some(format!(
-                "The script used more than the {} MiB memory limit and was killed.",
-                limits.memory_bytes / (1024 * 1024)
-            )),
-            Status::OutputLimit => Some(format!(
-                "The script wrote too much output: {}",
-                outcome.message
-            )),
-        };
+        let reason = failure_reason(&outcome, self.sandbox.config());
         if let Some(reason) = reason {
             return Ok(Err(reason));
         }
@@ -271,15 +248,5 @@ impl Tools {
                 task.file_type.label()
             ))),
         }
-    }
-}
-
-fn non_empty<'a>(value: &'a str, name: &str) -> Result<&'a str, ToolError> {
-    if value.trim().is_empty() {
-        Err(ToolError::InvalidArgument(format!(
-            "{name} is empty; say what you want"
-        )))
-    } else {
-        Ok(value)
     }
 }

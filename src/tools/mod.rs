@@ -1,16 +1,21 @@
 //! The tool flows, as plain async functions over plain Rust types: `generate_file` and
 //! `modify_file` ([`files`]: the model writes Python, the sandbox runs it, a failed attempt's
 //! error goes back to the model, up to [`MAX_ATTEMPTS`] attempts, each in a fresh container),
-//! and `run_python` ([`python`]: the caller's own code). The MCP adapters in `mcp` only unpack
-//! arguments and call these.
+//! `analyze_file` and `data_analysis_tool` ([`analysis`]: inspection, steps, a checker),
+//! `conduct_deep_research` ([`research`]: a polled background run) and `run_python`
+//! ([`python`]: the caller's own code). The MCP adapters in `mcp` only unpack arguments and
+//! call these.
 //!
 //! This module does not know MCP types or HTTP; it reaches Docker only through `sandbox`.
 
+pub mod analysis;
 pub mod filename;
 mod files;
 pub mod filetype;
 mod python;
+pub mod research;
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -18,9 +23,11 @@ use thiserror::Error;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{ResearchConfig, SandboxConfig};
 use crate::llm::{Llm, LlmError};
 use crate::prompts::Prompts;
-use crate::sandbox::{Job, Outcome, Runner, Sandbox, SandboxError};
+use crate::sandbox::{Job, Outcome, Runner, Sandbox, SandboxError, Status};
+use crate::storage::url::{FetchError, UrlFetcher};
 use crate::storage::{Storage, StorageError};
 
 /// Attempts per `generate_file` / `modify_file` call: the first and two corrections.
@@ -44,6 +51,12 @@ pub enum ToolError {
     /// A file could not be fetched or stored.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// A document URL could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    /// A deep-research run failed, was refused, or ran out of time.
+    #[error("{0}")]
+    Research(String),
     /// The sandbox could not run an attempt.
     #[error("the sandbox could not run the code: {0}")]
     Sandbox(#[from] SandboxError),
@@ -95,7 +108,9 @@ pub struct Tools {
     sandbox: Arc<Sandbox>,
     llm: Llm,
     storage: Storage,
+    fetcher: UrlFetcher,
     prompts: Arc<Prompts>,
+    research: ResearchConfig,
     /// Bounds the containers running at once; an attempt holds a permit while it runs.
     permits: Arc<Semaphore>,
 }
@@ -106,14 +121,18 @@ impl Tools {
         sandbox: Arc<Sandbox>,
         llm: Llm,
         storage: Storage,
+        fetcher: UrlFetcher,
         prompts: Arc<Prompts>,
+        research: ResearchConfig,
         max_concurrent: usize,
     ) -> Self {
         Self {
             sandbox,
             llm,
             storage,
+            fetcher,
             prompts,
+            research,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
         }
     }
@@ -166,6 +185,63 @@ fn local_io(action: &'static str) -> impl FnOnce(std::io::Error) -> ToolError {
     }
 }
 
+/// Why an attempt failed, in words for the model, or `None` when the script succeeded.
+fn failure_reason(outcome: &Outcome, config: &SandboxConfig) -> Option<String> {
+    let limits = &config.limits;
+    match outcome.status {
+        Status::Ok => None,
+        Status::Failed => {
+            let stderr = outcome.stderr.text();
+            Some(format!(
+                "The script failed (exit code {}).\n{}",
+                outcome.exit_code.unwrap_or(-1),
+                if stderr.trim().is_empty() {
+                    outcome.message.clone()
+                } else {
+                    stderr
+                }
+            ))
+        }
+        Status::Timeout => Some(format!(
+            "The script ran longer than the {} s time limit and was killed.",
+            limits.timeout.as_secs()
+        )),
+        Status::OutOfMemory => Some(format!(
+            "The script used more than the {} MiB memory limit and was killed.",
+            limits.memory_bytes / (1024 * 1024)
+        )),
+        Status::OutputLimit => Some(format!(
+            "The script wrote too much output: {}",
+            outcome.message
+        )),
+    }
+}
+
+/// `value`, unless it is blank.
+fn non_empty<'a>(value: &'a str, name: &str) -> Result<&'a str, ToolError> {
+    if value.trim().is_empty() {
+        Err(ToolError::InvalidArgument(format!(
+            "{name} is empty; say what you want"
+        )))
+    } else {
+        Ok(value)
+    }
+}
+
+/// `name`, or `stem-2.ext`, `stem-3.ext`, ... when it is taken; records the result in `taken`.
+fn unique_name(name: String, taken: &mut HashSet<String>) -> String {
+    let mut candidate = name.clone();
+    let mut n = 2;
+    while !taken.insert(candidate.clone()) {
+        candidate = match name.rsplit_once('.') {
+            Some((stem, ext)) => format!("{stem}-{n}.{ext}"),
+            None => format!("{name}-{n}"),
+        };
+        n += 1;
+    }
+    candidate
+}
+
 /// The last `max` characters of `text`, marked when cut.
 pub fn tail(text: &str, max: usize) -> String {
     let count = text.chars().count();
@@ -182,5 +258,20 @@ pub fn human_size(bytes: u64) -> String {
         0..1024 => format!("{bytes} bytes"),
         1024..1_048_576 => format!("{:.1} KB", bytes as f64 / 1024.0),
         _ => format!("{:.1} MB", bytes as f64 / 1_048_576.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_names_get_a_numbered_stem_and_keep_their_extension() {
+        let mut taken = HashSet::new();
+        assert_eq!(unique_name("a.csv".into(), &mut taken), "a.csv");
+        assert_eq!(unique_name("a.csv".into(), &mut taken), "a-2.csv");
+        assert_eq!(unique_name("a.csv".into(), &mut taken), "a-3.csv");
+        assert_eq!(unique_name("notes".into(), &mut taken), "notes");
+        assert_eq!(unique_name("notes".into(), &mut taken), "notes-2");
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
-use super::{ToolError, ToolOutput, Tools, human_size, local_io, tail};
+use super::{ToolError, ToolOutput, Tools, human_size, local_io, tail, unique_name};
 use crate::sandbox::{Input, InputSource, Job, Status};
 use crate::storage::{Caller, content_type_for};
 
@@ -106,37 +106,8 @@ impl Tools {
     }
 }
 
-/// `name`, or `stem-2.ext`, `stem-3.ext`, ... when it is taken; records the result in `taken`.
-fn unique_name(name: String, taken: &mut HashSet<String>) -> String {
-    let mut candidate = name.clone();
-    let mut n = 2;
-    while !taken.insert(candidate.clone()) {
-        candidate = match name.rsplit_once('.') {
-            Some((stem, ext)) => format!("{stem}-{n}.{ext}"),
-            None => format!("{name}-{n}"),
-        };
-        n += 1;
-    }
-    candidate
-}
-
 fn push_block(text: &mut String, label: &str, body: &str) {
     if !body.trim().is_empty() {
         text.push_str(&format!("\n{label}:\n```\n{}\n```\n", body.trim_end()));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn repeated_names_get_a_numbered_stem_and_keep_their_extension() {
-        let mut taken = HashSet::new();
-        assert_eq!(unique_name("a.csv".into(), &mut taken), "a.csv");
-        assert_eq!(unique_name("a.csv".into(), &mut taken), "a-2.csv");
-        assert_eq!(unique_name("a.csv".into(), &mut taken), "a-3.csv");
-        assert_eq!(unique_name("notes".into(), &mut taken), "notes");
-        assert_eq!(unique_name("notes".into(), &mut taken), "notes-2");
     }
 }
