@@ -4,8 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod analysis;
 mod cli;
 mod common;
 mod fakes;
 mod mcp_server;
+mod research;
 mod sandbox;

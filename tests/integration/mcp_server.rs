@@ -144,13 +144,17 @@ pub async fn call(
     )
     .await
     .unwrap();
-    let text = result
+    (result.is_error == Some(true), text_of(&result))
+}
+
+/// The text items of a tool result, joined.
+pub fn text_of(result: &CallToolResult) -> String {
+    result
         .content
         .iter()
         .filter_map(|c| c.as_text().map(|t| t.text.clone()))
         .collect::<Vec<_>>()
-        .join("\n");
-    (result.is_error == Some(true), text)
+        .join("\n")
 }
 
 fn llm_script(name: &str) -> String {
@@ -162,7 +166,7 @@ fn llm_script(name: &str) -> String {
     .unwrap()
 }
 
-fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+pub fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -170,14 +174,14 @@ fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// The URL of the first markdown link in `text`.
-fn first_link(text: &str) -> String {
+pub fn first_link(text: &str) -> String {
     let start = text.find("](").expect("a markdown link") + 2;
     let end = text[start..].find(')').unwrap() + start;
     text[start..end].to_string()
 }
 
 /// The file id quoted in a tool's answer.
-fn file_id(text: &str) -> String {
+pub fn file_id(text: &str) -> String {
     let start = text.find("file id `").expect("a file id") + "file id `".len();
     let end = text[start..].find('`').unwrap() + start;
     text[start..end].to_string()
@@ -792,12 +796,38 @@ async fn tools_are_listed_with_descriptions_from_prompts_and_health_tells_no_sec
     let tools = with_timeout(client.list_all_tools()).await.unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort();
-    assert_eq!(names, ["generate_file", "modify_file", "run_python"]);
-    let run_python = tools.iter().find(|t| t.name == "run_python").unwrap();
     assert_eq!(
-        run_python.description.as_deref().unwrap(),
-        file_agent::prompts::Prompts::default().tool_run_python
+        names,
+        [
+            "analyze_file",
+            "conduct_deep_research",
+            "data_analysis_tool",
+            "generate_file",
+            "modify_file",
+            "run_python"
+        ]
     );
+    let prompts = file_agent::prompts::Prompts::default();
+    for (name, description) in [
+        ("run_python", &prompts.tool_run_python),
+        ("analyze_file", &prompts.tool_analyze_file),
+        ("data_analysis_tool", &prompts.tool_data_analysis),
+        ("conduct_deep_research", &prompts.tool_research),
+    ] {
+        let tool = tools.iter().find(|t| t.name == name).unwrap();
+        assert_eq!(tool.description.as_deref().unwrap(), description.as_str());
+    }
+    // The "Conversations" backend calls data_analysis_tool with exactly these arguments.
+    let data_analysis = tools
+        .iter()
+        .find(|t| t.name == "data_analysis_tool")
+        .unwrap();
+    let properties = data_analysis.input_schema["properties"]
+        .as_object()
+        .unwrap();
+    let mut arguments: Vec<&str> = properties.keys().map(String::as_str).collect();
+    arguments.sort();
+    assert_eq!(arguments, ["document", "document_name", "query"]);
     let _ = client.cancel().await;
 
     let response = reqwest::get(format!("{}/health", server.url))
@@ -862,7 +892,7 @@ async fn the_stdio_transport_initializes_lists_and_calls() {
     let info = client.peer_info().unwrap();
     assert_eq!(info.server_info.as_ref().unwrap().name, "file-agent");
     let tools = with_timeout(client.list_all_tools()).await.unwrap();
-    assert_eq!(tools.len(), 3);
+    assert_eq!(tools.len(), 6);
     let (is_error, text) = call(&client, "run_python", json!({"code": "print(6 * 7)"})).await;
     assert!(!is_error, "{text}");
     assert!(text.contains("42"), "{text}");
@@ -898,7 +928,7 @@ async fn the_official_python_sdk_lists_and_calls_the_tools() {
         "the MCP Python SDK client failed (is `mcp` installed? scripts/bootstrap.sh installs it)\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(
-        stdout.contains("tools: generate_file,modify_file,run_python"),
+        stdout.contains("tools: analyze_file,conduct_deep_research,data_analysis_tool,generate_file,modify_file,run_python"),
         "{stdout}"
     );
     assert!(stdout.contains("result: 4"), "{stdout}");

@@ -1,15 +1,19 @@
-//! A fake of the OpenAI chat completions API: `POST /v1/chat/completions` with bearer auth,
-//! answering from a script of replies, with OpenAI's real error bodies (401
-//! `invalid_api_key`, 404 `model_not_found`, 500 `server_error`).
+//! A fake of the OpenAI API: `POST /v1/chat/completions` with bearer auth, answering from a
+//! script of replies, with OpenAI's real error bodies (401 `invalid_api_key`, 404
+//! `model_not_found`, 500 `server_error`); and, when given a research plan, the Responses API
+//! in background mode (`POST /v1/responses`, `GET /v1/responses/{id}`, `POST .../cancel`)
+//! with the response objects OpenAI sends. Without a plan, `/v1/responses` answers like an
+//! OpenAI-compatible server that lacks it (FastAPI's 404 `{"detail": "Not Found"}`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use axum::Json;
+use axum::extract::Path;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 /// The key the fake accepts.
@@ -24,12 +28,36 @@ pub enum Reply {
     Code(String),
     /// A 200 whose body is not JSON at all (a proxy's HTML page).
     Garbage,
+    /// A reply whose content is this text as it is (an answer, a checker's verdict).
+    Text(String),
 }
+
+/// What one poll of a research run answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Poll {
+    /// The run is still queued.
+    Queued,
+    /// The run is working.
+    InProgress,
+    /// An HTML page with status 200 (a proxy hiccup).
+    Garbage,
+    /// Done, with a report and two URL citations (the last one repeats).
+    Completed,
+    /// The run failed at the provider.
+    Failed,
+}
+
+/// The report text of [`Poll::Completed`] and its cited pages.
+pub const REPORT: &str = "Async/await was stabilized in Rust 1.39 ([blog.rust-lang.org](https://blog.rust-lang.org/2019/11/07/Async-await-stable.html)). Rust 1.0 shipped in May 2015 ([rust-lang.org](https://www.rust-lang.org/)).";
 
 #[derive(Default)]
 struct Inner {
     replies: VecDeque<Reply>,
     requests: Vec<Value>,
+    research: Option<VecDeque<Poll>>,
+    research_requests: Vec<Value>,
+    polls: usize,
+    cancels: usize,
 }
 
 /// The fake and what it saw.
@@ -43,10 +71,27 @@ pub struct FakeOpenAi {
 impl FakeOpenAi {
     /// Starts the fake with these replies, in order.
     pub async fn start(replies: Vec<Reply>) -> Self {
+        Self::serve(replies, None).await
+    }
+
+    /// Starts the fake with a Responses API whose polls answer `polls` in order (the last
+    /// one repeats).
+    pub async fn with_research(polls: Vec<Poll>) -> Self {
+        Self::serve(Vec::new(), Some(polls)).await
+    }
+
+    async fn serve(replies: Vec<Reply>, research: Option<Vec<Poll>>) -> Self {
         let mut fake = Self::default();
-        fake.inner.lock().unwrap().replies = replies.into();
+        {
+            let mut inner = fake.inner.lock().unwrap();
+            inner.replies = replies.into();
+            inner.research = research.map(Into::into);
+        }
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(completions))
+            .route("/v1/responses", post(create_response))
+            .route("/v1/responses/{id}", get(retrieve_response))
+            .route("/v1/responses/{id}/cancel", post(cancel_response))
             .with_state(fake.clone());
         fake.base_url = format!("{}/v1", super::spawn(app).await);
         fake
@@ -55,6 +100,26 @@ impl FakeOpenAi {
     /// The JSON bodies of the chat requests received.
     pub fn requests(&self) -> Vec<Value> {
         self.inner.lock().unwrap().requests.clone()
+    }
+
+    /// The text of the last message of each chat request.
+    pub fn last_messages(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .map(|request| {
+                let messages = request["messages"].as_array().cloned().unwrap_or_default();
+                messages
+                    .last()
+                    .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// The bodies of `POST /v1/responses`, the polls and the cancels received.
+    pub fn research_seen(&self) -> (Vec<Value>, usize, usize) {
+        let inner = self.inner.lock().unwrap();
+        (inner.research_requests.clone(), inner.polls, inner.cancels)
     }
 
     /// The environment that points file-agent at this fake.
@@ -108,6 +173,7 @@ async fn completions(
     };
     let content = match reply {
         Some(Reply::Code(code)) => format!("Here is the script:\n\n```python\n{code}\n```\n"),
+        Some(Reply::Text(text)) => text,
         Some(Reply::Garbage) => {
             return (
                 StatusCode::OK,
@@ -141,4 +207,151 @@ async fn completions(
         "system_fingerprint": "fp_fake"
     }))
     .into_response()
+}
+
+/// `None` when the key is right, else OpenAI's 401.
+fn refuse_bad_key(headers: &HeaderMap) -> Option<Response> {
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok());
+    (auth != Some(format!("Bearer {KEY}").as_str())).then(|| {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "Incorrect API key provided.",
+            "invalid_request_error",
+            Some("invalid_api_key"),
+        )
+    })
+}
+
+/// A response object as OpenAI sends it, in `status`.
+fn response_object(status: &str, request: &Value) -> Value {
+    json!({
+        "id": "resp_68b0c1d2e3f48190a1b2c3d4e5f6a7b8",
+        "object": "response",
+        "created_at": 1_756_400_000u64,
+        "status": status,
+        "background": true,
+        "error": null,
+        "incomplete_details": null,
+        "instructions": request["instructions"],
+        "max_output_tokens": null,
+        "model": format!("{}-2025-06-26", request["model"].as_str().unwrap_or("o4-mini-deep-research")),
+        "output": [],
+        "parallel_tool_calls": true,
+        "previous_response_id": null,
+        "reasoning": {"effort": "medium", "summary": null},
+        "service_tier": "auto",
+        "store": true,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": "auto",
+        "tools": [{"type": "web_search_preview", "search_context_size": "medium",
+                   "user_location": {"type": "approximate", "city": null, "country": "US", "region": null, "timezone": null}}],
+        "top_logprobs": 0,
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": null,
+        "user": null,
+        "metadata": {}
+    })
+}
+
+async fn create_response(
+    State(fake): State<FakeOpenAi>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    if fake.inner.lock().unwrap().research.is_none() {
+        return (StatusCode::NOT_FOUND, Json(json!({"detail": "Not Found"}))).into_response();
+    }
+    if let Some(refusal) = refuse_bad_key(&headers) {
+        return refusal;
+    }
+    let object = response_object("queued", &body);
+    fake.inner.lock().unwrap().research_requests.push(body);
+    Json(object).into_response()
+}
+
+async fn retrieve_response(
+    State(fake): State<FakeOpenAi>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refusal) = refuse_bad_key(&headers) {
+        return refusal;
+    }
+    let (poll, request) = {
+        let mut inner = fake.inner.lock().unwrap();
+        inner.polls += 1;
+        let request = inner
+            .research_requests
+            .last()
+            .cloned()
+            .unwrap_or(Value::Null);
+        let plan = inner.research.get_or_insert_with(VecDeque::new);
+        let poll = if plan.len() > 1 {
+            plan.pop_front()
+        } else {
+            plan.front().cloned()
+        };
+        (poll.unwrap_or(Poll::InProgress), request)
+    };
+    if !id.starts_with("resp_") {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("Response with id '{id}' not found."),
+            "invalid_request_error",
+            None,
+        );
+    }
+    match poll {
+        Poll::Queued => Json(response_object("queued", &request)).into_response(),
+        Poll::InProgress => Json(response_object("in_progress", &request)).into_response(),
+        Poll::Garbage => (
+            StatusCode::OK,
+            [("content-type", "text/html")],
+            "<html><body>upstream hiccup</body></html>",
+        )
+            .into_response(),
+        Poll::Failed => {
+            let mut object = response_object("failed", &request);
+            object["error"] = json!({"code": "server_error", "message": "The model failed to generate a response."});
+            Json(object).into_response()
+        }
+        Poll::Completed => {
+            let mut object = response_object("completed", &request);
+            let blog = "https://blog.rust-lang.org/2019/11/07/Async-await-stable.html";
+            let first = REPORT.find("([blog").unwrap();
+            let first_end = REPORT.find(".html))").unwrap() + ".html))".len();
+            let second = REPORT.find("([rust-lang.org]").unwrap();
+            object["completed_at"] = json!(1_756_400_420u64);
+            object["output"] = json!([
+                {"id": "rs_1", "type": "reasoning", "summary": []},
+                {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "Rust async await stabilization version"}},
+                {"id": "ws_2", "type": "web_search_call", "status": "completed", "action": {"type": "open_page", "url": blog}},
+                {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+                 "content": [{"type": "output_text", "text": REPORT, "logprobs": [], "annotations": [
+                    {"type": "url_citation", "start_index": first, "end_index": first_end, "title": "Async-await on stable Rust!", "url": blog},
+                    {"type": "url_citation", "start_index": second, "end_index": REPORT.len() - 1, "title": "Rust Programming Language", "url": "https://www.rust-lang.org/"}
+                 ]}]}
+            ]);
+            object["usage"] = json!({"input_tokens": 20110, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 3418, "output_tokens_details": {"reasoning_tokens": 2944}, "total_tokens": 23528});
+            Json(object).into_response()
+        }
+    }
+}
+
+async fn cancel_response(State(fake): State<FakeOpenAi>, headers: HeaderMap) -> Response {
+    if let Some(refusal) = refuse_bad_key(&headers) {
+        return refusal;
+    }
+    let request = {
+        let mut inner = fake.inner.lock().unwrap();
+        inner.cancels += 1;
+        inner
+            .research_requests
+            .last()
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    Json(response_object("cancelled", &request)).into_response()
 }

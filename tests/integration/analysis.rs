@@ -1,0 +1,539 @@
+//! `analyze_file` and `data_analysis_tool` through the real server, sandbox and image, with a
+//! scripted fake model: the inspection of real files (title rows above a header, a
+//! Windows-1252 CSV with semicolons, an .xls, 100,000 rows, an empty file, a file that is not
+//! what its name says), the step loop, the checker and its redo, charts, and URL fetching
+//! under the address policy.
+
+use serde_json::{Value, json};
+
+use crate::fakes::openai::{FakeOpenAi, Reply};
+use crate::mcp_server::{TestServer, env, file_id, first_link};
+
+fn code(text: &str) -> Reply {
+    Reply::Code(text.to_string())
+}
+
+fn text(text: &str) -> Reply {
+    Reply::Text(text.to_string())
+}
+
+fn pass() -> Reply {
+    text(r#"{"verdict": "pass", "feedback": "The figures match the output."}"#)
+}
+
+fn fail(feedback: &str) -> Reply {
+    Reply::Text(json!({"verdict": "fail", "feedback": feedback}).to_string())
+}
+
+/// Uploads `bytes` as `name`, asks `question` with `analyze_file`, and returns the answer,
+/// which must not be an error.
+async fn analyze(server: &TestServer, name: &str, bytes: Vec<u8>, question: &str) -> String {
+    let id = server.upload(name, bytes).await;
+    let (is_error, answer) = server
+        .call(
+            None,
+            "analyze_file",
+            json!({"file_id": id, "instructions": question}),
+        )
+        .await;
+    assert!(!is_error, "{answer}");
+    answer
+}
+
+/// The first user message of the analysis: the question and the inspection.
+fn inspection_message(llm: &FakeOpenAi) -> String {
+    llm.requests()[0]["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+const SALES_CSV: &str =
+    "region,product,amount\nNorth,Widget,100\nSouth,Widget,200\nNorth,Gadget,300\n";
+
+const SUM_BY_REGION: &str = "import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df.groupby('region')['amount'].sum().to_string())\nprint('total', df['amount'].sum())\n";
+
+#[tokio::test]
+async fn a_csv_question_is_answered_checked_and_explained() {
+    let llm = FakeOpenAi::start(vec![
+        code(SUM_BY_REGION),
+        text("ANALYSIS_COMPLETE\nNorth sold **400** and South **200**; the total is **600**."),
+        pass(),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    let answer = analyze(
+        &server,
+        "sales.csv",
+        SALES_CSV.as_bytes().to_vec(),
+        "Sales by region?",
+    )
+    .await;
+    for part in [
+        "## Analysis Results",
+        "the total is **600**",
+        "## Quality Assurance",
+        "**Checker verdict: passed**",
+        "The figures match the output.",
+        "Steps: 1 of at most 3",
+        "## Methodology",
+        "### Inspection of `sales.csv`",
+        "### Step 1",
+        "groupby('region')",
+        "total 600",
+    ] {
+        assert!(answer.contains(part), "missing {part:?} in:\n{answer}");
+    }
+    // The inspection opened the conversation; the checker saw the code and its output.
+    let first = inspection_message(&llm);
+    assert!(first.contains("Sales by region?"), "{first}");
+    assert!(first.contains("pd.read_csv(input_file_path"), "{first}");
+    let review = llm.last_messages()[2].clone();
+    assert!(
+        review.contains("total 600") && review.contains("the total is **600**"),
+        "{review}"
+    );
+    let checker_prompt = llm.requests()[2]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(checker_prompt.contains("\"verdict\""), "{checker_prompt}");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn title_rows_above_the_header_are_found_and_a_chart_is_linked() {
+    let llm = FakeOpenAi::start(vec![
+        code(
+            "import pandas as pd\nimport matplotlib.pyplot as plt\ndf = pd.read_excel(input_file_path, sheet_name='Sales', header=3)\ntotals = df.groupby('Region')['Revenue'].sum()\nprint(totals.to_string())\ntotals.plot.bar(title='Revenue by region')\nplt.savefig('revenue.png')\nplt.close()\n",
+        ),
+        text("ANALYSIS_COMPLETE\nEast leads with 450."),
+        pass(),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    // The workbook is made by the real sandbox: a title, a blank row, a note, then the header.
+    let (is_error, made) = server
+        .call(
+            None,
+            "run_python",
+            json!({"code": "from openpyxl import Workbook\nwb = Workbook()\nws = wb.active\nws.title = 'Sales'\nws.append(['Quarterly revenue report'])\nws.append([])\nws.append(['Generated 2026-11-01 by finance'])\nws.append(['Region', 'Quarter', 'Revenue'])\nfor row in [['East', 'Q1', 200], ['West', 'Q1', 150], ['East', 'Q2', 250], ['West', 'Q2', 100]]:\n    ws.append(row)\nwb.save('/work/out/report.xlsx')\n"}),
+        )
+        .await;
+    assert!(!is_error, "{made}");
+    let (is_error, answer) = server
+        .call(
+            None,
+            "analyze_file",
+            json!({"file_id": file_id(&made), "instructions": "Revenue by region, as a bar chart"}),
+        )
+        .await;
+    assert!(!is_error, "{answer}");
+    let first = inspection_message(&llm);
+    assert!(first.contains("header=3"), "{first}");
+    assert!(first.contains("Quarterly revenue report"), "{first}");
+    assert!(answer.contains("East leads with 450."), "{answer}");
+    let chart = answer
+        .lines()
+        .find(|line| line.starts_with("![revenue"))
+        .unwrap_or_else(|| panic!("no chart in:\n{answer}"));
+    let png = server.download(&first_link(chart)).await;
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
+    assert!(answer.contains("Charts: revenue"), "{answer}");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_windows_1252_csv_with_semicolons_is_read_as_such() {
+    let llm = FakeOpenAi::start(vec![
+        code(
+            "import pandas as pd\ndf = pd.read_csv(input_file_path, encoding='cp1252', sep=';', decimal=',')\nprint(df.loc[df['Stadt'] == 'Köln', 'Umsatz'].sum())\n",
+        ),
+        text("ANALYSIS_COMPLETE\nKöln: 1234.5 €."),
+        pass(),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    // "Köln" and "€" in Windows-1252: ö = F6, € = 80; decimal commas.
+    let mut csv = b"Stadt;Umsatz;W\xe4hrung\n".to_vec();
+    csv.extend_from_slice(b"K\xf6ln;1234,5;\x80\nM\xfcnchen;99,5;\x80\nD\xfcsseldorf;10,0;\x80\n");
+    let answer = analyze(&server, "umsatz.csv", csv, "Umsatz in Köln?").await;
+    let first = inspection_message(&llm);
+    assert!(first.contains("cp1252"), "{first}");
+    assert!(first.contains("sep=\";\""), "{first}");
+    assert!(first.contains("Köln"), "{first}");
+    assert!(answer.contains("1234.5"), "{answer}");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_hundred_thousand_rows_are_inspected_and_summed() {
+    let llm = FakeOpenAi::start(vec![
+        code("import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint('rows', len(df), 'sum', df['value'].sum())\n"),
+        text("ANALYSIS_COMPLETE\n100,000 rows; the values sum to 4,999,950,000."),
+        pass(),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    let mut csv = String::from("id,group,value\n");
+    for i in 0..100_000u64 {
+        csv.push_str(&format!("{i},g{},{}\n", i % 7, i * 10 / 10));
+    }
+    let answer = analyze(&server, "big.csv", csv.into_bytes(), "Sum of value?").await;
+    let first = inspection_message(&llm);
+    assert!(
+        first.contains("100000") || first.contains("100,000"),
+        "{first}"
+    );
+    assert!(answer.contains("rows 100000 sum 4999950000"), "{answer}");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_failed_step_is_fixed_with_the_inspection_in_the_prompt() {
+    let llm = FakeOpenAi::start(vec![
+        code("import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df['Amount'].sum())\n"),
+        code("import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df['amount'].sum())\n"),
+        text("ANALYSIS_COMPLETE\nThe total is 600."),
+        pass(),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    let answer = analyze(
+        &server,
+        "sales.csv",
+        SALES_CSV.as_bytes().to_vec(),
+        "Total amount?",
+    )
+    .await;
+    let fix = llm.last_messages()[1].clone();
+    assert!(fix.contains("KeyError: 'Amount'"), "{fix}");
+    assert!(fix.contains("Attempt 1 of 3"), "{fix}");
+    assert!(
+        fix.contains("pd.read_csv(input_file_path"),
+        "the inspection is missing: {fix}"
+    );
+    assert!(answer.contains("attempt 2"), "{answer}");
+    assert!(
+        answer.contains("Attempt 1 failed: `KeyError: 'Amount'`"),
+        "{answer}"
+    );
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_failed_review_leads_to_one_redo_that_passes() {
+    let llm = FakeOpenAi::start(vec![
+        code(
+            "import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df['amount'].mean())\n",
+        ),
+        text("ANALYSIS_COMPLETE\nThe total is 200."),
+        fail("The question asks for the total; the code printed the mean."),
+        code("import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df['amount'].sum())\n"),
+        text("ANALYSIS_COMPLETE\nThe total is 600."),
+        pass(),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    let answer = analyze(
+        &server,
+        "sales.csv",
+        SALES_CSV.as_bytes().to_vec(),
+        "Total amount?",
+    )
+    .await;
+    let redo = llm.last_messages()[3].clone();
+    assert!(redo.contains("printed the mean"), "{redo}");
+    let results = answer.split("## Quality Assurance").next().unwrap();
+    assert!(
+        results.contains("The total is 600.") && !results.contains("200"),
+        "{answer}"
+    );
+    for part in [
+        "**Checker verdict: passed after correction**",
+        "First review: failed: The question asks for the total",
+        "Second review: passed",
+        "### The first pass, before the checker's correction",
+        "> The total is 200.",
+    ] {
+        assert!(answer.contains(part), "missing {part:?} in:\n{answer}");
+    }
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_redo_that_breaks_down_is_recorded_and_the_first_result_kept_with_a_caveat() {
+    let broken = "raise RuntimeError('still broken')\n";
+    let llm = FakeOpenAi::start(vec![
+        code(SUM_BY_REGION),
+        text("ANALYSIS_COMPLETE\nThe total is 600."),
+        fail("Also report the product split."),
+        code(broken),
+        code(broken),
+        code(broken),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    let answer = analyze(
+        &server,
+        "sales.csv",
+        SALES_CSV.as_bytes().to_vec(),
+        "Total amount?",
+    )
+    .await;
+    for part in [
+        "The total is 600.",
+        "**Checker verdict: accepted with caveats**",
+        "A redo was attempted and failed: step 1 of the redo failed 3 times",
+        "still broken",
+        "which the checker did not pass",
+    ] {
+        assert!(answer.contains(part), "missing {part:?} in:\n{answer}");
+    }
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn the_step_limit_ends_the_loop_and_says_so() {
+    let step = "import pandas as pd\nprint(len(pd.read_csv(input_file_path)))\n";
+    let llm = FakeOpenAi::start(vec![
+        code(step),
+        code(step),
+        code(step),
+        text("ANALYSIS_COMPLETE\nThere are 3 rows."),
+        text("The analysis looks right to me."),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    let answer = analyze(
+        &server,
+        "sales.csv",
+        SALES_CSV.as_bytes().to_vec(),
+        "How many rows?",
+    )
+    .await;
+    assert!(
+        llm.last_messages()[3].contains("last step allowed"),
+        "{:?}",
+        llm.last_messages()
+    );
+    for part in [
+        "There are 3 rows.",
+        "the step limit (3) was reached",
+        "Steps: 3 of at most 3",
+        // A checker reply that is not the agreed JSON is no verdict, not a pass.
+        "**Checker verdict: accepted with caveats**",
+        "no verdict (the checker's reply is not the agreed JSON",
+    ] {
+        assert!(answer.contains(part), "missing {part:?} in:\n{answer}");
+    }
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn empty_and_misnamed_files_get_clear_errors_or_a_note() {
+    let llm = FakeOpenAi::start(vec![
+        code("import pandas as pd\nprint(pd.read_excel(input_file_path).shape)\n"),
+        text("ANALYSIS_COMPLETE\n2 rows."),
+        pass(),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    for (name, bytes, words) in [
+        ("empty.csv", Vec::new(), "is empty"),
+        (
+            "data.csv",
+            b"%PDF-1.7\n%\xe2\xe3\n1 0 obj\n".to_vec(),
+            "is a PDF",
+        ),
+        (
+            "junk.csv",
+            vec![0x00, 0xff, 0x13, 0x37, 0x00, 0x42],
+            "binary data",
+        ),
+    ] {
+        let id = server.upload(name, bytes).await;
+        let (is_error, answer) = server
+            .call(
+                None,
+                "analyze_file",
+                json!({"file_id": id, "instructions": "Summarise"}),
+            )
+            .await;
+        assert!(is_error, "{name}: {answer}");
+        assert!(answer.contains(words), "{name}: {answer}");
+    }
+    // An .xlsx that calls itself .csv is read as the workbook it is, with a note.
+    let (_, made) = server
+        .call(
+            None,
+            "run_python",
+            json!({"code": "import pandas as pd\npd.DataFrame({'a': [1, 2]}).to_excel('/work/out/table.xlsx', index=False)\n"}),
+        )
+        .await;
+    let workbook = server.download(&first_link(&made)).await;
+    let answer = analyze(&server, "table.csv", workbook, "Shape?").await;
+    assert!(answer.contains("(2, 1)"), "the workbook was read: {answer}");
+    let first = inspection_message(&llm);
+    assert!(
+        first.contains("named \"table.csv\", but its content is a Excel workbook"),
+        "{first}"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        3,
+        "the refused files never reached the model"
+    );
+    server.assert_nothing_left().await;
+}
+
+/// A file server on loopback: `/sales.csv`, `/chart-data.csv`, and `/redirect` to `target`.
+async fn document_server(target: &str) -> String {
+    use axum::response::Redirect;
+    use axum::routing::get;
+    let target = target.to_string();
+    let app = axum::Router::new()
+        .route("/sales.csv", get(|| async { SALES_CSV }))
+        .route(
+            "/redirect",
+            get(move || async move { Redirect::temporary(&target) }),
+        );
+    crate::fakes::spawn(app).await
+}
+
+#[tokio::test]
+async fn data_analysis_tool_fetches_the_url_and_answers_in_its_json_contract() {
+    let llm = FakeOpenAi::start(vec![
+        code("import pandas as pd\nimport matplotlib.pyplot as plt\ndf = pd.read_csv(input_file_path)\ns = df.groupby('region')['amount'].sum()\nprint(s.to_string())\ns.plot.pie()\nplt.savefig('share.png')\n"),
+        text("ANALYSIS_COMPLETE\nNorth has two thirds of the sales."),
+        pass(),
+    ])
+    .await;
+    let mut vars = llm.env();
+    vars.extend(env(&[("FILE_AGENT_URL_ALLOWED_NETWORKS", "127.0.0.0/8")]));
+    let server = TestServer::start(&vars).await;
+    let files = document_server("/sales.csv").await;
+    let (is_error, answer) = server
+        .call(
+            None,
+            "data_analysis_tool",
+            json!({"query": "Share of sales by region, as a pie chart", "document": format!("{files}/redirect?X-Amz-Signature=abc"), "document_name": "sales.csv"}),
+        )
+        .await;
+    assert!(!is_error, "{answer}");
+    let value: Value = serde_json::from_str(&answer).expect("JSON text");
+    let result = value["result"].as_str().unwrap();
+    assert!(
+        result.starts_with("North has two thirds of the sales."),
+        "{result}"
+    );
+    assert!(result.contains("Checker verdict: passed"), "{result}");
+    assert!(
+        value["query_code"]
+            .as_str()
+            .unwrap()
+            .contains("# Step 1\nimport pandas"),
+        "{value}"
+    );
+    use base64::Engine;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(value["plot_image"].as_str().expect("a plot"))
+        .unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn data_analysis_tool_refuses_internal_addresses_and_redirects_to_them() {
+    let llm = FakeOpenAi::start(vec![]).await;
+    let files = document_server("http://169.254.169.254/latest/meta-data/iam").await;
+
+    // By default loopback is not fetched, and the signature never shows in the error.
+    let server = TestServer::start(&llm.env()).await;
+    let (is_error, answer) = server
+        .call(
+            None,
+            "data_analysis_tool",
+            json!({"query": "q", "document": format!("{files}/sales.csv?X-Amz-Signature=secret123"), "document_name": "sales.csv"}),
+        )
+        .await;
+    assert!(is_error, "{answer}");
+    assert!(
+        answer.contains("a loopback address") && answer.contains("FILE_AGENT_URL_ALLOWED_NETWORKS"),
+        "{answer}"
+    );
+    assert!(!answer.contains("secret123"), "{answer}");
+    drop(server);
+
+    // Loopback allowed: the redirect to the metadata address is still refused, and so is a
+    // scheme other than http(s).
+    let mut vars = llm.env();
+    vars.extend(env(&[("FILE_AGENT_URL_ALLOWED_NETWORKS", "127.0.0.0/8")]));
+    let server = TestServer::start(&vars).await;
+    for (document, words) in [
+        (
+            format!("{files}/redirect"),
+            "169.254.169.254 is 169.254.169.254, a link-local address",
+        ),
+        ("file:///etc/passwd".to_string(), "only http and https"),
+        (format!("{files}/missing.csv"), "HTTP 404"),
+    ] {
+        let (is_error, answer) = server
+            .call(
+                None,
+                "data_analysis_tool",
+                json!({"query": "q", "document": document, "document_name": "x.csv"}),
+            )
+            .await;
+        assert!(is_error, "{document}: {answer}");
+        assert!(answer.contains(words), "{document}: {answer}");
+    }
+    drop(server);
+
+    // With a host allow-list, another name for the same address is refused.
+    let mut vars = llm.env();
+    vars.extend(env(&[
+        ("FILE_AGENT_URL_ALLOWED_NETWORKS", "127.0.0.0/8"),
+        ("FILE_AGENT_URL_ALLOWED_HOSTS", "127.0.0.1"),
+    ]));
+    let server = TestServer::start(&vars).await;
+    let document = files.replace("127.0.0.1", "localhost") + "/sales.csv";
+    let (is_error, answer) = server
+        .call(
+            None,
+            "data_analysis_tool",
+            json!({"query": "q", "document": document, "document_name": "x.csv"}),
+        )
+        .await;
+    assert!(
+        is_error && answer.contains("not in FILE_AGENT_URL_ALLOWED_HOSTS"),
+        "{answer}"
+    );
+    assert!(llm.requests().is_empty(), "nothing reached the model");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_legacy_xls_is_inspected_and_read() {
+    let llm = FakeOpenAi::start(vec![
+        code("import pandas as pd\nprint(pd.read_excel(input_file_path).to_string())\n"),
+        text("ANALYSIS_COMPLETE\nTwo cities."),
+        pass(),
+    ])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    let xls = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tables/cities.xls"),
+    )
+    .unwrap();
+    let answer = analyze(&server, "cities.xls", xls, "Which cities?").await;
+    let first = inspection_message(&llm);
+    assert!(first.contains("pd.read_excel(input_file_path"), "{first}");
+    assert!(first.contains("Lyon"), "{first}");
+    assert!(answer.contains("Two cities."), "{answer}");
+    assert!(
+        answer.contains("Graz") && answer.contains("298479"),
+        "{answer}"
+    );
+    server.assert_nothing_left().await;
+}
