@@ -5,6 +5,7 @@
 
 use serde::Deserialize;
 
+use super::report::fenced;
 use super::{Pass, head};
 
 /// Characters of the inspection, and of each step's output, shown to the checker.
@@ -72,18 +73,18 @@ fn strip_fence(text: &str) -> &str {
 /// The material the checker reviews, as one message.
 pub fn review_material(question: &str, inspection: &str, pass: &Pass) -> String {
     let mut text = format!(
-        "## The user's question\n\n{question}\n\n## Inspection of the file\n\n```text\n{}\n```\n",
-        head(inspection, REVIEW_CHARS)
+        "## The user's question\n\n{question}\n\n## Inspection of the file\n\n{}",
+        fenced("text", &head(inspection, REVIEW_CHARS))
     );
     if pass.steps.is_empty() {
         text.push_str("\n## Steps\n\nNo code was run.\n");
     }
     for (index, step) in pass.steps.iter().enumerate() {
         text.push_str(&format!(
-            "\n## Step {}\n\n```python\n{}\n```\n\nOutput:\n\n```text\n{}\n```\n",
+            "\n## Step {}\n\n{}Output:\n\n{}",
             index + 1,
-            step.code.trim_end(),
-            head(&step.output, REVIEW_CHARS).trim_end()
+            fenced("python", step.code.trim_end()),
+            fenced("text", head(&step.output, REVIEW_CHARS).trim_end())
         ));
         if !step.charts.is_empty() {
             let names: Vec<&str> = step.charts.iter().map(|c| c.name.as_str()).collect();

@@ -234,7 +234,8 @@ impl Tools {
         let mut conversation = vec![
             Message::System(self.prompts.analyze.clone()),
             Message::User(format!(
-                "Question:\n{question}\n\nThe file `{file_name}` is at `input_file_path`. Its inspection:\n\n```text\n{inspection}\n```"
+                "Question:\n{question}\n\nThe file `{file_name}` is at `input_file_path`. Its inspection:\n\n{}",
+                report::fenced("text", &inspection)
             )),
         ];
         let first = match self
@@ -389,8 +390,14 @@ impl Tools {
                             &[
                                 ("attempt", &attempt.to_string()),
                                 ("max_attempts", &MAX_ATTEMPTS.to_string()),
-                                ("error", &super::tail(&error, super::ERROR_TAIL_CHARS)),
-                                ("inspection", inspection),
+                                (
+                                    "error",
+                                    &report::fenced(
+                                        "text",
+                                        &super::tail(&error, super::ERROR_TAIL_CHARS),
+                                    ),
+                                ),
+                                ("inspection", &report::fenced("text", inspection)),
                             ],
                         )));
                         reply = self.ask(conversation, clock, cancel).await?;
@@ -407,7 +414,7 @@ impl Tools {
                 &[
                     ("step", &step_number.to_string()),
                     ("max_steps", &MAX_STEPS.to_string()),
-                    ("output", &shown),
+                    ("output", &report::fenced("text", &shown)),
                 ],
             )));
             steps.push(step);

@@ -215,8 +215,9 @@ fn push_steps(text: &mut String, pass: &Pass, prefix: &str) {
     }
 }
 
-/// `body` in a code fence longer than any run of backticks inside it.
-fn fenced(language: &str, body: &str) -> String {
+/// `body` in a code fence longer than any run of backticks inside it (inspections and
+/// outputs carry fences of their own).
+pub(super) fn fenced(language: &str, body: &str) -> String {
     let longest = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest.max(2) + 1);
     format!("{fence}{language}\n{body}\n{fence}\n\n")
