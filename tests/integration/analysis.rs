@@ -193,7 +193,7 @@ async fn a_hundred_thousand_rows_are_inspected_and_summed() {
 async fn a_failed_step_is_fixed_with_the_inspection_in_the_prompt() {
     let llm = FakeOpenAi::start(vec![
         code("import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df['Amount'].sum())\n"),
-        code("import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df['amount'].sum())\n"),
+        code("import warnings\nimport pandas as pd\ndf = pd.read_csv(input_file_path)\nwarnings.warn('this API changes', FutureWarning)\nwarnings.warn('amounts look like cents', UserWarning)\nprint(df['amount'].sum())\n"),
         text("ANALYSIS_COMPLETE\nThe total is 600."),
         pass(),
     ])
@@ -216,6 +216,15 @@ async fn a_failed_step_is_fixed_with_the_inspection_in_the_prompt() {
     assert!(answer.contains("attempt 2"), "{answer}");
     assert!(
         answer.contains("Attempt 1 failed: `KeyError: 'Amount'`"),
+        "{answer}"
+    );
+    // A meaningful warning stays in the output; deprecation noise does not.
+    assert!(
+        answer.contains("UserWarning: amounts look like cents"),
+        "{answer}"
+    );
+    assert!(
+        !answer.contains("FutureWarning: this API changes"),
         "{answer}"
     );
     server.assert_nothing_left().await;
@@ -387,13 +396,14 @@ async fn empty_and_misnamed_files_get_clear_errors_or_a_note() {
     server.assert_nothing_left().await;
 }
 
-/// A file server on loopback: `/sales.csv`, `/chart-data.csv`, and `/redirect` to `target`.
+/// A file server on loopback: `/sales.csv`, `/big.csv` (2.4 MB), and `/redirect` to `target`.
 async fn document_server(target: &str) -> String {
     use axum::response::Redirect;
     use axum::routing::get;
     let target = target.to_string();
     let app = axum::Router::new()
         .route("/sales.csv", get(|| async { SALES_CSV }))
+        .route("/big.csv", get(|| async { "x,y\n1,2\n".repeat(300_000) }))
         .route(
             "/redirect",
             get(move || async move { Redirect::temporary(&target) }),
@@ -465,10 +475,13 @@ async fn data_analysis_tool_refuses_internal_addresses_and_redirects_to_them() {
     assert!(!answer.contains("secret123"), "{answer}");
     drop(server);
 
-    // Loopback allowed: the redirect to the metadata address is still refused, and so is a
-    // scheme other than http(s).
+    // Loopback allowed: the redirect to the metadata address is still refused, and so are a
+    // scheme other than http(s) and a document over the size cap.
     let mut vars = llm.env();
-    vars.extend(env(&[("FILE_AGENT_URL_ALLOWED_NETWORKS", "127.0.0.0/8")]));
+    vars.extend(env(&[
+        ("FILE_AGENT_URL_ALLOWED_NETWORKS", "127.0.0.0/8"),
+        ("FILE_AGENT_INPUT_MAX_MIB", "1"),
+    ]));
     let server = TestServer::start(&vars).await;
     for (document, words) in [
         (
@@ -477,6 +490,7 @@ async fn data_analysis_tool_refuses_internal_addresses_and_redirects_to_them() {
         ),
         ("file:///etc/passwd".to_string(), "only http and https"),
         (format!("{files}/missing.csv"), "HTTP 404"),
+        (format!("{files}/big.csv"), "larger than the 1 MiB"),
     ] {
         let (is_error, answer) = server
             .call(
