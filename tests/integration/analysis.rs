@@ -551,3 +551,30 @@ async fn a_legacy_xls_is_inspected_and_read() {
     );
     server.assert_nothing_left().await;
 }
+
+#[tokio::test]
+async fn a_step_that_fails_every_attempt_is_one_clear_error() {
+    let broken = "import pandas as pd\nprint(pd.read_csv(input_file_path)['nope'].sum())\n";
+    let llm = FakeOpenAi::start(vec![code(broken), code(broken), code(broken)]).await;
+    let server = TestServer::start(&llm.env()).await;
+    let id = server
+        .upload("sales.csv", SALES_CSV.as_bytes().to_vec())
+        .await;
+    let (is_error, answer) = server
+        .call(
+            None,
+            "analyze_file",
+            json!({"file_id": id, "instructions": "Sum of nope?"}),
+        )
+        .await;
+    assert!(is_error, "{answer}");
+    assert!(
+        answer.contains("no valid analysis after 3 attempts"),
+        "{answer}"
+    );
+    assert!(answer.contains("step 1 failed 3 times"), "{answer}");
+    assert!(answer.contains("KeyError: 'nope'"), "{answer}");
+    // No checker was asked about a result that does not exist.
+    assert_eq!(llm.requests().len(), 3);
+    server.assert_nothing_left().await;
+}
