@@ -90,6 +90,14 @@ pub struct ServerConfig {
     pub public_url: String,
     /// `FILE_AGENT_ALLOWED_HOSTS`: `Host` values accepted on `/mcp`; `None` accepts any (`*`).
     pub allowed_hosts: Option<Vec<String>>,
+    /// `FILE_AGENT_ALLOWED_ORIGINS`: browser `Origin`s accepted on `/mcp` (a request without
+    /// one passes); `None` accepts any (`*`).
+    pub allowed_origins: Option<Vec<String>>,
+    /// `FILE_AGENT_ACCESS_TOKENS`: when any is set (here or in the file), `/mcp` and uploads
+    /// need one of them.
+    pub access_tokens: Vec<Secret>,
+    /// `FILE_AGENT_ACCESS_TOKENS_FILE`: more tokens, one per line (`#` starts a comment).
+    pub access_tokens_file: Option<PathBuf>,
 }
 
 /// The OpenAI-compatible chat API.
@@ -187,6 +195,37 @@ impl Config {
             }
         };
 
+        let allowed_origins = match get("FILE_AGENT_ALLOWED_ORIGINS") {
+            Some(value) if value.trim() == "*" => None,
+            Some(value) => Some(
+                value
+                    .split(',')
+                    .map(|origin| origin.trim().trim_end_matches('/').to_string())
+                    .filter(|origin| !origin.is_empty())
+                    .collect(),
+            ),
+            None => {
+                let mut origins = vec![
+                    "http://localhost:*".to_string(),
+                    "http://127.0.0.1:*".to_string(),
+                ];
+                if let Some(origin) = url_origin(&public_url) {
+                    origins.push(origin);
+                }
+                Some(origins)
+            }
+        };
+        let access_tokens = get("FILE_AGENT_ACCESS_TOKENS")
+            .map(|value| {
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|token| !token.is_empty())
+                    .map(Secret::new)
+                    .collect()
+            })
+            .unwrap_or_default();
+
         let llm = LlmConfig {
             api_key: get("OPENAI_API_KEY").map(|key| Secret::new(key.trim())),
             base_url: match get("OPENAI_BASE_URL") {
@@ -265,6 +304,9 @@ impl Config {
                 listen,
                 public_url,
                 allowed_hosts,
+                allowed_origins,
+                access_tokens,
+                access_tokens_file: get("FILE_AGENT_ACCESS_TOKENS_FILE").map(PathBuf::from),
             },
             llm,
             storage,
@@ -296,6 +338,12 @@ fn parse_url(value: String, var: &'static str) -> Result<String, ConfigError> {
             expected: "an http:// or https:// URL, e.g. http://open-webui:8080",
         }),
     }
+}
+
+/// The origin of a URL (`scheme://host[:port]`), as a browser's `Origin` header carries it.
+fn url_origin(url: &str) -> Option<String> {
+    let url = reqwest::Url::parse(url).ok()?;
+    Some(url.origin().ascii_serialization()).filter(|origin| origin != "null")
 }
 
 /// The host (and port, if any) of a URL, as a `Host` header would carry it.
@@ -353,6 +401,39 @@ mod tests {
         );
         let hosts = config.server.allowed_hosts.unwrap();
         assert!(hosts.contains(&"localhost".to_string()), "{hosts:?}");
+    }
+
+    #[test]
+    fn origins_default_to_loopback_and_the_public_url_and_tokens_are_secrets() {
+        let config = config(&[
+            ("FILE_AGENT_PUBLIC_URL", "https://files.example.com/"),
+            (
+                "FILE_AGENT_ACCESS_TOKENS",
+                " token-one-0123456789 ,token-two-0123456789",
+            ),
+        ])
+        .unwrap();
+        let origins = config.server.allowed_origins.clone().unwrap();
+        assert!(
+            origins.contains(&"https://files.example.com".to_string()),
+            "{origins:?}"
+        );
+        assert!(
+            origins.contains(&"http://localhost:*".to_string()),
+            "{origins:?}"
+        );
+        assert_eq!(config.server.access_tokens.len(), 2);
+        assert_eq!(
+            config.server.access_tokens[0].expose(),
+            "token-one-0123456789"
+        );
+        assert!(!format!("{:?}", config.server).contains("token-one"));
+        let any = config_with_origins("*");
+        assert_eq!(any.server.allowed_origins, None);
+    }
+
+    fn config_with_origins(value: &str) -> Config {
+        config(&[("FILE_AGENT_ALLOWED_ORIGINS", value)]).unwrap()
     }
 
     #[test]

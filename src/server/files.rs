@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
+use super::auth::AccessTokens;
 use crate::storage::local::LocalStore;
 use crate::storage::{content_type_for, encode_path_segment};
 use crate::tools::Tools;
@@ -22,11 +23,14 @@ use crate::tools::filename::safe_name;
 const MULTIPART_SLACK: usize = 64 * 1024;
 
 /// The routes, bound to `store`.
-pub fn routes(store: LocalStore) -> axum::Router<Tools> {
+pub fn routes(store: LocalStore, tokens: AccessTokens) -> axum::Router<Tools> {
     let limit = store.max_bytes() as usize + MULTIPART_SLACK;
+    let upload = post(upload).layer(DefaultBodyLimit::max(limit)).layer(
+        axum::middleware::from_fn_with_state(tokens, super::auth::require_token),
+    );
     axum::Router::new()
         .route("/files/{id}/{name}", get(download))
-        .route("/files", post(upload).layer(DefaultBodyLimit::max(limit)))
+        .route("/files", upload)
         .layer(axum::Extension(store))
 }
 

@@ -8,7 +8,8 @@
 //! over stdio); the tools hand it to the attempt, whose container guard removes the container.
 //! The sandbox's pending removals are awaited before exit.
 
-pub mod files;
+pub mod auth;
+mod files;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +33,7 @@ use crate::sandbox::{ReapFilter, Sandbox};
 use crate::storage::Storage;
 use crate::storage::url::UrlFetcher;
 use crate::tools::Tools;
+use auth::AccessTokens;
 
 /// Largest MCP request body (a `run_python` script is the biggest thing sent).
 const MAX_MCP_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -111,7 +113,13 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
 }
 
 /// The HTTP application: `/mcp`, `/health`, and `/files` when the local store is in use.
-pub fn router(tools: Tools, config: &Config, shutdown: CancellationToken) -> axum::Router {
+/// With `tokens` configured, `/mcp` and uploads need one (see [`auth`]).
+pub fn router(
+    tools: Tools,
+    config: &Config,
+    tokens: AccessTokens,
+    shutdown: CancellationToken,
+) -> axum::Router {
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -122,17 +130,30 @@ pub fn router(tools: Tools, config: &Config, shutdown: CancellationToken) -> axu
         Some(hosts) => mcp_config.with_allowed_hosts(hosts.clone()),
         None => mcp_config.disable_allowed_hosts(),
     };
+    // The MCP spec's advice against DNS rebinding: a browser's Origin must be one we know. A
+    // request without an Origin (any non-browser client) passes.
+    mcp_config = match &config.server.allowed_origins {
+        Some(origins) => mcp_config
+            .with_allowed_origins(origins.clone())
+            .enforce_origin_validation(),
+        None => mcp_config.disable_allowed_origins(),
+    };
     let handler_tools = tools.clone();
     let mcp = StreamableHttpService::new(
         move || Ok(FileAgentServer::new(handler_tools.clone())),
         Arc::new(NeverSessionManager::default()),
         mcp_config,
     );
-    let mut app = axum::Router::new()
-        .nest_service("/mcp", mcp)
-        .route("/health", get(health));
+    let guarded =
+        axum::Router::new()
+            .nest_service("/mcp", mcp)
+            .layer(axum::middleware::from_fn_with_state(
+                tokens.clone(),
+                auth::require_token,
+            ));
+    let mut app = guarded.route("/health", get(health));
     if let Some(store) = tools.storage().local() {
-        app = app.merge(files::routes(store.clone()));
+        app = app.merge(files::routes(store.clone(), tokens));
     }
     app.with_state(tools)
 }
@@ -144,7 +165,13 @@ pub async fn serve_http(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = router(tools.clone(), config, shutdown.clone());
+    let tokens = AccessTokens::load(&config.server).map_err(std::io::Error::other)?;
+    if !tokens.enabled() {
+        tracing::warn!(
+            "no FILE_AGENT_ACCESS_TOKENS: anyone who reaches this port can call the tools; set tokens or keep the port private"
+        );
+    }
+    let app = router(tools.clone(), config, tokens, shutdown.clone());
     let stop = shutdown.clone();
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled_owned().await })

@@ -1,0 +1,196 @@
+//! Who may call: optional access tokens for `/mcp` and uploads (`POST /files`). Downloads
+//! (`GET /files/{id}/{name}`, where the 128-bit id is the capability) and `/health` stay open.
+//!
+//! A token is accepted in `X-File-Agent-Key`, or as `Authorization: Bearer`. The header keeps
+//! Open WebUI's "session" auth working next to a token: Open WebUI sends the user's own token
+//! as the bearer (forwarded to its files API) and the server's token in a custom header. A
+//! server token that arrives as the bearer is removed from the request before the tools see
+//! it, so it is never forwarded to Open WebUI as if it were a user's.
+//!
+//! Tokens are kept as SHA-256 digests and compared digest to digest without early exit.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::config::{Secret, ServerConfig};
+
+/// The header that carries a server token next to a user's bearer token.
+pub const KEY_HEADER: &str = "x-file-agent-key";
+/// The shortest token accepted: shorter ones are guessable.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// The accepted tokens, as digests. Empty means no authentication.
+#[derive(Debug, Clone, Default)]
+pub struct AccessTokens {
+    digests: Arc<Vec<[u8; 32]>>,
+}
+
+/// A token list that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TokenError(String);
+
+impl AccessTokens {
+    /// The tokens of `FILE_AGENT_ACCESS_TOKENS` and `FILE_AGENT_ACCESS_TOKENS_FILE`.
+    pub fn load(config: &ServerConfig) -> Result<Self, TokenError> {
+        let mut tokens: Vec<Secret> = config.access_tokens.clone();
+        if let Some(path) = &config.access_tokens_file {
+            let text = std::fs::read_to_string(path).map_err(|error| {
+                TokenError(format!(
+                    "cannot read FILE_AGENT_ACCESS_TOKENS_FILE {}: {error}",
+                    path.display()
+                ))
+            })?;
+            tokens.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|line| !line.is_empty() && !line.starts_with('#'))
+                    .map(Secret::new),
+            );
+        }
+        if let Some(short) = tokens
+            .iter()
+            .position(|token| token.expose().chars().count() < MIN_TOKEN_CHARS)
+        {
+            return Err(TokenError(format!(
+                "access token number {} is shorter than {MIN_TOKEN_CHARS} characters; use a random one (e.g. `openssl rand -hex 32`)",
+                short + 1
+            )));
+        }
+        Ok(Self {
+            digests: Arc::new(tokens.iter().map(|t| digest(t.expose())).collect()),
+        })
+    }
+
+    /// Whether any token is configured.
+    pub fn enabled(&self) -> bool {
+        !self.digests.is_empty()
+    }
+
+    /// Whether `token` is one of them.
+    pub fn accepts(&self, token: &str) -> bool {
+        let presented = digest(token);
+        // Check every digest, so the time taken does not say which one matched.
+        self.digests.iter().fold(false, |found, known| {
+            let diff = known
+                .iter()
+                .zip(&presented)
+                .fold(0u8, |diff, (a, b)| diff | (a ^ b));
+            found | (diff == 0)
+        })
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// The middleware: passes a request with an accepted token (with a server token taken out of
+/// `Authorization`), answers 401 otherwise.
+pub async fn require_token(
+    State(tokens): State<AccessTokens>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if !tokens.enabled() {
+        return next.run(request).await;
+    }
+    let headers = request.headers();
+    let key = headers
+        .get(KEY_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim);
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            let (scheme, token) = value.trim().split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| token.trim().to_string())
+        });
+    match (key, bearer) {
+        (Some(key), _) if tokens.accepts(key) => {
+            request.headers_mut().remove(KEY_HEADER);
+            next.run(request).await
+        }
+        (None, Some(bearer)) if tokens.accepts(&bearer) => {
+            request.headers_mut().remove(header::AUTHORIZATION);
+            next.run(request).await
+        }
+        (None, None) => unauthorized(
+            "Bearer realm=\"file-agent\"",
+            "an access token is required: send it as `Authorization: Bearer <token>` or in `X-File-Agent-Key`",
+        ),
+        _ => unauthorized(
+            "Bearer realm=\"file-agent\", error=\"invalid_token\"",
+            "the access token is not valid; check the token configured in the MCP client",
+        ),
+    }
+}
+
+fn unauthorized(challenge: &'static str, message: &str) -> Response {
+    let mut response = (
+        StatusCode::UNAUTHORIZED,
+        axum::Json(json!({"error": message})),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(tokens: &[&str]) -> ServerConfig {
+        ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            public_url: "http://localhost".into(),
+            allowed_hosts: None,
+            allowed_origins: None,
+            access_tokens: tokens.iter().map(|t| Secret::new(*t)).collect(),
+            access_tokens_file: None,
+        }
+    }
+
+    #[test]
+    fn tokens_are_matched_exactly_and_short_ones_refused() {
+        let tokens =
+            AccessTokens::load(&config(&["a-long-enough-token-1", "another-long-token-2"]))
+                .unwrap();
+        assert!(tokens.enabled());
+        assert!(tokens.accepts("another-long-token-2"));
+        assert!(!tokens.accepts("another-long-token-"));
+        assert!(!tokens.accepts(""));
+        assert!(!AccessTokens::load(&config(&[])).unwrap().enabled());
+        let error = AccessTokens::load(&config(&["short"])).unwrap_err();
+        assert!(error.to_string().contains("shorter than 16"), "{error}");
+    }
+
+    #[test]
+    fn a_tokens_file_adds_tokens_and_skips_comments() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(
+            &path,
+            "# team A\nteam-a-0123456789abcdef\n\n  team-b-0123456789abcdef  \n",
+        )
+        .unwrap();
+        let mut config = config(&[]);
+        config.access_tokens_file = Some(path);
+        let tokens = AccessTokens::load(&config).unwrap();
+        assert!(tokens.accepts("team-a-0123456789abcdef"));
+        assert!(tokens.accepts("team-b-0123456789abcdef"));
+        assert!(!tokens.accepts("# team A"));
+    }
+}

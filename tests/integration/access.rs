@@ -1,0 +1,163 @@
+//! Who may call the server: access tokens on `/mcp` and uploads (401 with
+//! `WWW-Authenticate`), downloads and `/health` left open, a server token never forwarded to
+//! Open WebUI as a user's, and browser `Origin`s checked against the allow-list.
+
+use std::collections::HashMap;
+
+use rmcp::ServiceExt;
+use rmcp::model::ClientConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
+
+use crate::common::with_timeout;
+use crate::fakes::openwebui::{ALICE, BOB, FakeOpenWebUi};
+use crate::mcp_server::{TestServer, call, env};
+
+const TOKEN: &str = "test-access-token-0123456789";
+
+/// A raw `initialize` POST to `/mcp` with `headers`; returns the status and the headers.
+async fn initialize(server: &TestServer, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/mcp", server.url))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "1"}}
+        }));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    with_timeout(request.send()).await.unwrap()
+}
+
+#[tokio::test]
+async fn tokens_guard_mcp_and_uploads_but_not_downloads_or_health() {
+    let server = TestServer::start(&env(&[("FILE_AGENT_ACCESS_TOKENS", TOKEN)])).await;
+
+    let missing = initialize(&server, &[]).await;
+    assert_eq!(missing.status(), 401);
+    assert_eq!(
+        missing.headers()["www-authenticate"],
+        "Bearer realm=\"file-agent\""
+    );
+    let wrong = initialize(&server, &[("authorization", "Bearer not-the-token-at-all")]).await;
+    assert_eq!(wrong.status(), 401);
+    assert!(
+        wrong.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains("error=\"invalid_token\"")
+    );
+    let bearer = format!("Bearer {TOKEN}");
+    assert_eq!(
+        initialize(&server, &[("authorization", &bearer)])
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        initialize(&server, &[("x-file-agent-key", TOKEN)])
+            .await
+            .status(),
+        200
+    );
+
+    let (is_error, text) = server
+        .call(Some(TOKEN), "run_python", json!({"code": "print(6 * 7)"}))
+        .await;
+    assert!(!is_error && text.contains("42"), "{text}");
+
+    let form = || {
+        reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(b"a,b\n1,2\n".to_vec()).file_name("t.csv"),
+        )
+    };
+    let client = reqwest::Client::new();
+    let refused = client
+        .post(format!("{}/files", server.url))
+        .multipart(form())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let stored = client
+        .post(format!("{}/files", server.url))
+        .header("x-file-agent-key", TOKEN)
+        .multipart(form())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stored.status(), 201);
+    let url = stored.json::<serde_json::Value>().await.unwrap()["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(server.download(&url).await, b"a,b\n1,2\n");
+    let health = reqwest::get(format!("{}/health", server.url))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn the_server_token_is_never_forwarded_but_the_users_token_is() {
+    let owui = FakeOpenWebUi::start().await;
+    let id = owui.add(BOB, "bob.csv", "text/csv", b"x\n1\n".to_vec());
+    let server = TestServer::start(&env(&[
+        ("FILE_AGENT_ACCESS_TOKENS", TOKEN),
+        ("INTERNAL_API_URL", &owui.url),
+        ("OPENWEBUI_API_KEY", ALICE),
+    ]))
+    .await;
+    let code = json!({"code": "import os\nprint(os.listdir('/work/in'))", "file_ids": [id]});
+
+    // Session auth next to a token: Bob's bearer reaches Open WebUI, the key stays here.
+    let headers = HashMap::from([(
+        http::HeaderName::from_static("x-file-agent-key"),
+        http::HeaderValue::from_static(TOKEN),
+    )]);
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", server.url))
+        .auth_header(BOB)
+        .custom_headers(headers);
+    let client = with_timeout(
+        ClientConfig::default().serve(StreamableHttpClientTransport::from_config(config)),
+    )
+    .await
+    .unwrap();
+    let (is_error, text) = call(&client, "run_python", code.clone()).await;
+    assert!(!is_error && text.contains("bob.csv"), "{text}");
+    let _ = client.cancel().await;
+
+    // The server token as the bearer is taken out: the server's own key (Alice's) is used,
+    // and Bob's file is not hers.
+    let (is_error, text) = server.call(Some(TOKEN), "run_python", code).await;
+    assert!(is_error && text.contains("not found"), "{text}");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_browser_origin_outside_the_allow_list_is_refused() {
+    let server = TestServer::start(&env(&[(
+        "FILE_AGENT_ALLOWED_ORIGINS",
+        "https://chat.example.com",
+    )]))
+    .await;
+    assert_eq!(
+        initialize(&server, &[("origin", "https://evil.example")])
+            .await
+            .status(),
+        403
+    );
+    assert_eq!(
+        initialize(&server, &[("origin", "https://chat.example.com")])
+            .await
+            .status(),
+        200
+    );
+    // Clients that are not browsers send no Origin.
+    assert_eq!(initialize(&server, &[]).await.status(), 200);
+}
