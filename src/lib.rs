@@ -37,3 +37,11 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     }
     text
 }
+
+/// The token of an `Authorization: Bearer <token>` header, if there is a non-empty one.
+pub(crate) fn bearer_token(headers: &http::HeaderMap) -> Option<String> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
+}

@@ -243,15 +243,7 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
     let bearer = context
         .extensions
         .get::<http::request::Parts>()
-        .and_then(|parts| parts.headers.get(http::header::AUTHORIZATION))
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| {
-            let (scheme, token) = value.trim().split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| token.trim().to_string())
-        })
-        .filter(|token| !token.is_empty())
+        .and_then(|parts| crate::bearer_token(&parts.headers))
         .map(Secret::new);
     Caller { bearer }
 }

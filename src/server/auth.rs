@@ -106,15 +106,7 @@ pub async fn require_token(
         .get(KEY_HEADER)
         .and_then(|value| value.to_str().ok())
         .map(str::trim);
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| {
-            let (scheme, token) = value.trim().split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| token.trim().to_string())
-        });
+    let bearer = crate::bearer_token(headers);
     match (key, bearer) {
         (Some(key), _) if tokens.accepts(key) => {
             request.headers_mut().remove(KEY_HEADER);
