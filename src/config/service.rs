@@ -31,8 +31,11 @@ pub const DEFAULT_DATA_DIR: &str = "data";
 pub const DEFAULT_INPUT_MAX_MIB: u64 = 50;
 /// `FILE_AGENT_DOWNLOAD_TIMEOUT`: seconds to fetch one input file.
 pub const DEFAULT_DOWNLOAD_TIMEOUT_SECS: u64 = 60;
-/// `FILE_AGENT_MAX_CONCURRENT`: containers running at once; further attempts wait their turn.
-pub const DEFAULT_MAX_CONCURRENT: usize = 4;
+/// `FILE_AGENT_QUEUE_TIMEOUT`: seconds an attempt may wait for a free slot.
+pub const DEFAULT_QUEUE_TIMEOUT_SECS: u64 = 60;
+/// `FILE_AGENT_CALL_TIMEOUT`: seconds a whole tool call may take (research: its own timeout
+/// plus a minute).
+pub const DEFAULT_CALL_TIMEOUT_SECS: u64 = 600;
 /// `Host` names accepted on `/mcp` besides the public URL's host.
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
@@ -73,12 +76,26 @@ pub struct Config {
     pub transfer: TransferLimits,
     /// `FILE_AGENT_PROMPTS_DIR`: files here replace the built-in prompts of the same name.
     pub prompts_dir: Option<PathBuf>,
-    /// `FILE_AGENT_MAX_CONCURRENT`: containers running at once.
-    pub max_concurrent: usize,
+    /// How many attempts run and wait, and how long a call may take.
+    pub admission: AdmissionConfig,
     /// Which document URLs `data_analysis_tool` may fetch.
     pub url_fetch: UrlFetchConfig,
     /// How `conduct_deep_research` runs.
     pub research: ResearchConfig,
+}
+
+/// Admission control.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionConfig {
+    /// `FILE_AGENT_MAX_CONCURRENT`: containers running at once (default: the CPU count).
+    pub max_concurrent: usize,
+    /// `FILE_AGENT_QUEUE_MAX`: attempts waiting for a slot (default: twice the slots); past it
+    /// a call is told the server is busy.
+    pub queue_max: usize,
+    /// `FILE_AGENT_QUEUE_TIMEOUT`: the longest wait for a slot.
+    pub queue_timeout: Duration,
+    /// `FILE_AGENT_CALL_TIMEOUT`: the longest a tool call may take, from start to answer.
+    pub call_timeout: Duration,
 }
 
 /// The HTTP server.
@@ -281,6 +298,39 @@ impl Config {
             }),
         };
 
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let max_concurrent = parse_int(
+            get("FILE_AGENT_MAX_CONCURRENT"),
+            "FILE_AGENT_MAX_CONCURRENT",
+            cores,
+            1..=256,
+            "a count from 1 to 256",
+        )?;
+        let admission = AdmissionConfig {
+            max_concurrent,
+            queue_max: parse_int(
+                get("FILE_AGENT_QUEUE_MAX"),
+                "FILE_AGENT_QUEUE_MAX",
+                max_concurrent * 2,
+                0..=10_000,
+                "a count from 0 to 10000",
+            )?,
+            queue_timeout: Duration::from_secs(parse_int(
+                get("FILE_AGENT_QUEUE_TIMEOUT"),
+                "FILE_AGENT_QUEUE_TIMEOUT",
+                DEFAULT_QUEUE_TIMEOUT_SECS,
+                0..=3600,
+                "whole seconds from 0 to 3600",
+            )?),
+            call_timeout: Duration::from_secs(parse_int(
+                get("FILE_AGENT_CALL_TIMEOUT"),
+                "FILE_AGENT_CALL_TIMEOUT",
+                DEFAULT_CALL_TIMEOUT_SECS,
+                10..=86_400,
+                "whole seconds from 10 to 86400",
+            )?),
+        };
+
         let transfer = TransferLimits {
             max_bytes: parse_int(
                 get("FILE_AGENT_INPUT_MAX_MIB"),
@@ -312,13 +362,7 @@ impl Config {
             storage,
             transfer,
             prompts_dir: get("FILE_AGENT_PROMPTS_DIR").map(PathBuf::from),
-            max_concurrent: parse_int(
-                get("FILE_AGENT_MAX_CONCURRENT"),
-                "FILE_AGENT_MAX_CONCURRENT",
-                DEFAULT_MAX_CONCURRENT,
-                1..=256,
-                "a count from 1 to 256",
-            )?,
+            admission,
             url_fetch: UrlFetchConfig::from_lookup(&get)?,
             research: ResearchConfig::from_lookup(&get)?,
         })

@@ -124,7 +124,7 @@ impl FileAgentServer {
             &caller,
             &context.ct,
         );
-        finish("generate_file", &context, call).await
+        self.finish("generate_file", &context, call).await
     }
 
     #[tool(name = "modify_file")]
@@ -141,7 +141,7 @@ impl FileAgentServer {
             &caller,
             &context.ct,
         );
-        finish("modify_file", &context, call).await
+        self.finish("modify_file", &context, call).await
     }
 
     #[tool(name = "run_python")]
@@ -154,7 +154,7 @@ impl FileAgentServer {
         let call = self
             .tools
             .run_python(&args.code, &args.file_ids, &caller, &context.ct);
-        finish("run_python", &context, call).await
+        self.finish("run_python", &context, call).await
     }
 
     #[tool(name = "analyze_file")]
@@ -167,7 +167,7 @@ impl FileAgentServer {
         let call = self
             .tools
             .analyze_file(&args.file_id, &args.instructions, &caller, &context.ct);
-        finish("analyze_file", &context, call).await
+        self.finish("analyze_file", &context, call).await
     }
 
     #[tool(name = "data_analysis_tool")]
@@ -182,7 +182,7 @@ impl FileAgentServer {
             args.document_name.as_deref(),
             &context.ct,
         );
-        finish("data_analysis_tool", &context, call).await
+        self.finish("data_analysis_tool", &context, call).await
     }
 
     #[tool(name = "conduct_deep_research")]
@@ -213,7 +213,7 @@ impl FileAgentServer {
         let call = self
             .tools
             .deep_research(&args.instructions, &report, &context.ct);
-        let result = finish("conduct_deep_research", &context, call).await;
+        let result = self.finish("conduct_deep_research", &context, call).await;
         drop(report);
         if let Some(forwarder) = forwarder {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), forwarder).await;
@@ -248,30 +248,38 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
     Caller { bearer }
 }
 
-/// Awaits a tool call, logs one line about it, and maps its result for MCP.
-async fn finish(
-    tool: &'static str,
-    context: &RequestContext<RoleServer>,
-    call: impl Future<Output = Result<ToolOutput, ToolError>>,
-) -> Result<String, String> {
-    let started = Instant::now();
-    let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-    let request = format!("{:?}", context.id);
-    let result = call.await;
-    let duration_ms = started.elapsed().as_millis() as u64;
-    match result {
-        Ok(output) => {
-            tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
-            Ok(output.text)
-        }
-        Err(error) => {
-            let outcome = outcome_name(&error);
-            if error.is_infrastructure() {
-                tracing::error!(call = %id, %request, tool, outcome, duration_ms, error = %crate::error_chain(&error), "tool call");
-            } else {
-                tracing::info!(call = %id, %request, tool, outcome, duration_ms, error = %error, "tool call");
+impl FileAgentServer {
+    /// Awaits a tool call within its deadline, logs one line about it, and maps its result for
+    /// MCP. A call past the deadline is dropped: its container guard removes the container.
+    async fn finish(
+        &self,
+        tool: &'static str,
+        context: &RequestContext<RoleServer>,
+        call: impl Future<Output = Result<ToolOutput, ToolError>>,
+    ) -> Result<String, String> {
+        let started = Instant::now();
+        let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+        let request = format!("{:?}", context.id);
+        let deadline = self.tools.call_deadline(tool);
+        let result = match tokio::time::timeout(deadline, call).await {
+            Ok(result) => result,
+            Err(_) => Err(ToolError::Deadline(deadline.as_secs())),
+        };
+        let duration_ms = started.elapsed().as_millis() as u64;
+        match result {
+            Ok(output) => {
+                tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
+                Ok(output.text)
             }
-            Err(format!("{tool} failed: {error}"))
+            Err(error) => {
+                let outcome = outcome_name(&error);
+                if error.is_infrastructure() {
+                    tracing::error!(call = %id, %request, tool, outcome, duration_ms, error = %crate::error_chain(&error), "tool call");
+                } else {
+                    tracing::info!(call = %id, %request, tool, outcome, duration_ms, error = %error, "tool call");
+                }
+                Err(format!("{tool} failed: {error}"))
+            }
         }
     }
 }
@@ -288,5 +296,7 @@ fn outcome_name(error: &ToolError) -> &'static str {
         ToolError::AttemptsExhausted { .. } => "attempts_exhausted",
         ToolError::ScriptFailed(_) => "script_failed",
         ToolError::Cancelled => "cancelled",
+        ToolError::Busy { .. } => "busy",
+        ToolError::Deadline(_) => "deadline",
     }
 }

@@ -108,7 +108,7 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
         fetcher,
         Arc::new(prompts),
         config.research.clone(),
-        config.max_concurrent,
+        config.admission.clone(),
     ))
 }
 

@@ -8,6 +8,7 @@
 //!
 //! This module does not know MCP types or HTTP; it reaches Docker only through `sandbox`.
 
+pub mod admission;
 pub mod analysis;
 pub mod filename;
 mod files;
@@ -20,15 +21,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use thiserror::Error;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ResearchConfig, SandboxConfig};
+use crate::config::{AdmissionConfig, ResearchConfig, SandboxConfig};
 use crate::llm::{Llm, LlmError};
 use crate::prompts::Prompts;
 use crate::sandbox::{Job, Outcome, Runner, Sandbox, SandboxError, Status};
 use crate::storage::url::{FetchError, UrlFetcher};
 use crate::storage::{Storage, StorageError};
+use admission::Admission;
 
 /// Attempts per `generate_file` / `modify_file` call: the first and two corrections.
 pub const MAX_ATTEMPTS: usize = 3;
@@ -78,6 +79,23 @@ pub enum ToolError {
     /// The call was cancelled (client gone or shutdown).
     #[error("the call was cancelled")]
     Cancelled,
+    /// Every sandbox slot is in use and the queue is full (or the wait ran out).
+    #[error(
+        "file-agent is busy: all {slots} sandboxes are in use and {waiting} attempts are already waiting; try again in {retry_after} s"
+    )]
+    Busy {
+        /// Containers allowed at once.
+        slots: usize,
+        /// Attempts waiting when this one was refused.
+        waiting: usize,
+        /// Seconds after which a retry likely finds a slot.
+        retry_after: u64,
+    },
+    /// The whole call took longer than `FILE_AGENT_CALL_TIMEOUT`.
+    #[error(
+        "the call took longer than {0} s (FILE_AGENT_CALL_TIMEOUT) and was stopped; ask for less, or raise the limit"
+    )]
+    Deadline(u64),
 }
 
 impl ToolError {
@@ -111,12 +129,12 @@ pub struct Tools {
     fetcher: UrlFetcher,
     prompts: Arc<Prompts>,
     research: ResearchConfig,
-    /// Bounds the containers running at once; an attempt holds a permit while it runs.
-    permits: Arc<Semaphore>,
+    /// Bounds the containers running and waiting; an attempt holds a slot while it runs.
+    admission: Arc<Admission>,
 }
 
 impl Tools {
-    /// Bundles the parts; `max_concurrent` containers may run at once.
+    /// Bundles the parts; `admission` bounds the containers running and waiting.
     pub fn new(
         sandbox: Arc<Sandbox>,
         llm: Llm,
@@ -124,7 +142,7 @@ impl Tools {
         fetcher: UrlFetcher,
         prompts: Arc<Prompts>,
         research: ResearchConfig,
-        max_concurrent: usize,
+        admission: AdmissionConfig,
     ) -> Self {
         Self {
             sandbox,
@@ -133,7 +151,7 @@ impl Tools {
             fetcher,
             prompts,
             research,
-            permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            admission: Admission::new(admission),
         }
     }
 
@@ -157,6 +175,21 @@ impl Tools {
         &self.llm
     }
 
+    /// The slots and the queue.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// The most a whole call of `tool` may take: research gets its own timeout plus a minute.
+    pub fn call_deadline(&self, tool: &str) -> std::time::Duration {
+        let limit = self.admission.config().call_timeout;
+        if tool == "conduct_deep_research" {
+            limit.max(self.research.max_wait + std::time::Duration::from_secs(60))
+        } else {
+            limit
+        }
+    }
+
     /// Runs one attempt in a fresh container, waiting for a free slot first.
     async fn run_attempt(
         &self,
@@ -164,10 +197,7 @@ impl Tools {
         out_dir: &Path,
         cancel: &CancellationToken,
     ) -> Result<Outcome, ToolError> {
-        let _permit = tokio::select! {
-            () = cancel.cancelled() => return Err(ToolError::Cancelled),
-            permit = self.permits.acquire() => permit.map_err(|_| ToolError::Cancelled)?,
-        };
+        let _slot = self.admission.enter(cancel).await?;
         match self.sandbox.run(job, out_dir, cancel).await {
             Err(SandboxError::Cancelled) => Err(ToolError::Cancelled),
             other => Ok(other?),

@@ -9,6 +9,7 @@ mod analysis;
 mod cli;
 mod common;
 mod fakes;
+mod load;
 mod mcp_server;
 mod research;
 mod sandbox;

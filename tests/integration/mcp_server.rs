@@ -157,7 +157,7 @@ pub fn text_of(result: &CallToolResult) -> String {
         .join("\n")
 }
 
-fn llm_script(name: &str) -> String {
+pub fn llm_script(name: &str) -> String {
     std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/llm")
