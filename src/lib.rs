@@ -7,15 +7,19 @@
 //!   Docker;
 //! - [`llm`]: the model that writes the Python (any OpenAI-compatible API);
 //! - [`storage`]: where files come from and go to (Open WebUI, or the built-in store);
-//! - [`tools`]: the tool flows (`generate_file`, `modify_file`, `run_python`) as plain functions;
+//! - [`tools`]: the tool flows (`generate_file`, `modify_file`, `analyze_file`,
+//!   `data_analysis_tool`, `conduct_deep_research`, `run_python`) as plain functions;
+//! - [`audit`]: the hash-chained trail of every attempt, and its verification;
 //! - [`mcp`]: the MCP adapter over the tools, the only module that knows MCP types;
 //! - [`server`]: HTTP (`/mcp`, `/health`, `/files`) and stdio wiring, start-up and shutdown;
 //! - [`prompts`]: the texts the model reads, from `prompts/`;
 //! - [`config`]: settings from the environment, parsed and validated without I/O;
-//! - [`cli`]: the command line (`serve`, `run`, `doctor`, `reap`, `image build`, `bench`).
+//! - [`cli`]: the command line (`serve`, `run`, `doctor`, `reap`, `image build`, `bench`,
+//!   `audit verify`, `audit show`).
 //!
 //! See `ARCHITECTURE.md` for the map and the invariants.
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod llm;

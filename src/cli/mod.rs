@@ -2,6 +2,7 @@
 //! `anyhow` here and nowhere below. Machine-readable output goes to stdout, logs and progress to
 //! stderr.
 
+mod audit;
 mod bench;
 mod doctor;
 mod run;
@@ -58,6 +59,9 @@ enum Command {
     /// Build or inspect the sandbox image.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Check or read the audit trail (FILE_AGENT_AUDIT_FILE).
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Measure an attempt phase by phase beside `docker run --rm` of the same script.
     Bench {
         /// How many attempts of each kind.
@@ -93,6 +97,28 @@ struct RunArgs {
     /// Memory limit in MiB (default: SANDBOX_MEMORY_MIB, else 1024).
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(64..=65536))]
     memory: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Prove the files untouched (every line's `prev` is the hash of the line before), or name
+    /// the first broken line. Give rotated files first, oldest first. Exit 1 when broken.
+    Verify {
+        /// The trail's files, in chain order.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the last records readably.
+    Show {
+        /// The trail's file.
+        file: PathBuf,
+        /// How many records, from the end.
+        #[arg(long, default_value_t = 20)]
+        tail: usize,
+        /// Print the JSON lines as they are.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -156,9 +182,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Serve(args) = command {
         return serve::serve(args.listen, args.stdio).await;
     }
+    if let Command::Audit(command) = command {
+        return match command {
+            AuditCommand::Verify { files } => Ok(audit::verify(&files)),
+            AuditCommand::Show { file, tail, json } => audit::show(&file, tail, json),
+        };
+    }
     let config = SandboxConfig::from_env()?;
     match command {
-        Command::Serve(_) => unreachable!("handled above"),
+        Command::Serve(_) | Command::Audit(_) => unreachable!("handled above"),
         Command::Run(args) => Ok(run::run(config, args).await),
         Command::Doctor => doctor::doctor(config).await,
         Command::Reap {

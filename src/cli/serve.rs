@@ -15,6 +15,10 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
     if let Some(listen) = listen {
         config.server.listen = listen;
     }
+    if stdio {
+        // stdout carries the protocol.
+        config.audit.stdout = false;
+    }
     let shutdown = super::shutdown_token();
     let tools = server::build_tools(&config).await?;
     if stdio {

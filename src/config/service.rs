@@ -31,6 +31,8 @@ pub const DEFAULT_DATA_DIR: &str = "data";
 pub const DEFAULT_INPUT_MAX_MIB: u64 = 50;
 /// `FILE_AGENT_DOWNLOAD_TIMEOUT`: seconds to fetch one input file.
 pub const DEFAULT_DOWNLOAD_TIMEOUT_SECS: u64 = 60;
+/// `FILE_AGENT_AUDIT_MAX_MIB`: the audit file's size before it is rotated.
+pub const DEFAULT_AUDIT_MAX_MIB: u64 = 100;
 /// `FILE_AGENT_QUEUE_TIMEOUT`: seconds an attempt may wait for a free slot.
 pub const DEFAULT_QUEUE_TIMEOUT_SECS: u64 = 60;
 /// `FILE_AGENT_CALL_TIMEOUT`: seconds a whole tool call may take (research: its own timeout
@@ -78,10 +80,26 @@ pub struct Config {
     pub prompts_dir: Option<PathBuf>,
     /// How many attempts run and wait, and how long a call may take.
     pub admission: AdmissionConfig,
+    /// The audit trail.
+    pub audit: AuditConfig,
     /// Which document URLs `data_analysis_tool` may fetch.
     pub url_fetch: UrlFetchConfig,
     /// How `conduct_deep_research` runs.
     pub research: ResearchConfig,
+}
+
+/// The audit trail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditConfig {
+    /// `FILE_AGENT_AUDIT_FILE`: the JSON-lines file (default `<FILE_AGENT_DATA_DIR>/audit.jsonl`;
+    /// `off` turns the trail off).
+    pub path: Option<PathBuf>,
+    /// `FILE_AGENT_AUDIT_STDOUT`: also print each line on stdout (HTTP mode only).
+    pub stdout: bool,
+    /// `FILE_AGENT_AUDIT_CODE`: put the code itself in each line, not only its hash.
+    pub include_code: bool,
+    /// `FILE_AGENT_AUDIT_MAX_MIB`, in bytes: rotate past this size.
+    pub max_bytes: u64,
 }
 
 /// Admission control.
@@ -331,6 +349,28 @@ impl Config {
             )?),
         };
 
+        let data_dir = get("FILE_AGENT_DATA_DIR").unwrap_or_else(|| DEFAULT_DATA_DIR.into());
+        let audit = AuditConfig {
+            path: match get("FILE_AGENT_AUDIT_FILE") {
+                Some(value) if value.trim().eq_ignore_ascii_case("off") => None,
+                Some(value) => Some(PathBuf::from(value.trim())),
+                None => Some(PathBuf::from(&data_dir).join("audit.jsonl")),
+            },
+            stdout: parse_bool(
+                get("FILE_AGENT_AUDIT_STDOUT"),
+                "FILE_AGENT_AUDIT_STDOUT",
+                false,
+            )?,
+            include_code: parse_bool(get("FILE_AGENT_AUDIT_CODE"), "FILE_AGENT_AUDIT_CODE", true)?,
+            max_bytes: parse_int(
+                get("FILE_AGENT_AUDIT_MAX_MIB"),
+                "FILE_AGENT_AUDIT_MAX_MIB",
+                DEFAULT_AUDIT_MAX_MIB,
+                1..=100_000,
+                "MiB from 1 to 100000",
+            )? * MIB,
+        };
+
         let transfer = TransferLimits {
             max_bytes: parse_int(
                 get("FILE_AGENT_INPUT_MAX_MIB"),
@@ -363,6 +403,7 @@ impl Config {
             transfer,
             prompts_dir: get("FILE_AGENT_PROMPTS_DIR").map(PathBuf::from),
             admission,
+            audit,
             url_fetch: UrlFetchConfig::from_lookup(&get)?,
             research: ResearchConfig::from_lookup(&get)?,
         })

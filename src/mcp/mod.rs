@@ -18,7 +18,7 @@ use serde::Deserialize;
 use crate::config::Secret;
 use crate::storage::Caller;
 use crate::tools::research::Progress;
-use crate::tools::{ToolError, ToolOutput, Tools};
+use crate::tools::{CALL, CallInfo, ToolError, ToolOutput, Tools};
 
 /// Arguments of `generate_file`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -238,6 +238,42 @@ impl ServerHandler for FileAgentServer {
     }
 }
 
+/// Who is calling, for the audit trail: the MCP client as it introduced itself, and Open
+/// WebUI's user and chat ids when it forwards them (`ENABLE_FORWARD_USER_INFO_HEADERS`).
+fn call_info(
+    call: &str,
+    request: &str,
+    tool: &str,
+    context: &RequestContext<RoleServer>,
+) -> CallInfo {
+    let client = context
+        .meta
+        .client_info()
+        .or_else(|| {
+            context
+                .peer
+                .peer_info()
+                .map(|info| info.client_info.clone())
+        })
+        .map(|info| format!("{}/{}", info.name, info.version));
+    let header = |name: &str| {
+        context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.headers.get(name))
+            .and_then(|value| value.to_str().ok())
+            .map(|value| value.chars().take(200).collect::<String>())
+    };
+    CallInfo {
+        call: call.to_string(),
+        request: request.to_string(),
+        tool: tool.to_string(),
+        client,
+        user: header("x-openwebui-user-id"),
+        chat: header("x-openwebui-chat-id"),
+    }
+}
+
 /// The bearer token of the HTTP request behind this call, if any (none over stdio).
 fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
     let bearer = context
@@ -261,7 +297,8 @@ impl FileAgentServer {
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let request = format!("{:?}", context.id);
         let deadline = self.tools.call_deadline(tool);
-        let result = match tokio::time::timeout(deadline, call).await {
+        let info = call_info(&id, &request, tool, context);
+        let result = match CALL.scope(info, tokio::time::timeout(deadline, call)).await {
             Ok(result) => result,
             Err(_) => Err(ToolError::Deadline(deadline.as_secs())),
         };

@@ -307,6 +307,7 @@ impl Sandbox {
             .await
             .map_err(|e| SandboxError::docker("inspecting the new container", e))?;
         policy::verify(&spec, &applied)?;
+        let image_id = applied.image.clone().unwrap_or_default();
         // Attach before start, so that no byte of output is missed.
         let phase = Instant::now();
         let AttachContainerResults { output, mut input } = docker
@@ -504,6 +505,8 @@ impl Sandbox {
             skipped: unpacked.skipped,
             timings: Timings::default(),
             message,
+            container_id: id.to_string(),
+            image_id,
         })
     }
 

@@ -113,6 +113,10 @@ pub struct Outcome {
     pub timings: Timings,
     /// One sentence a person can act on.
     pub message: String,
+    /// The container it ran in (removed by now), for the audit trail.
+    pub container_id: String,
+    /// The image's id (`sha256:...`) the container was created from.
+    pub image_id: String,
 }
 
 /// Why an attempt could not run, or could not be cleaned up. Every message says what to do.

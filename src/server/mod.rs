@@ -25,6 +25,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::llm::Llm;
 use crate::mcp::FileAgentServer;
@@ -59,6 +60,9 @@ pub enum StartError {
     /// The document fetcher could not be built.
     #[error(transparent)]
     Fetch(#[from] crate::storage::url::FetchError),
+    /// The audit trail cannot be written.
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
 }
 
 /// Connects to Docker, opens the store, loads the prompts, builds the model client, and
@@ -101,7 +105,7 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
             "OPENAI_API_KEY is not set: every tool but run_python will answer with an error"
         );
     }
-    Ok(Tools::new(
+    let tools = Tools::new(
         Arc::new(sandbox),
         llm,
         storage,
@@ -109,7 +113,18 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
         Arc::new(prompts),
         config.research.clone(),
         config.admission.clone(),
-    ))
+    );
+    Ok(match &config.audit.path {
+        Some(path) => {
+            let audit = AuditLog::open(path, config.audit.clone())?;
+            tracing::info!(file = %path.display(), "audit trail");
+            tools.with_audit(Arc::new(audit))
+        }
+        None => {
+            tracing::warn!("the audit trail is off (FILE_AGENT_AUDIT_FILE=off)");
+            tools
+        }
+    })
 }
 
 /// The HTTP application: `/mcp`, `/health`, and `/files` when the local store is in use.

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::filename::{output_name, safe_name};
 use super::filetype::{self, FileType};
 use super::{
-    ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, human_size,
-    local_io, non_empty, tail,
+    Author, ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason,
+    human_size, local_io, non_empty, tail,
 };
 use crate::llm::Message;
 use crate::llm::code::extract_code;
@@ -218,7 +218,9 @@ impl Tools {
             file_path: Some(file_path.to_string()),
             input_file_path,
         };
-        let outcome = self.run_attempt(job, out_dir.path(), cancel).await?;
+        let outcome = self
+            .run_attempt(job, Author::Model, out_dir.path(), cancel)
+            .await?;
         let stderr = outcome.stderr.text();
         let reason = failure_reason(&outcome, self.sandbox.config());
         if let Some(reason) = reason {

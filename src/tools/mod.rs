@@ -23,10 +23,11 @@ use std::sync::Arc;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::{AuditLog, FileDigest, Record};
 use crate::config::{AdmissionConfig, ResearchConfig, SandboxConfig};
 use crate::llm::{Llm, LlmError};
 use crate::prompts::Prompts;
-use crate::sandbox::{Job, Outcome, Runner, Sandbox, SandboxError, Status};
+use crate::sandbox::{InputSource, Job, Outcome, Runner, Sandbox, SandboxError, Status};
 use crate::storage::url::{FetchError, UrlFetcher};
 use crate::storage::{Storage, StorageError};
 use admission::Admission;
@@ -131,6 +132,42 @@ pub struct Tools {
     research: ResearchConfig,
     /// Bounds the containers running and waiting; an attempt holds a slot while it runs.
     admission: Arc<Admission>,
+    /// Where every attempt is recorded, when the trail is on.
+    audit: Option<Arc<AuditLog>>,
+}
+
+/// Who wrote the code of an attempt, for the audit trail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Author {
+    /// The model (`MODEL_NAME`).
+    Model,
+    /// The MCP caller (`run_python`).
+    Caller,
+    /// file-agent itself (the table inspection).
+    FileAgent,
+}
+
+/// The call an attempt belongs to, set by the MCP layer around each call (a task-local, so the
+/// tool flows need not pass it along).
+#[derive(Debug, Clone, Default)]
+pub struct CallInfo {
+    /// The call's id.
+    pub call: String,
+    /// The MCP request id.
+    pub request: String,
+    /// The tool.
+    pub tool: String,
+    /// The MCP client, `name/version`.
+    pub client: Option<String>,
+    /// Open WebUI's user id, from `X-OpenWebUI-User-Id`.
+    pub user: Option<String>,
+    /// Open WebUI's chat id, from `X-OpenWebUI-Chat-Id`.
+    pub chat: Option<String>,
+}
+
+tokio::task_local! {
+    /// The call being served on this task.
+    pub static CALL: CallInfo;
 }
 
 impl Tools {
@@ -152,7 +189,14 @@ impl Tools {
             prompts,
             research,
             admission: Admission::new(admission),
+            audit: None,
         }
+    }
+
+    /// Records every attempt in `audit`.
+    pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
+        self.audit = Some(audit);
+        self
     }
 
     /// The prompts in force (tool descriptions come from here).
@@ -190,17 +234,125 @@ impl Tools {
         }
     }
 
-    /// Runs one attempt in a fresh container, waiting for a free slot first.
+    /// Runs one attempt in a fresh container, waiting for a free slot first, and records it
+    /// in the audit trail however it ends.
     async fn run_attempt(
         &self,
         job: Job,
+        author: Author,
         out_dir: &Path,
         cancel: &CancellationToken,
     ) -> Result<Outcome, ToolError> {
-        let _slot = self.admission.enter(cancel).await?;
-        match self.sandbox.run(job, out_dir, cancel).await {
-            Err(SandboxError::Cancelled) => Err(ToolError::Cancelled),
-            other => Ok(other?),
+        let started = std::time::Instant::now();
+        let record = self.audit.as_ref().map(|_| self.audit_record(&job, author));
+        let result = match self.admission.enter(cancel).await {
+            Err(error) => Err(error),
+            Ok(_slot) => match self.sandbox.run(job, out_dir, cancel).await {
+                Err(SandboxError::Cancelled) => Err(ToolError::Cancelled),
+                other => other.map_err(ToolError::from),
+            },
+        };
+        if let (Some(audit), Some(mut record)) = (&self.audit, record) {
+            record.duration_ms = started.elapsed().as_millis() as u64;
+            match &result {
+                Ok(outcome) => {
+                    record.status = serde_json::to_value(outcome.status)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    record.exit_code = outcome.exit_code;
+                    record.container = Some(outcome.container_id.clone());
+                    record.image_id = Some(outcome.image_id.clone());
+                    record.outputs = outcome
+                        .outputs
+                        .iter()
+                        .map(|file| FileDigest {
+                            name: file.path.clone(),
+                            bytes: file.bytes,
+                            sha256: file.sha256.clone(),
+                        })
+                        .collect();
+                    if outcome.status != Status::Ok {
+                        record.error = Some(tail(&outcome.message, 1000));
+                    }
+                }
+                Err(error) => {
+                    record.status = match error {
+                        ToolError::Busy { .. } => "busy",
+                        ToolError::Cancelled => "cancelled",
+                        _ => "sandbox_error",
+                    }
+                    .into();
+                    record.error = Some(crate::error_chain(error));
+                }
+            }
+            if let Err(error) = audit.append(record) {
+                tracing::error!(error = %error, "could not write the audit trail");
+            }
+        }
+        result
+    }
+
+    /// The part of an attempt's audit line known before it runs.
+    fn audit_record(&self, job: &Job, author: Author) -> Record {
+        let call = CALL.try_with(Clone::clone).unwrap_or_default();
+        let config = self.sandbox.config();
+        let limits = &config.limits;
+        let include_code = self
+            .audit
+            .as_ref()
+            .is_some_and(|audit| audit.includes_code());
+        Record {
+            time: crate::audit::rfc3339_now(),
+            call: call.call,
+            request: call.request,
+            tool: call.tool,
+            client: call.client,
+            user: call.user,
+            chat: call.chat,
+            author: match author {
+                Author::Model => "model",
+                Author::Caller => "caller",
+                Author::FileAgent => "file-agent",
+            }
+            .into(),
+            model: (author == Author::Model).then(|| self.llm.model().to_string()),
+            code_sha256: crate::audit::sha256_hex(job.script.as_bytes()),
+            code: include_code.then(|| job.script.clone()),
+            inputs: job
+                .inputs
+                .iter()
+                .map(|input| {
+                    let (bytes, sha256) = match &input.source {
+                        InputSource::Bytes(bytes) => {
+                            (bytes.len() as u64, crate::audit::sha256_hex(bytes))
+                        }
+                        InputSource::Path(path) => (
+                            std::fs::metadata(path).map_or(0, |m| m.len()),
+                            crate::audit::sha256_file(path).unwrap_or_default(),
+                        ),
+                    };
+                    FileDigest {
+                        name: String::from_utf8_lossy(&input.name).into_owned(),
+                        bytes,
+                        sha256,
+                    }
+                })
+                .collect(),
+            image: config.image.clone(),
+            runtime: config.runtime.clone().unwrap_or_else(|| "default".into()),
+            limits: serde_json::json!({
+                "timeout_s": limits.timeout.as_secs(),
+                "memory_mib": limits.memory_bytes / (1024 * 1024),
+                "cpus": limits.cpus,
+                "pids": limits.pids,
+                "nofile": limits.nofile,
+                "tmp_mib": limits.tmp_bytes / (1024 * 1024),
+                "output_max_mib": limits.output_max_bytes / (1024 * 1024),
+                "output_max_files": limits.output_max_files,
+                "network": "none",
+            }),
+            ..Record::default()
         }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
-use super::{ToolError, ToolOutput, Tools, human_size, local_io, tail, unique_name};
+use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, tail, unique_name};
 use crate::sandbox::{Input, InputSource, Job, Status};
 use crate::storage::{Caller, content_type_for};
 
@@ -54,7 +54,9 @@ impl Tools {
             file_path: None,
             input_file_path: None,
         };
-        let outcome = self.run_attempt(job, out_dir.path(), cancel).await?;
+        let outcome = self
+            .run_attempt(job, Author::Caller, out_dir.path(), cancel)
+            .await?;
         let stdout = tail(&outcome.stdout.text(), OUTPUT_CHARS);
         let stderr = tail(&outcome.stderr.text(), OUTPUT_CHARS);
         if outcome.status != Status::Ok {

@@ -6,6 +6,7 @@
 
 mod access;
 mod analysis;
+mod audit;
 mod cli;
 mod common;
 mod fakes;

@@ -67,6 +67,11 @@ impl TestServer {
         }
     }
 
+    /// The server's data folder (local store, audit trail).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._data.path()
+    }
+
     /// An MCP client, sending `bearer` as its Authorization if given.
     pub async fn client(&self, bearer: Option<&str>) -> RunningService<RoleClient, ClientConfig> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", self.url));

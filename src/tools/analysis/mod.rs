@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
-use super::{MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, local_io};
+use super::{Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, local_io};
 use crate::llm::code::extract_code;
 use crate::llm::{LlmError, Message};
 use crate::prompts::render;
@@ -314,7 +314,12 @@ impl Tools {
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let outcome = self
-            .run_attempt(table::inspection_job(input, kind), out_dir.path(), cancel)
+            .run_attempt(
+                table::inspection_job(input, kind),
+                Author::FileAgent,
+                out_dir.path(),
+                cancel,
+            )
             .await?;
         clock.sandbox += outcome.timings.total;
         clock.attempts += 1;
@@ -457,7 +462,9 @@ impl Tools {
             script: code.clone(),
             ..job.clone()
         };
-        let outcome = self.run_attempt(job, out_dir.path(), cancel).await?;
+        let outcome = self
+            .run_attempt(job, Author::Model, out_dir.path(), cancel)
+            .await?;
         clock.sandbox += outcome.timings.total;
         clock.attempts += 1;
         if let Some(reason) = failure_reason(&outcome, self.sandbox.config()) {

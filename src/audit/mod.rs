@@ -1,0 +1,486 @@
+//! The audit trail for security reviews: one JSON line per attempt, appended to a file (and to
+//! stdout if asked): when, which call and caller, which model, the code's SHA-256 (and the
+//! code, unless turned off), inputs and outputs with their SHA-256, the image, runtime and
+//! limits, the container, how it ended and how long it took.
+//!
+//! Each line carries `prev`, the SHA-256 of the line before it (64 zeros for the first line
+//! ever), so that a line changed, removed or inserted breaks the chain at that point:
+//! [`verify`] proves a file untouched or names the first broken line. Rotation renames the
+//! full file and goes on in a new one whose first line points at the old file's last line, so
+//! the chain runs on across files (verify them in order). The chain shows tampering with the
+//! file's contents; it cannot stop someone who can rewrite the whole file from rewriting it
+//! whole, so ship the file (or stdout) to storage the server cannot modify.
+
+mod time;
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+pub use time::rfc3339_now;
+
+use crate::config::AuditConfig;
+
+/// `prev` of the first line of a new chain.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// A file that went into or came out of an attempt.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileDigest {
+    /// Its name (inputs) or path under `/work/out` (outputs).
+    pub name: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The hex SHA-256 of its content.
+    pub sha256: String,
+}
+
+/// One attempt, as written. `seq` and `prev` are set by the log.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Record {
+    /// UTC, RFC 3339 with milliseconds.
+    pub time: String,
+    /// Position in the chain (1 for the first line ever; continues across rotation).
+    pub seq: u64,
+    /// The tool call's id (also in the server's log line for the call).
+    pub call: String,
+    /// The MCP request id.
+    pub request: String,
+    /// The tool.
+    pub tool: String,
+    /// The MCP client, `name/version`, as it introduced itself.
+    pub client: Option<String>,
+    /// Open WebUI's user id (`X-OpenWebUI-User-Id`), when sent.
+    pub user: Option<String>,
+    /// Open WebUI's chat id (`X-OpenWebUI-Chat-Id`), when sent.
+    pub chat: Option<String>,
+    /// Who wrote the code: `model`, `caller` (run_python) or `file-agent` (the inspection).
+    pub author: String,
+    /// The model that wrote the code, when a model did.
+    pub model: Option<String>,
+    /// The hex SHA-256 of the code that ran.
+    pub code_sha256: String,
+    /// The code, unless `FILE_AGENT_AUDIT_CODE=false`.
+    pub code: Option<String>,
+    /// The inputs.
+    pub inputs: Vec<FileDigest>,
+    /// The outputs the script wrote.
+    pub outputs: Vec<FileDigest>,
+    /// The image reference.
+    pub image: String,
+    /// The image's id.
+    pub image_id: Option<String>,
+    /// The OCI runtime (`default` for the engine's own).
+    pub runtime: String,
+    /// The limits applied.
+    pub limits: serde_json::Value,
+    /// The container's id (removed by now).
+    pub container: Option<String>,
+    /// `ok`, `failed`, `timeout`, `out_of_memory`, `output_limit`, or why it did not run
+    /// (`busy`, `cancelled`, `sandbox_error`).
+    pub status: String,
+    /// The script's exit code.
+    pub exit_code: Option<i64>,
+    /// Milliseconds, from asking for a slot to the container's removal.
+    pub duration_ms: u64,
+    /// The error, when there was one.
+    pub error: Option<String>,
+    /// The hex SHA-256 of the line before.
+    pub prev: String,
+}
+
+/// Why the trail could not be opened or written.
+#[derive(Debug, Error)]
+#[error(
+    "the audit trail {path} cannot be {action}: {source}; check FILE_AGENT_AUDIT_FILE and its folder's permissions"
+)]
+pub struct AuditError {
+    /// The file.
+    pub path: String,
+    /// What was being done.
+    pub action: &'static str,
+    /// The I/O error.
+    pub source: std::io::Error,
+}
+
+struct Writer {
+    file: File,
+    size: u64,
+    last_hash: String,
+    seq: u64,
+}
+
+/// The open trail.
+pub struct AuditLog {
+    path: PathBuf,
+    config: AuditConfig,
+    writer: Mutex<Writer>,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl AuditLog {
+    /// Opens (or creates) the trail at `path`, continuing the chain of what is there.
+    pub fn open(path: &Path, config: AuditConfig) -> Result<Self, AuditError> {
+        let error = |action| {
+            let path = path.display().to_string();
+            move |source| AuditError {
+                path,
+                action,
+                source,
+            }
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(error("created"))?;
+        }
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(path)
+            .map_err(error("opened"))?;
+        let (last_hash, seq) = last_line(&mut file)
+            .map_err(error("read"))?
+            .map(|line| {
+                let seq = serde_json::from_str::<Record>(&line).map_or(0, |r| r.seq);
+                (hash_line(&line), seq)
+            })
+            .unwrap_or_else(|| (GENESIS.to_string(), 0));
+        let size = file.metadata().map_err(error("read"))?.len();
+        Ok(Self {
+            path: path.to_path_buf(),
+            config,
+            writer: Mutex::new(Writer {
+                file,
+                size,
+                last_hash,
+                seq,
+            }),
+        })
+    }
+
+    /// Whether the code itself goes into each line.
+    pub fn includes_code(&self) -> bool {
+        self.config.include_code
+    }
+
+    /// The file written to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `record` as the next link of the chain (and prints it when configured).
+    pub fn append(&self, mut record: Record) -> Result<(), AuditError> {
+        let error = |action| {
+            let path = self.path.display().to_string();
+            move |source| AuditError {
+                path,
+                action,
+                source,
+            }
+        };
+        let mut writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        record.seq = writer.seq + 1;
+        record.prev = writer.last_hash.clone();
+        let line = serde_json::to_string(&record).map_err(|e| AuditError {
+            path: self.path.display().to_string(),
+            action: "written",
+            source: std::io::Error::other(e),
+        })?;
+        if writer.size > 0 && writer.size + line.len() as u64 + 1 > self.config.max_bytes {
+            let rotated = rotated_name(&self.path, writer.seq);
+            std::fs::rename(&self.path, &rotated).map_err(error("rotated"))?;
+            writer.file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .read(true)
+                .open(&self.path)
+                .map_err(error("opened"))?;
+            writer.size = 0;
+            tracing::info!(rotated = %rotated.display(), "audit trail rotated");
+        }
+        writer
+            .file
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| writer.file.sync_data())
+            .map_err(error("written"))?;
+        writer.size += line.len() as u64 + 1;
+        writer.last_hash = hash_line(&line);
+        writer.seq = record.seq;
+        if self.config.stdout {
+            println!("{line}");
+        }
+        Ok(())
+    }
+}
+
+/// `audit.jsonl` → `audit.jsonl.000000001234`, numbered by its last line's `seq`, so that
+/// the rotated files sort in chain order.
+fn rotated_name(path: &Path, last_seq: u64) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{last_seq:012}"));
+    path.with_file_name(name)
+}
+
+/// The hex SHA-256 of a line (without its newline).
+pub fn hash_line(line: &str) -> String {
+    hex::encode(Sha256::digest(line.as_bytes()))
+}
+
+/// The last non-empty line of `file`, reading only its end.
+fn last_line(file: &mut File) -> std::io::Result<Option<String>> {
+    const TAIL: u64 = 1 << 20;
+    let size = file.metadata()?.len();
+    let start = size.saturating_sub(TAIL);
+    file.seek(SeekFrom::Start(start))?;
+    let mut tail = String::new();
+    file.take(TAIL).read_to_string(&mut tail)?;
+    Ok(tail
+        .lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .map(str::to_string))
+}
+
+/// What [`verify`] found.
+#[derive(Debug, PartialEq)]
+pub struct Verified {
+    /// Lines checked.
+    pub lines: u64,
+    /// `prev` of the first line when it is not the genesis: the files continue a chain whose
+    /// earlier part was not given.
+    pub continues_from: Option<String>,
+    /// The hash of the last line (the value the next line will carry).
+    pub head: String,
+}
+
+/// Where the chain breaks.
+#[derive(Debug, Error, PartialEq)]
+#[error("{file}, line {line}: {problem}")]
+pub struct Broken {
+    /// The file.
+    pub file: String,
+    /// The 1-based line number in that file.
+    pub line: u64,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Checks the chain across `files`, in order: every line parses, its `prev` is the hash of the
+/// line before, and `seq` counts up by one.
+pub fn verify(files: &[PathBuf]) -> Result<Verified, Broken> {
+    let mut previous: Option<(String, u64)> = None;
+    let mut continues_from = None;
+    let mut lines = 0;
+    for path in files {
+        let file_name = path.display().to_string();
+        let broken = |line: u64, problem: String| Broken {
+            file: file_name.clone(),
+            line,
+            problem,
+        };
+        let file = File::open(path).map_err(|e| broken(0, format!("cannot be read: {e}")))?;
+        for (index, line) in BufReader::new(file).lines().enumerate() {
+            let number = index as u64 + 1;
+            let line = line.map_err(|e| broken(number, format!("cannot be read: {e}")))?;
+            let record: Record = serde_json::from_str(&line)
+                .map_err(|e| broken(number, format!("is not an audit record ({e})")))?;
+            match &previous {
+                None if record.prev != GENESIS => continues_from = Some(record.prev.clone()),
+                None => {}
+                Some((hash, seq)) => {
+                    if &record.prev != hash {
+                        return Err(broken(
+                            number,
+                            "its prev is not the hash of the line before: that line, or this one, was changed, removed or inserted".into(),
+                        ));
+                    }
+                    if record.seq != seq + 1 {
+                        return Err(broken(
+                            number,
+                            format!("its seq is {} where {} was due", record.seq, seq + 1),
+                        ));
+                    }
+                }
+            }
+            previous = Some((hash_line(&line), record.seq));
+            lines += 1;
+        }
+    }
+    Ok(Verified {
+        lines,
+        continues_from,
+        head: previous.map_or_else(|| GENESIS.to_string(), |(hash, _)| hash),
+    })
+}
+
+/// One record in a few readable lines.
+pub fn describe(record: &Record) -> String {
+    let who = [
+        record.client.as_deref().map(|c| format!("client {c}")),
+        record.user.as_deref().map(|u| format!("user {u}")),
+        record.chat.as_deref().map(|c| format!("chat {c}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ");
+    let files = |list: &[FileDigest]| {
+        list.iter()
+            .map(|f| {
+                format!(
+                    "{} ({} bytes, sha256 {}…)",
+                    f.name,
+                    f.bytes,
+                    &f.sha256[..12.min(f.sha256.len())]
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let mut text = format!(
+        "#{} {} {} {} in {} ms{}\n  call {} request {}{}\n  code sha256 {}{}\n  image {} on {}, container {}",
+        record.seq,
+        record.time,
+        record.tool,
+        record.status,
+        record.duration_ms,
+        record
+            .exit_code
+            .map(|c| format!(", exit {c}"))
+            .unwrap_or_default(),
+        record.call,
+        record.request,
+        if who.is_empty() {
+            String::new()
+        } else {
+            format!(", {who}")
+        },
+        record.code_sha256,
+        record
+            .model
+            .as_deref()
+            .map(|m| format!(" written by {m}"))
+            .unwrap_or_default(),
+        record.image,
+        record.runtime,
+        record
+            .container
+            .as_deref()
+            .map_or("none", |c| &c[..12.min(c.len())]),
+    );
+    if !record.inputs.is_empty() {
+        text.push_str(&format!("\n  in: {}", files(&record.inputs)));
+    }
+    if !record.outputs.is_empty() {
+        text.push_str(&format!("\n  out: {}", files(&record.outputs)));
+    }
+    if let Some(error) = &record.error {
+        text.push_str(&format!("\n  error: {}", crate::llm::excerpt(error, 300)));
+    }
+    text
+}
+
+/// The hex SHA-256 of some bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The hex SHA-256 of a file, read in blocks.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0; 1 << 16];
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&buffer[..read]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(max_bytes: u64) -> AuditConfig {
+        AuditConfig {
+            path: None,
+            stdout: false,
+            include_code: true,
+            max_bytes,
+        }
+    }
+
+    fn record(tool: &str) -> Record {
+        Record {
+            time: rfc3339_now(),
+            tool: tool.into(),
+            status: "ok".into(),
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn a_chain_verifies_survives_reopening_and_catches_a_changed_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, config(1 << 30)).unwrap();
+        log.append(record("a")).unwrap();
+        log.append(record("b")).unwrap();
+        drop(log);
+        let log = AuditLog::open(&path, config(1 << 30)).unwrap();
+        log.append(record("c")).unwrap();
+        let verified = verify(std::slice::from_ref(&path)).unwrap();
+        assert_eq!(verified.lines, 3);
+        assert_eq!(verified.continues_from, None);
+
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen("\"tool\":\"b\"", "\"tool\":\"x\"", 1)).unwrap();
+        let broken = verify(std::slice::from_ref(&path)).unwrap_err();
+        assert_eq!(broken.line, 3, "{broken}");
+
+        let lines: Vec<&str> = text.lines().collect();
+        std::fs::write(&path, format!("{}\n{}\n", lines[0], lines[2])).unwrap();
+        assert_eq!(verify(std::slice::from_ref(&path)).unwrap_err().line, 2);
+    }
+
+    #[test]
+    fn rotation_starts_a_new_file_that_continues_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, config(600)).unwrap();
+        for tool in ["a", "b", "c", "d", "e", "f"] {
+            log.append(record(tool)).unwrap();
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|p| p != &path)
+            .collect();
+        files.sort();
+        assert!(!files.is_empty(), "nothing was rotated");
+        let alone = verify(std::slice::from_ref(&path)).unwrap();
+        assert!(alone.continues_from.is_some());
+        files.push(path);
+        let all = verify(&files).unwrap();
+        assert_eq!(all.lines, 6);
+        assert_eq!(all.continues_from, None);
+    }
+}

@@ -1,0 +1,151 @@
+//! The audit trail as a reviewer uses it: calls through the real server leave one
+//! hash-chained JSON line per attempt (caller, code and its hash, inputs and outputs with
+//! their hashes, image, limits, container, outcome); `file-agent audit verify` proves the file
+//! untouched and names the first line of a tampered one; `audit show` reads it.
+
+use std::collections::HashMap;
+
+use rmcp::ServiceExt;
+use rmcp::model::ClientConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::common::with_timeout;
+use crate::fakes::openai::{FakeOpenAi, Reply};
+use crate::mcp_server::{TestServer, call, llm_script};
+
+const CODE: &str = "import shutil\nshutil.copy(input_file_path, 'copy.csv')\nprint('copied')";
+
+async fn file_agent(args: &[&str]) -> (i32, String) {
+    let output = with_timeout(
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
+            .args(args)
+            .output(),
+    )
+    .await
+    .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks() {
+    let llm = FakeOpenAi::start(vec![Reply::Code(llm_script("excel_sales.py"))]).await;
+    let server = TestServer::start(&llm.env()).await;
+    let input = b"a,b\n1,2\n".to_vec();
+    let id = server.upload("data.csv", input.clone()).await;
+
+    // A client that forwards Open WebUI's user and chat ids.
+    let headers = HashMap::from([
+        (
+            http::HeaderName::from_static("x-openwebui-user-id"),
+            http::HeaderValue::from_static("user-42"),
+        ),
+        (
+            http::HeaderName::from_static("x-openwebui-chat-id"),
+            http::HeaderValue::from_static("chat-7"),
+        ),
+    ]);
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", server.url))
+        .custom_headers(headers);
+    let client = with_timeout(
+        ClientConfig::default().serve(StreamableHttpClientTransport::from_config(config)),
+    )
+    .await
+    .unwrap();
+    let (is_error, text) = call(
+        &client,
+        "run_python",
+        json!({"code": CODE, "file_ids": [id]}),
+    )
+    .await;
+    assert!(!is_error, "{text}");
+    let (is_error, text) = call(
+        &client,
+        "generate_file",
+        json!({"instructions": "sales", "file_type": "excel"}),
+    )
+    .await;
+    assert!(!is_error, "{text}");
+    let _ = client.cancel().await;
+    server.assert_nothing_left().await;
+
+    let path = server.data_dir().join("audit.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let run = &lines[0];
+    assert_eq!(run["tool"], "run_python");
+    assert_eq!(run["author"], "caller");
+    assert_eq!(run["model"], Value::Null);
+    assert_eq!(run["code"], CODE);
+    assert_eq!(
+        run["code_sha256"],
+        hex::encode(Sha256::digest(CODE.as_bytes()))
+    );
+    assert_eq!(run["inputs"][0]["name"], "data.csv");
+    assert_eq!(
+        run["inputs"][0]["sha256"],
+        hex::encode(Sha256::digest(&input))
+    );
+    assert_eq!(run["outputs"][0]["name"], "copy.csv");
+    assert_eq!(
+        run["outputs"][0]["sha256"],
+        hex::encode(Sha256::digest(&input))
+    );
+    assert_eq!(run["status"], "ok");
+    assert_eq!(run["exit_code"], 0);
+    assert_eq!(run["user"], "user-42");
+    assert_eq!(run["chat"], "chat-7");
+    assert!(run["client"].as_str().unwrap().starts_with("rmcp"), "{run}");
+    assert_eq!(run["container"].as_str().unwrap().len(), 64, "{run}");
+    assert!(
+        run["image_id"].as_str().unwrap().starts_with("sha256:"),
+        "{run}"
+    );
+    assert_eq!(run["limits"]["network"], "none");
+    assert_eq!(run["limits"]["memory_mib"], 1024);
+    assert_eq!(run["seq"], 1);
+    assert_eq!(run["prev"], "0".repeat(64));
+    let generated = &lines[1];
+    assert_eq!(generated["tool"], "generate_file");
+    assert_eq!(generated["author"], "model");
+    assert_eq!(generated["model"], crate::fakes::openai::MODEL);
+    assert_eq!(generated["seq"], 2);
+    assert_eq!(
+        generated["prev"],
+        hex::encode(Sha256::digest(text.lines().next().unwrap().as_bytes()))
+    );
+
+    let file = path.to_str().unwrap();
+    let (code, out) = file_agent(&["audit", "verify", file]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("ok: 2 lines"), "{out}");
+    let (code, out) = file_agent(&["audit", "show", file]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("#1 ") && out.contains("run_python ok"),
+        "{out}"
+    );
+    assert!(out.contains("in: data.csv"), "{out}");
+
+    // Someone edits the first line to hide what ran: the second line's link breaks.
+    std::fs::write(
+        &path,
+        text.replacen("\"status\":\"ok\"", "\"status\":\"failed\"", 1),
+    )
+    .unwrap();
+    let (code, out) = file_agent(&["audit", "verify", file]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("line 2: its prev is not the hash of the line before"),
+        "{out}"
+    );
+}
