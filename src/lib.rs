@@ -10,6 +10,7 @@
 //! - [`tools`]: the tool flows (`generate_file`, `modify_file`, `analyze_file`,
 //!   `data_analysis_tool`, `conduct_deep_research`, `run_python`) as plain functions;
 //! - [`audit`]: the hash-chained trail of every attempt, and its verification;
+//! - [`metrics`]: counters and histograms for `/metrics` (Prometheus text format);
 //! - [`mcp`]: the MCP adapter over the tools, the only module that knows MCP types;
 //! - [`server`]: HTTP (`/mcp`, `/health`, `/files`) and stdio wiring, start-up and shutdown;
 //! - [`prompts`]: the texts the model reads, from `prompts/`;
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod config;
 pub mod llm;
 pub mod mcp;
+pub mod metrics;
 pub mod prompts;
 pub mod sandbox;
 pub mod server;

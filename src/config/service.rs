@@ -133,6 +133,8 @@ pub struct ServerConfig {
     pub access_tokens: Vec<Secret>,
     /// `FILE_AGENT_ACCESS_TOKENS_FILE`: more tokens, one per line (`#` starts a comment).
     pub access_tokens_file: Option<PathBuf>,
+    /// `FILE_AGENT_METRICS_TOKEN`: when set, `/metrics` needs it as a bearer token.
+    pub metrics_token: Option<Secret>,
 }
 
 /// The OpenAI-compatible chat API.
@@ -397,6 +399,7 @@ impl Config {
                 allowed_origins,
                 access_tokens,
                 access_tokens_file: get("FILE_AGENT_ACCESS_TOKENS_FILE").map(PathBuf::from),
+                metrics_token: get("FILE_AGENT_METRICS_TOKEN").map(|t| Secret::new(t.trim())),
             },
             llm,
             storage,

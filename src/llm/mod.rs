@@ -200,10 +200,19 @@ impl Llm {
         let tries = self.config.timeout_retries + 1;
         for attempt in 1..=tries {
             let chat = client.chat();
+            let sent = Instant::now();
             let answer = tokio::select! {
                 () = cancel.cancelled() => return Err(LlmError::Cancelled),
                 answer = chat.create(request.clone()) => answer,
             };
+            crate::metrics::metrics().llm_request(
+                match &answer {
+                    Ok(_) => "ok",
+                    Err(OpenAIError::Reqwest(error)) if error.is_timeout() => "timeout",
+                    Err(_) => "error",
+                },
+                sent.elapsed(),
+            );
             match answer {
                 Ok(response) => {
                     let text = response
@@ -220,6 +229,7 @@ impl Llm {
                 }
                 Err(OpenAIError::Reqwest(error)) if error.is_timeout() && attempt < tries => {
                     tracing::warn!(attempt, "the model API timed out; trying again");
+                    crate::metrics::metrics().llm_retry();
                     tokio::select! {
                         () = cancel.cancelled() => return Err(LlmError::Cancelled),
                         () = tokio::time::sleep(TIMEOUT_BACKOFF) => {}

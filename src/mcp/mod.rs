@@ -303,6 +303,8 @@ impl FileAgentServer {
             Err(_) => Err(ToolError::Deadline(deadline.as_secs())),
         };
         let duration_ms = started.elapsed().as_millis() as u64;
+        crate::metrics::metrics()
+            .tool_call(tool, result.as_ref().map_or_else(outcome_name, |_| "ok"));
         match result {
             Ok(output) => {
                 tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");

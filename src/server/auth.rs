@@ -68,6 +68,13 @@ impl AccessTokens {
         })
     }
 
+    /// Exactly these tokens (no length rule: for a separately configured metrics token).
+    pub fn from_secrets<'a>(tokens: impl Iterator<Item = &'a Secret>) -> Self {
+        Self {
+            digests: Arc::new(tokens.map(|t| digest(t.expose())).collect()),
+        }
+    }
+
     /// Whether any token is configured.
     pub fn enabled(&self) -> bool {
         !self.digests.is_empty()
@@ -152,6 +159,7 @@ mod tests {
             allowed_origins: None,
             access_tokens: tokens.iter().map(|t| Secret::new(*t)).collect(),
             access_tokens_file: None,
+            metrics_token: None,
         }
     }
 

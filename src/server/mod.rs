@@ -166,7 +166,11 @@ pub fn router(
                 tokens.clone(),
                 auth::require_token,
             ));
-    let mut app = guarded.route("/health", get(health));
+    let metrics_tokens = AccessTokens::from_secrets(config.server.metrics_token.iter());
+    let metrics = axum::Router::new().route("/metrics", get(metrics)).layer(
+        axum::middleware::from_fn_with_state(metrics_tokens, auth::require_token),
+    );
+    let mut app = guarded.merge(metrics).route("/health", get(health));
     if let Some(store) = tools.storage().local() {
         app = app.merge(files::routes(store.clone(), tokens));
     }
@@ -207,6 +211,24 @@ pub async fn serve_stdio(tools: Tools, shutdown: CancellationToken) -> std::io::
     result
         .map(|_| ())
         .map_err(|error| std::io::Error::other(error.to_string()))
+}
+
+/// `GET /metrics`: the Prometheus text format.
+async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
+    let admission = tools.admission();
+    let gauges = crate::metrics::Gauges {
+        queue_depth: admission.queue_depth(),
+        slots_in_use: admission.running(),
+        slots: admission.config().max_concurrent,
+        live_containers: tools.sandbox().live_containers(),
+    };
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::metrics().render(&gauges),
+    )
 }
 
 /// `GET /health`: Docker, the image, the store and the model, nothing secret. 503 when

@@ -252,14 +252,36 @@ impl Tools {
                 other => other.map_err(ToolError::from),
             },
         };
+        let status = match &result {
+            Ok(outcome) => serde_json::to_value(outcome.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            Err(ToolError::Busy { .. }) => "busy".into(),
+            Err(ToolError::Cancelled) => "cancelled".into(),
+            Err(_) => "sandbox_error".into(),
+        };
+        let tool = CALL.try_with(|call| call.tool.clone()).unwrap_or_default();
+        let metrics = crate::metrics::metrics();
+        metrics.attempt(&tool, &status, started.elapsed());
+        if let Ok(outcome) = &result {
+            let timings = &outcome.timings;
+            for (phase, took) in [
+                ("create", timings.create),
+                ("copy_in", timings.copy_in),
+                ("run", timings.run),
+                ("logs", timings.logs),
+                ("copy_out", timings.copy_out),
+                ("remove", timings.remove),
+            ] {
+                metrics.phase(phase, took);
+            }
+        }
         if let (Some(audit), Some(mut record)) = (&self.audit, record) {
             record.duration_ms = started.elapsed().as_millis() as u64;
+            record.status = status;
             match &result {
                 Ok(outcome) => {
-                    record.status = serde_json::to_value(outcome.status)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default();
                     record.exit_code = outcome.exit_code;
                     record.container = Some(outcome.container_id.clone());
                     record.image_id = Some(outcome.image_id.clone());
@@ -276,15 +298,7 @@ impl Tools {
                         record.error = Some(tail(&outcome.message, 1000));
                     }
                 }
-                Err(error) => {
-                    record.status = match error {
-                        ToolError::Busy { .. } => "busy",
-                        ToolError::Cancelled => "cancelled",
-                        _ => "sandbox_error",
-                    }
-                    .into();
-                    record.error = Some(crate::error_chain(error));
-                }
+                Err(error) => record.error = Some(crate::error_chain(error)),
             }
             if let Err(error) = audit.append(record) {
                 tracing::error!(error = %error, "could not write the audit trail");

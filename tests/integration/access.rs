@@ -161,3 +161,50 @@ async fn a_browser_origin_outside_the_allow_list_is_refused() {
     // Clients that are not browsers send no Origin.
     assert_eq!(initialize(&server, &[]).await.status(), 200);
 }
+
+#[tokio::test]
+async fn metrics_count_calls_and_attempts_behind_their_own_token() {
+    let server = TestServer::start(&env(&[
+        ("FILE_AGENT_METRICS_TOKEN", "metrics-secret-token"),
+        ("FILE_AGENT_MAX_CONCURRENT", "3"),
+    ]))
+    .await;
+    let (is_error, text) = server
+        .call(None, "run_python", json!({"code": "print(1)"}))
+        .await;
+    assert!(!is_error, "{text}");
+    let url = format!("{}/metrics", server.url);
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 401);
+    let response = client
+        .get(&url)
+        .bearer_auth("metrics-secret-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let body = response.text().await.unwrap();
+    let value = |prefix: &str| -> f64 {
+        body.lines()
+            .find(|line| line.starts_with(prefix))
+            .and_then(|line| line.rsplit_once(' '))
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap_or_else(|| panic!("no {prefix} in:\n{body}"))
+    };
+    assert!(value("file_agent_tool_calls_total{tool=\"run_python\",outcome=\"ok\"}") >= 1.0);
+    assert!(
+        value("file_agent_attempt_duration_seconds_count{tool=\"run_python\",status=\"ok\"}")
+            >= 1.0
+    );
+    assert!(value("file_agent_sandbox_phase_seconds_count{phase=\"run\"}") >= 1.0);
+    assert_eq!(value("file_agent_sandbox_slots "), 3.0);
+    assert_eq!(value("file_agent_queue_depth "), 0.0);
+    assert!(!body.contains("metrics-secret-token"));
+    server.assert_nothing_left().await;
+}

@@ -1,0 +1,246 @@
+//! Metrics in the Prometheus text format, for `/metrics`: tool calls by tool and outcome,
+//! attempt durations, the sandbox's phase durations, the queue and the containers, model
+//! latency and retries. Kept in process-wide counters (one server per process), written by
+//! the code that knows the numbers and read when `/metrics` is scraped. No label carries a
+//! user, a file name or anything secret.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+/// Bucket bounds, in seconds, shared by every histogram.
+const BUCKETS: [f64; 12] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// A histogram with the [`BUCKETS`] bounds.
+#[derive(Debug, Default)]
+struct Histogram {
+    /// Observations at or below each bound (not cumulative; summed when written).
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        if let Some(index) = BUCKETS.iter().position(|bound| seconds <= *bound) {
+            self.counts[index] += 1;
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (bound, count) in BUCKETS.iter().zip(self.counts) {
+            cumulative += count;
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
+    }
+}
+
+/// The process's metrics.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    tool_calls: Mutex<BTreeMap<(String, String), u64>>,
+    attempts: Mutex<BTreeMap<(String, String), Histogram>>,
+    phases: Mutex<BTreeMap<&'static str, Histogram>>,
+    llm: Mutex<BTreeMap<String, Histogram>>,
+    llm_retries: AtomicU64,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Metrics {
+    /// A tool call ended with `outcome` (`ok`, `busy`, `llm_error`, ...).
+    pub fn tool_call(&self, tool: &str, outcome: &str) {
+        *lock(&self.tool_calls)
+            .entry((tool.to_string(), outcome.to_string()))
+            .or_default() += 1;
+    }
+
+    /// An attempt of `tool` ended with `status` after `took` (slot wait included).
+    pub fn attempt(&self, tool: &str, status: &str, took: Duration) {
+        lock(&self.attempts)
+            .entry((tool.to_string(), status.to_string()))
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    /// A sandbox phase (`create`, `copy_in`, `run`, `logs`, `copy_out`, `remove`) took `took`.
+    pub fn phase(&self, phase: &'static str, took: Duration) {
+        lock(&self.phases)
+            .entry(phase)
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    /// A model request ended with `outcome` (`ok` or an error kind) after `took`.
+    pub fn llm_request(&self, outcome: &str, took: Duration) {
+        lock(&self.llm)
+            .entry(outcome.to_string())
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    /// A model request is being tried again (after a timeout).
+    pub fn llm_retry(&self) {
+        self.llm_retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Everything, with the gauges read now.
+    pub fn render(&self, gauges: &Gauges) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP file_agent_tool_calls_total Tool calls by tool and outcome.\n");
+        out.push_str("# TYPE file_agent_tool_calls_total counter\n");
+        for ((tool, outcome), count) in lock(&self.tool_calls).iter() {
+            let _ = writeln!(
+                out,
+                "file_agent_tool_calls_total{{tool=\"{tool}\",outcome=\"{outcome}\"}} {count}"
+            );
+        }
+        out.push_str("# HELP file_agent_attempt_duration_seconds Sandbox attempts, from asking for a slot to removal, by tool and status.\n");
+        out.push_str("# TYPE file_agent_attempt_duration_seconds histogram\n");
+        for ((tool, status), histogram) in lock(&self.attempts).iter() {
+            histogram.write(
+                &mut out,
+                "file_agent_attempt_duration_seconds",
+                &format!("tool=\"{tool}\",status=\"{status}\""),
+            );
+        }
+        out.push_str("# HELP file_agent_sandbox_phase_seconds Time in each phase of an attempt.\n");
+        out.push_str("# TYPE file_agent_sandbox_phase_seconds histogram\n");
+        for (phase, histogram) in lock(&self.phases).iter() {
+            histogram.write(
+                &mut out,
+                "file_agent_sandbox_phase_seconds",
+                &format!("phase=\"{phase}\""),
+            );
+        }
+        out.push_str(
+            "# HELP file_agent_llm_request_seconds Model requests (retries included) by outcome.\n",
+        );
+        out.push_str("# TYPE file_agent_llm_request_seconds histogram\n");
+        for (outcome, histogram) in lock(&self.llm).iter() {
+            histogram.write(
+                &mut out,
+                "file_agent_llm_request_seconds",
+                &format!("outcome=\"{outcome}\""),
+            );
+        }
+        for (name, kind, help, value) in [
+            (
+                "file_agent_llm_retries_total",
+                "counter",
+                "Model requests tried again after a timeout.",
+                self.llm_retries.load(Ordering::Relaxed) as usize,
+            ),
+            (
+                "file_agent_queue_depth",
+                "gauge",
+                "Attempts waiting for a sandbox slot.",
+                gauges.queue_depth,
+            ),
+            (
+                "file_agent_sandbox_slots_in_use",
+                "gauge",
+                "Sandbox slots held by attempts.",
+                gauges.slots_in_use,
+            ),
+            (
+                "file_agent_sandbox_slots",
+                "gauge",
+                "Sandbox slots (FILE_AGENT_MAX_CONCURRENT).",
+                gauges.slots,
+            ),
+            (
+                "file_agent_containers_live",
+                "gauge",
+                "Sandbox containers created and not yet removed.",
+                gauges.live_containers,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
+        out
+    }
+}
+
+/// Values read at scrape time.
+#[derive(Debug, Default)]
+pub struct Gauges {
+    /// Attempts waiting.
+    pub queue_depth: usize,
+    /// Slots held.
+    pub slots_in_use: usize,
+    /// Slots in all.
+    pub slots: usize,
+    /// Containers not yet removed.
+    pub live_containers: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_and_the_text_format_is_well_formed() {
+        let metrics = Metrics::default();
+        metrics.tool_call("run_python", "ok");
+        metrics.tool_call("run_python", "ok");
+        metrics.attempt("run_python", "ok", Duration::from_millis(300));
+        metrics.attempt("run_python", "ok", Duration::from_secs(3));
+        let text = metrics.render(&Gauges {
+            queue_depth: 1,
+            ..Gauges::default()
+        });
+        assert!(text.contains("file_agent_tool_calls_total{tool=\"run_python\",outcome=\"ok\"} 2"));
+        assert!(text.contains(
+            "file_agent_attempt_duration_seconds_bucket{tool=\"run_python\",status=\"ok\",le=\"0.5\"} 1"
+        ));
+        assert!(text.contains(
+            "file_agent_attempt_duration_seconds_bucket{tool=\"run_python\",status=\"ok\",le=\"5\"} 2"
+        ));
+        assert!(text.contains(
+            "file_agent_attempt_duration_seconds_count{tool=\"run_python\",status=\"ok\"} 2"
+        ));
+        assert!(text.contains("file_agent_queue_depth 1"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (_, value) = line.rsplit_once(' ').unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}
