@@ -31,6 +31,10 @@ pub const DEFAULT_DATA_DIR: &str = "data";
 pub const DEFAULT_INPUT_MAX_MIB: u64 = 50;
 /// `FILE_AGENT_DOWNLOAD_TIMEOUT`: seconds to fetch one input file.
 pub const DEFAULT_DOWNLOAD_TIMEOUT_SECS: u64 = 60;
+/// `FILE_AGENT_SHUTDOWN_GRACE`: seconds running calls may go on after SIGTERM.
+pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 30;
+/// `FILE_AGENT_REAP_INTERVAL`: seconds between two looks for leftover containers.
+pub const DEFAULT_REAP_INTERVAL_SECS: u64 = 300;
 /// `FILE_AGENT_AUDIT_MAX_MIB`: the audit file's size before it is rotated.
 pub const DEFAULT_AUDIT_MAX_MIB: u64 = 100;
 /// `FILE_AGENT_QUEUE_TIMEOUT`: seconds an attempt may wait for a free slot.
@@ -135,6 +139,12 @@ pub struct ServerConfig {
     pub access_tokens_file: Option<PathBuf>,
     /// `FILE_AGENT_METRICS_TOKEN`: when set, `/metrics` needs it as a bearer token.
     pub metrics_token: Option<Secret>,
+    /// `FILE_AGENT_SHUTDOWN_GRACE`: on SIGTERM, how long running calls may go on before their
+    /// containers are killed.
+    pub shutdown_grace: Duration,
+    /// `FILE_AGENT_REAP_INTERVAL`: how often leftover containers are looked for while serving
+    /// (`None`: only at start-up).
+    pub reap_interval: Option<Duration>,
 }
 
 /// The OpenAI-compatible chat API.
@@ -400,6 +410,23 @@ impl Config {
                 access_tokens,
                 access_tokens_file: get("FILE_AGENT_ACCESS_TOKENS_FILE").map(PathBuf::from),
                 metrics_token: get("FILE_AGENT_METRICS_TOKEN").map(|t| Secret::new(t.trim())),
+                shutdown_grace: Duration::from_secs(parse_int(
+                    get("FILE_AGENT_SHUTDOWN_GRACE"),
+                    "FILE_AGENT_SHUTDOWN_GRACE",
+                    DEFAULT_SHUTDOWN_GRACE_SECS,
+                    0..=3600,
+                    "whole seconds from 0 to 3600",
+                )?),
+                reap_interval: match parse_int(
+                    get("FILE_AGENT_REAP_INTERVAL"),
+                    "FILE_AGENT_REAP_INTERVAL",
+                    DEFAULT_REAP_INTERVAL_SECS,
+                    0..=86_400,
+                    "whole seconds from 0 (off) to 86400",
+                )? {
+                    0 => None,
+                    secs => Some(Duration::from_secs(secs)),
+                },
             },
             llm,
             storage,

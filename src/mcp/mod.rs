@@ -116,13 +116,14 @@ impl FileAgentServer {
         Parameters(args): Parameters<GenerateFileArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<String, String> {
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
         let caller = caller_of(&context);
         let call = self.tools.generate_file(
             &args.instructions,
             &args.file_type,
             args.filename_hint.as_deref(),
             &caller,
-            &context.ct,
+            &cancel,
         );
         self.finish("generate_file", &context, call).await
     }
@@ -133,13 +134,14 @@ impl FileAgentServer {
         Parameters(args): Parameters<ModifyFileArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<String, String> {
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
         let caller = caller_of(&context);
         let call = self.tools.modify_file(
             &args.file_id,
             &args.instructions,
             args.filename_hint.as_deref(),
             &caller,
-            &context.ct,
+            &cancel,
         );
         self.finish("modify_file", &context, call).await
     }
@@ -150,10 +152,11 @@ impl FileAgentServer {
         Parameters(args): Parameters<RunPythonArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<String, String> {
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
         let caller = caller_of(&context);
         let call = self
             .tools
-            .run_python(&args.code, &args.file_ids, &caller, &context.ct);
+            .run_python(&args.code, &args.file_ids, &caller, &cancel);
         self.finish("run_python", &context, call).await
     }
 
@@ -163,10 +166,11 @@ impl FileAgentServer {
         Parameters(args): Parameters<AnalyzeFileArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<String, String> {
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
         let caller = caller_of(&context);
         let call = self
             .tools
-            .analyze_file(&args.file_id, &args.instructions, &caller, &context.ct);
+            .analyze_file(&args.file_id, &args.instructions, &caller, &cancel);
         self.finish("analyze_file", &context, call).await
     }
 
@@ -176,11 +180,12 @@ impl FileAgentServer {
         Parameters(args): Parameters<DataAnalysisArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<String, String> {
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
         let call = self.tools.data_analysis(
             &args.query,
             &args.document,
             args.document_name.as_deref(),
-            &context.ct,
+            &cancel,
         );
         self.finish("data_analysis_tool", &context, call).await
     }
@@ -191,6 +196,7 @@ impl FileAgentServer {
         Parameters(args): Parameters<ResearchArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<String, String> {
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
         // Progress goes out in order through one task, and only to a client that asked.
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<Progress>();
         let forwarder = context.meta.get_progress_token().map(|token| {
@@ -212,7 +218,7 @@ impl FileAgentServer {
         };
         let call = self
             .tools
-            .deep_research(&args.instructions, &report, &context.ct);
+            .deep_research(&args.instructions, &report, &cancel);
         let result = self.finish("conduct_deep_research", &context, call).await;
         drop(report);
         if let Some(forwarder) = forwarder {
@@ -298,7 +304,8 @@ impl FileAgentServer {
         let request = format!("{:?}", context.id);
         let deadline = self.tools.call_deadline(tool);
         let info = call_info(&id, &request, tool, context);
-        let result = match CALL.scope(info, tokio::time::timeout(deadline, call)).await {
+        let call = self.tools.track(tokio::time::timeout(deadline, call));
+        let result = match CALL.scope(info, call).await {
             Ok(result) => result,
             Err(_) => Err(ToolError::Deadline(deadline.as_secs())),
         };

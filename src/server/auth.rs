@@ -160,6 +160,8 @@ mod tests {
             access_tokens: tokens.iter().map(|t| Secret::new(*t)).collect(),
             access_tokens_file: None,
             metrics_token: None,
+            shutdown_grace: std::time::Duration::from_secs(1),
+            reap_interval: None,
         }
     }
 

@@ -3,10 +3,12 @@
 //! (stateless, so replicas can share load), `/health`, and the local store's `/files` routes;
 //! or MCP over stdio.
 //!
-//! Shutdown: one root token, cancelled by SIGINT/SIGTERM, stops axum and rmcp. Each MCP request
-//! has its own token (fired when an HTTP client disconnects, or by `notifications/cancelled`
-//! over stdio); the tools hand it to the attempt, whose container guard removes the container.
-//! The sandbox's pending removals are awaited before exit.
+//! Shutdown: SIGINT/SIGTERM cancel the root token; axum stops accepting and lets running calls
+//! finish for `FILE_AGENT_SHUTDOWN_GRACE`, then `Tools::stopping` stops the rest. Each call's
+//! token fires when its HTTP client disconnects (or on `notifications/cancelled` over stdio) or
+//! at that stop; the tools hand it to the attempt, whose container guard removes the container.
+//! The stopped calls and the sandbox's pending removals are awaited before exit. Leftovers of a
+//! crash are reaped at start-up and every `FILE_AGENT_REAP_INTERVAL`.
 
 pub mod auth;
 mod files;
@@ -41,6 +43,8 @@ const MAX_MCP_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// At start-up, containers older than the longest attempt plus this are leftovers to remove
 /// (younger ones may belong to another replica sharing the engine).
 const REAP_GRACE: Duration = Duration::from_secs(120);
+/// How long shutdown waits for stopped calls to remove their containers.
+const CALLS_STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +69,33 @@ pub enum StartError {
     Audit(#[from] crate::audit::AuditError),
 }
 
+/// Removes leftover containers: every managed container older than the timeout plus a margin
+/// (another replica's live attempt is younger), and at start-up also every container of this
+/// instance, whatever its age (a stable `SANDBOX_INSTANCE` per replica makes a restarted
+/// replica clean up after its own crash at once).
+async fn reap_leftovers(sandbox: &Sandbox, config: &Config, at_start: bool) {
+    let mut filters = vec![ReapFilter {
+        older_than: Some(config.sandbox.limits.timeout + REAP_GRACE),
+        instance: None,
+    }];
+    if at_start {
+        filters.push(ReapFilter {
+            older_than: None,
+            instance: Some(sandbox.instance().to_string()),
+        });
+    }
+    for filter in filters {
+        match sandbox.reap(&filter).await {
+            Ok(report) if report.containers > 0 => tracing::warn!(
+                containers = report.containers,
+                "removed leftover sandbox containers"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "could not look for leftover containers"),
+        }
+    }
+}
+
 /// Connects to Docker, opens the store, loads the prompts, builds the model client, and
 /// removes leftover containers. A missing image is only warned about (`/health` reports it).
 pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
@@ -73,23 +104,7 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     let llm = Llm::new(config.llm.clone())?;
     let fetcher = UrlFetcher::new(config.url_fetch.clone(), config.transfer)?;
     let sandbox = Sandbox::connect(config.sandbox.clone()).await?;
-    let older_than = config.sandbox.limits.timeout + REAP_GRACE;
-    match sandbox
-        .reap(&ReapFilter {
-            older_than: Some(older_than),
-            instance: None,
-        })
-        .await
-    {
-        Ok(report) if report.containers > 0 => {
-            tracing::warn!(
-                containers = report.containers,
-                "removed leftover sandbox containers"
-            )
-        }
-        Ok(_) => {}
-        Err(error) => tracing::warn!(%error, "could not look for leftover containers"),
-    }
+    reap_leftovers(&sandbox, config, true).await;
     if !sandbox
         .image_present(&config.sandbox.image)
         .await
@@ -190,11 +205,44 @@ pub async fn serve_http(
             "no FILE_AGENT_ACCESS_TOKENS: anyone who reaches this port can call the tools; set tokens or keep the port private"
         );
     }
-    let app = router(tools.clone(), config, tokens, shutdown.clone());
+    // Two steps on SIGTERM: stop accepting and let running calls finish (axum's graceful
+    // shutdown); after the grace period, stop the calls, which kills their containers.
+    let grace = config.server.shutdown_grace;
+    let killer = {
+        let (shutdown, tools) = (shutdown.clone(), tools.clone());
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            tracing::info!(
+                grace_s = grace.as_secs(),
+                "shutting down: no new requests; running calls may finish"
+            );
+            tokio::time::sleep(grace).await;
+            tracing::warn!("shutdown grace period over: stopping the calls still running");
+            tools.stopping().cancel();
+        })
+    };
+    let reaper = config.server.reap_interval.map(|every| {
+        let (sandbox, config, shutdown) = (tools.sandbox().clone(), config.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(every) => reap_leftovers(&sandbox, &config, false).await,
+                }
+            }
+        })
+    });
+    let app = router(tools.clone(), config, tokens, tools.stopping().clone());
     let stop = shutdown.clone();
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled_owned().await })
         .await;
+    // A call whose client left may still be cleaning up: stop what is left and wait for it.
+    tools.stop_calls(CALLS_STOP_WAIT).await;
+    killer.abort();
+    if let Some(reaper) = reaper {
+        reaper.abort();
+    }
     tools.sandbox().shutdown().await;
     result
 }
@@ -207,6 +255,7 @@ pub async fn serve_stdio(tools: Tools, shutdown: CancellationToken) -> std::io::
         .await
         .map_err(|error| std::io::Error::other(error.to_string()))?;
     let result = running.waiting().await;
+    tools.stop_calls(CALLS_STOP_WAIT).await;
     tools.sandbox().shutdown().await;
     result
         .map(|_| ())

@@ -21,7 +21,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use thiserror::Error;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
 
 use crate::audit::{AuditLog, FileDigest, Record};
 use crate::config::{AdmissionConfig, ResearchConfig, SandboxConfig};
@@ -134,6 +135,10 @@ pub struct Tools {
     admission: Arc<Admission>,
     /// Where every attempt is recorded, when the trail is on.
     audit: Option<Arc<AuditLog>>,
+    /// The calls under way, so that shutdown can wait for them.
+    calls: TaskTracker,
+    /// Cancelled when shutdown stops the calls still running.
+    stopping: CancellationToken,
 }
 
 /// Who wrote the code of an attempt, for the audit trail.
@@ -190,6 +195,44 @@ impl Tools {
             research,
             admission: Admission::new(admission),
             audit: None,
+            calls: TaskTracker::new(),
+            stopping: CancellationToken::new(),
+        }
+    }
+
+    /// A token for one call: cancelled when `request` is (the client went away) or when
+    /// shutdown stops the calls. Drop the guard when the call is over.
+    pub fn call_token(&self, request: &CancellationToken) -> (CancellationToken, DropGuard) {
+        let token = self.stopping.child_token();
+        let (request, linked) = (request.clone(), token.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = request.cancelled() => linked.cancel(),
+                () = linked.cancelled() => {}
+            }
+        });
+        (token.clone(), token.drop_guard())
+    }
+
+    /// `call`, counted among the calls under way.
+    pub fn track<F: Future>(&self, call: F) -> impl Future<Output = F::Output> {
+        self.calls.track_future(call)
+    }
+
+    /// The token that stops every call (its containers are killed and removed).
+    pub fn stopping(&self) -> &CancellationToken {
+        &self.stopping
+    }
+
+    /// Stops the calls still running and waits up to `wait` for them to clean up.
+    pub async fn stop_calls(&self, wait: std::time::Duration) {
+        self.stopping.cancel();
+        self.calls.close();
+        if tokio::time::timeout(wait, self.calls.wait()).await.is_err() {
+            tracing::error!(
+                calls = self.calls.len(),
+                "calls still running after shutdown"
+            );
         }
     }
 

@@ -84,6 +84,20 @@ pub async fn orphan_container(sandbox: &Sandbox) -> String {
         .id
 }
 
+/// How many containers carry this instance label (running or not).
+pub async fn containers_of_instance(instance: &str) -> usize {
+    let label = format!("io.file-agent.instance={instance}");
+    let filters = std::collections::HashMap::from([("label", vec![label.as_str()])]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    with_timeout(docker().await.list_containers(Some(options)))
+        .await
+        .unwrap()
+        .len()
+}
+
 pub async fn container_exists(id: &str) -> bool {
     with_timeout(docker().await.inspect_container(id, None))
         .await

@@ -10,6 +10,7 @@ mod audit;
 mod cli;
 mod common;
 mod fakes;
+mod lifecycle;
 mod load;
 mod mcp_server;
 mod research;

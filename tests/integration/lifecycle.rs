@@ -1,0 +1,156 @@
+//! The server's life as an operator sees it, with the real binary: SIGTERM lets a running
+//! call finish within the grace period, kills what runs past it, and leaves no container; a
+//! server killed with SIGKILL mid-attempt leaves its container behind, and the restarted
+//! server (same `SANDBOX_INSTANCE`) removes it at start-up.
+
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::ClientConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use serde_json::json;
+
+use crate::common::{containers_of_instance, with_timeout};
+use crate::mcp_server::call;
+
+/// A `file-agent serve` child process on a free port.
+struct Served {
+    child: tokio::process::Child,
+    url: String,
+}
+
+async fn serve(instance: &str, data: &std::path::Path, extra: &[(&str, &str)]) -> Served {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("SANDBOX_INSTANCE", instance)
+        .env("FILE_AGENT_DATA_DIR", data)
+        .env("FILE_AGENT_PUBLIC_URL", &url)
+        .env_remove("OPENAI_API_KEY")
+        .envs(extra.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while reqwest::get(format!("{url}/health")).await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Served { child, url }
+}
+
+/// Starts `code` with run_python in the background; returns (is_error, text) when it ends.
+fn start_call(url: &str, code: &str) -> tokio::task::JoinHandle<Option<(bool, String)>> {
+    let (url, code) = (format!("{url}/mcp"), code.to_string());
+    tokio::spawn(async move {
+        let client = ClientConfig::default()
+            .serve(StreamableHttpClientTransport::from_uri(url))
+            .await
+            .ok()?;
+        let arguments = json!({"code": code}).as_object().cloned().unwrap();
+        let result = client
+            .call_tool(
+                rmcp::model::CallToolRequestParams::new("run_python").with_arguments(arguments),
+            )
+            .await
+            .ok()?;
+        let text = crate::mcp_server::text_of(&result);
+        Some((result.is_error == Some(true), text))
+    })
+}
+
+async fn wait_for_containers(instance: &str, count: usize) {
+    let started = Instant::now();
+    while containers_of_instance(instance).await != count {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{instance}: never {count} containers"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn signal(child: &tokio::process::Child, name: &str) {
+    let pid = child.id().unwrap().to_string();
+    let status = tokio::process::Command::new("kill")
+        .args([name, &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+}
+
+fn instance() -> String {
+    format!("life-{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_running_call_finish_and_kills_one_past_the_grace() {
+    let data = tempfile::tempdir().unwrap();
+    let name = instance();
+    let mut served = serve(&name, data.path(), &[("FILE_AGENT_SHUTDOWN_GRACE", "4")]).await;
+    let short = start_call(&served.url, "import time\ntime.sleep(2)\nprint('finished')");
+    let long = start_call(&served.url, "import time\ntime.sleep(120)");
+    wait_for_containers(&name, 2).await;
+    let signalled = Instant::now();
+    signal(&served.child, "-TERM").await;
+
+    let (is_error, text) = with_timeout(short).await.unwrap().expect("an answer");
+    assert!(!is_error && text.contains("finished"), "{text}");
+    let status = with_timeout(served.child.wait()).await.unwrap();
+    assert!(status.success(), "{status:?}");
+    let took = signalled.elapsed();
+    assert!(
+        took >= Duration::from_secs(4),
+        "stopped before the grace: {took:?}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    if let Some((is_error, text)) = with_timeout(long).await.unwrap() {
+        assert!(is_error, "the long call cannot have succeeded: {text}");
+    }
+    assert_eq!(containers_of_instance(&name).await, 0);
+}
+
+#[tokio::test]
+async fn a_killed_server_leaves_an_orphan_that_its_restart_removes() {
+    let data = tempfile::tempdir().unwrap();
+    let name = instance();
+    let mut served = serve(&name, data.path(), &[]).await;
+    let running = start_call(&served.url, "import time\ntime.sleep(120)");
+    wait_for_containers(&name, 1).await;
+    signal(&served.child, "-KILL").await;
+    let _ = with_timeout(served.child.wait()).await;
+    running.abort();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        containers_of_instance(&name).await,
+        1,
+        "the crash left no orphan"
+    );
+
+    let restarted = serve(&name, data.path(), &[]).await;
+    assert_eq!(
+        containers_of_instance(&name).await,
+        0,
+        "the restart did not reap"
+    );
+    // And the restarted server works.
+    let client = with_timeout(ClientConfig::default().serve(
+        StreamableHttpClientTransport::from_uri(format!("{}/mcp", restarted.url)),
+    ))
+    .await
+    .unwrap();
+    let (is_error, text) = call(&client, "run_python", json!({"code": "print(2 + 2)"})).await;
+    assert!(!is_error && text.contains('4'), "{text}");
+    let _ = client.cancel().await;
+    wait_for_containers(&name, 0).await;
+}
