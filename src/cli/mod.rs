@@ -59,6 +59,13 @@ enum Command {
     /// Build or inspect the sandbox image.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Ask a running server's /health (for container health checks): exit 0 when it answers
+    /// 200, 1 otherwise.
+    Health {
+        /// The server's base URL (default: http://127.0.0.1:<port of FILE_AGENT_LISTEN>).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
     /// Check or read the audit trail (FILE_AGENT_AUDIT_FILE).
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -182,6 +189,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Serve(args) = command {
         return serve::serve(args.listen, args.stdio).await;
     }
+    if let Command::Health { url } = command {
+        return health(url).await;
+    }
     if let Command::Audit(command) = command {
         return match command {
             AuditCommand::Verify { files } => Ok(audit::verify(&files)),
@@ -190,7 +200,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     let config = SandboxConfig::from_env()?;
     match command {
-        Command::Serve(_) | Command::Audit(_) => unreachable!("handled above"),
+        Command::Serve(_) | Command::Audit(_) | Command::Health { .. } => {
+            unreachable!("handled above")
+        }
         Command::Run(args) => Ok(run::run(config, args).await),
         Command::Doctor => doctor::doctor(config).await,
         Command::Reap {
@@ -214,6 +226,37 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             build_image(config, method, force).await
         }
         Command::Bench { runs } => bench::bench(config, runs.max(1)).await,
+    }
+}
+
+async fn health(url: Option<String>) -> anyhow::Result<ExitCode> {
+    let url = match url {
+        Some(url) => url,
+        None => {
+            let config = crate::config::Config::from_env()?;
+            format!("http://127.0.0.1:{}", config.server.listen.port())
+        }
+    };
+    let answer = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?
+        .get(format!("{}/health", url.trim_end_matches('/')))
+        .send()
+        .await;
+    match answer {
+        Ok(response) if response.status().is_success() => {
+            println!("ok");
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(response) => {
+            let status = response.status();
+            println!("{status}: {}", response.text().await.unwrap_or_default());
+            Ok(ExitCode::from(1))
+        }
+        Err(error) => {
+            println!("no answer from {url}: {error}");
+            Ok(ExitCode::from(1))
+        }
     }
 }
 

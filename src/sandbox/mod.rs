@@ -127,7 +127,7 @@ impl Sandbox {
     /// version, since Debian's engine speaks an older one than the client's default.
     pub async fn connect(config: SandboxConfig) -> Result<Self, SandboxError> {
         let request_timeout = config.limits.timeout + COPY_OUT_GRACE + REQUEST_SLACK;
-        let docker = Docker::connect_with_local_defaults()
+        let docker = Docker::connect_with_defaults()
             .map_err(|source| SandboxError::DockerUnreachable { source })?
             .with_timeout(request_timeout)
             .negotiate_version()

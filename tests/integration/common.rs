@@ -68,7 +68,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 async fn docker() -> bollard::Docker {
-    bollard::Docker::connect_with_local_defaults()
+    bollard::Docker::connect_with_defaults()
         .unwrap()
         .negotiate_version()
         .await
