@@ -40,13 +40,9 @@ pub struct FileDigest {
     pub sha256: String,
 }
 
-/// One attempt, as written. `seq` and `prev` are set by the log.
+/// The tool call an attempt belongs to, and who made it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Record {
-    /// UTC, RFC 3339 with milliseconds.
-    pub time: String,
-    /// Position in the chain (1 for the first line ever; continues across rotation).
-    pub seq: u64,
+pub struct CallInfo {
     /// The tool call's id (also in the server's log line for the call).
     pub call: String,
     /// The MCP request id.
@@ -59,6 +55,18 @@ pub struct Record {
     pub user: Option<String>,
     /// Open WebUI's chat id (`X-OpenWebUI-Chat-Id`), when sent.
     pub chat: Option<String>,
+}
+
+/// One attempt, as written. `seq` and `prev` are set by the log.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Record {
+    /// UTC, RFC 3339 with milliseconds.
+    pub time: String,
+    /// Position in the chain (1 for the first line ever; continues across rotation).
+    pub seq: u64,
+    /// The call and its caller.
+    #[serde(flatten)]
+    pub caller: CallInfo,
     /// Who wrote the code: `model`, `caller` (run_python) or `file-agent` (the inspection).
     pub author: String,
     /// The model that wrote the code, when a model did.
@@ -330,10 +338,11 @@ pub fn verify(files: &[PathBuf]) -> Result<Verified, Broken> {
 
 /// One record in a few readable lines.
 pub fn describe(record: &Record) -> String {
+    let caller = &record.caller;
     let who = [
-        record.client.as_deref().map(|c| format!("client {c}")),
-        record.user.as_deref().map(|u| format!("user {u}")),
-        record.chat.as_deref().map(|c| format!("chat {c}")),
+        caller.client.as_deref().map(|c| format!("client {c}")),
+        caller.user.as_deref().map(|u| format!("user {u}")),
+        caller.chat.as_deref().map(|c| format!("chat {c}")),
     ]
     .into_iter()
     .flatten()
@@ -356,15 +365,15 @@ pub fn describe(record: &Record) -> String {
         "#{} {} {} {} in {} ms{}\n  call {} request {}{}\n  code sha256 {}{}\n  image {} on {}, container {}",
         record.seq,
         record.time,
-        record.tool,
+        caller.tool,
         record.status,
         record.duration_ms,
         record
             .exit_code
             .map(|c| format!(", exit {c}"))
             .unwrap_or_default(),
-        record.call,
-        record.request,
+        caller.call,
+        caller.request,
         if who.is_empty() {
             String::new()
         } else {
@@ -431,7 +440,10 @@ mod tests {
     fn record(tool: &str) -> Record {
         Record {
             time: rfc3339_now(),
-            tool: tool.into(),
+            caller: CallInfo {
+                tool: tool.into(),
+                ..CallInfo::default()
+            },
             status: "ok".into(),
             ..Record::default()
         }

@@ -24,6 +24,7 @@ use thiserror::Error;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+pub use crate::audit::CallInfo;
 use crate::audit::{AuditLog, FileDigest, Record};
 use crate::config::{AdmissionConfig, ResearchConfig, SandboxConfig};
 use crate::llm::{Llm, LlmError};
@@ -152,26 +153,9 @@ pub enum Author {
     FileAgent,
 }
 
-/// The call an attempt belongs to, set by the MCP layer around each call (a task-local, so the
-/// tool flows need not pass it along).
-#[derive(Debug, Clone, Default)]
-pub struct CallInfo {
-    /// The call's id.
-    pub call: String,
-    /// The MCP request id.
-    pub request: String,
-    /// The tool.
-    pub tool: String,
-    /// The MCP client, `name/version`.
-    pub client: Option<String>,
-    /// Open WebUI's user id, from `X-OpenWebUI-User-Id`.
-    pub user: Option<String>,
-    /// Open WebUI's chat id, from `X-OpenWebUI-Chat-Id`.
-    pub chat: Option<String>,
-}
-
 tokio::task_local! {
-    /// The call being served on this task.
+    /// The call being served on this task, set by the MCP layer around each call (a
+    /// task-local, so that the tool flows need not pass it along).
     pub static CALL: CallInfo;
 }
 
@@ -352,7 +336,7 @@ impl Tools {
 
     /// The part of an attempt's audit line known before it runs.
     fn audit_record(&self, job: &Job, author: Author) -> Record {
-        let call = CALL.try_with(Clone::clone).unwrap_or_default();
+        let caller = CALL.try_with(Clone::clone).unwrap_or_default();
         let config = self.sandbox.config();
         let limits = &config.limits;
         let include_code = self
@@ -361,12 +345,7 @@ impl Tools {
             .is_some_and(|audit| audit.includes_code());
         Record {
             time: crate::audit::rfc3339_now(),
-            call: call.call,
-            request: call.request,
-            tool: call.tool,
-            client: call.client,
-            user: call.user,
-            chat: call.chat,
+            caller,
             author: match author {
                 Author::Model => "model",
                 Author::Caller => "caller",
