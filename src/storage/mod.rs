@@ -227,6 +227,33 @@ pub fn encode_path_segment(segment: &str) -> String {
     out
 }
 
+/// Why [`read_capped`] stopped.
+pub(crate) enum CappedRead {
+    /// The body is (or announced itself as) larger than the cap.
+    TooLarge,
+    /// The transfer broke.
+    Transport(reqwest::Error),
+}
+
+/// The whole body of `response`, refused as soon as it is known to exceed `max` bytes: by its
+/// `Content-Length`, or while it streams (a length can be absent or a lie).
+pub(crate) async fn read_capped(
+    mut response: reqwest::Response,
+    max: u64,
+) -> Result<Vec<u8>, CappedRead> {
+    if response.content_length().is_some_and(|length| length > max) {
+        return Err(CappedRead::TooLarge);
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(CappedRead::Transport)? {
+        if (bytes.len() + chunk.len()) as u64 > max {
+            return Err(CappedRead::TooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
 /// Decodes `%XX` escapes; `None` when the result is not UTF-8.
 pub fn decode_percent(text: &str) -> Option<String> {
     let bytes = text.as_bytes();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Caller, Download, StorageError, Stored, decode_percent};
+use super::{Caller, CappedRead, Download, StorageError, Stored, decode_percent, read_capped};
 use crate::config::{OpenWebUiConfig, Secret, TransferLimits};
 
 /// Connect timeout to Open WebUI.
@@ -87,7 +87,7 @@ impl OpenWebUi {
         let token = self.token(caller)?.to_string();
         let work = async {
             let url = format!("{}/api/v1/files/{id}/content", self.internal_url);
-            let mut response = self
+            let response = self
                 .http
                 .get(&url)
                 .bearer_auth(&token)
@@ -98,24 +98,16 @@ impl OpenWebUi {
             if !response_status.is_success() {
                 return Err(error_for(response, id, "downloading a file").await);
             }
-            let too_large = || StorageError::TooLarge {
-                what: id.to_string(),
-                limit_mib: self.limits.max_bytes / (1024 * 1024),
-            };
-            if response
-                .content_length()
-                .is_some_and(|length| length > self.limits.max_bytes)
-            {
-                return Err(too_large());
-            }
             let headers = response.headers().clone();
-            let mut bytes = Vec::new();
-            while let Some(chunk) = response.chunk().await.map_err(|e| self.unreachable(&e))? {
-                if bytes.len() as u64 + chunk.len() as u64 > self.limits.max_bytes {
-                    return Err(too_large());
-                }
-                bytes.extend_from_slice(&chunk);
-            }
+            let bytes = read_capped(response, self.limits.max_bytes)
+                .await
+                .map_err(|error| match error {
+                    CappedRead::TooLarge => StorageError::TooLarge {
+                        what: id.to_string(),
+                        limit_mib: self.limits.max_bytes / (1024 * 1024),
+                    },
+                    CappedRead::Transport(error) => self.unreachable(&error),
+                })?;
             let content_type = headers
                 .get(reqwest::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())

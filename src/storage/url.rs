@@ -17,12 +17,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use thiserror::Error;
 
-use super::Download;
+use super::{CappedRead, Download, read_capped};
 use crate::config::{TransferLimits, UrlFetchConfig};
 
 /// Why a document URL was not fetched. Each message says what to do; none shows a query string.
@@ -182,7 +181,15 @@ impl UrlFetcher {
                 .get(reqwest::header::CONTENT_TYPE)
                 .and_then(|value| value.to_str().ok())
                 .map(str::to_string);
-            let bytes = self.read_capped(&url, response).await?;
+            let bytes = read_capped(response, self.limits.max_bytes)
+                .await
+                .map_err(|error| match error {
+                    CappedRead::TooLarge => FetchError::TooLarge {
+                        url: redact(&url),
+                        limit_mib: self.limits.max_bytes / crate::config::MIB,
+                    },
+                    CappedRead::Transport(error) => transport_error(&url, &error),
+                })?;
             let name = name
                 .map(str::trim)
                 .filter(|name| !name.is_empty())
@@ -231,31 +238,6 @@ impl UrlFetcher {
             });
         }
         Ok(())
-    }
-
-    async fn read_capped(
-        &self,
-        url: &Url,
-        response: reqwest::Response,
-    ) -> Result<Vec<u8>, FetchError> {
-        let max = self.limits.max_bytes;
-        let too_large = || FetchError::TooLarge {
-            url: redact(url),
-            limit_mib: max / crate::config::MIB,
-        };
-        if response.content_length().is_some_and(|length| length > max) {
-            return Err(too_large());
-        }
-        let mut bytes = Vec::new();
-        let mut body = response.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|error| transport_error(url, &error))?;
-            if (bytes.len() + chunk.len()) as u64 > max {
-                return Err(too_large());
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        Ok(bytes)
     }
 }
 
