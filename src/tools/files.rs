@@ -50,9 +50,7 @@ impl Tools {
             ))
         })?;
         let instructions = non_empty(instructions, "instructions")?;
-        if !self.llm.is_configured() {
-            return Err(crate::llm::LlmError::NotConfigured.into());
-        }
+        self.require_llm()?;
         let system_prompt = match file_type {
             FileType::Excel => self.prompts.create_excel.clone(),
             FileType::Docx => self.prompts.create_docx.clone(),
@@ -84,9 +82,7 @@ impl Tools {
     ) -> Result<ToolOutput, ToolError> {
         let file_id = non_empty(file_id, "file_id")?;
         let instructions = non_empty(instructions, "instructions")?;
-        if !self.llm.is_configured() {
-            return Err(crate::llm::LlmError::NotConfigured.into());
-        }
+        self.require_llm()?;
         let original = self.storage.fetch(file_id.trim(), caller).await?;
         let file_type = filetype::detect(
             &original.bytes,

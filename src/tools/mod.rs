@@ -246,6 +246,16 @@ impl Tools {
         &self.llm
     }
 
+    /// `NotConfigured` unless a model key is set: the tools that ask a model check this
+    /// before fetching anything.
+    fn require_llm(&self) -> Result<(), ToolError> {
+        if self.llm.is_configured() {
+            Ok(())
+        } else {
+            Err(LlmError::NotConfigured.into())
+        }
+    }
+
     /// The slots and the queue.
     pub fn admission(&self) -> &Admission {
         &self.admission

@@ -35,9 +35,7 @@ impl Tools {
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
         let instructions = non_empty(instructions, "instructions")?;
-        if !self.llm.is_configured() {
-            return Err(LlmError::NotConfigured.into());
-        }
+        self.require_llm()?;
         let config = &self.research;
         let started = Instant::now();
         let mut run = self

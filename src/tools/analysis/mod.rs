@@ -165,9 +165,7 @@ impl Tools {
     ) -> Result<ToolOutput, ToolError> {
         let file_id = super::non_empty(file_id, "file_id")?.trim();
         let instructions = super::non_empty(instructions, "instructions")?;
-        if !self.llm.is_configured() {
-            return Err(LlmError::NotConfigured.into());
-        }
+        self.require_llm()?;
         let download = self.storage.fetch(file_id, caller).await?;
         let analysis = self.analyze(download, instructions, cancel).await?;
         let mut links = Vec::new();
@@ -194,9 +192,7 @@ impl Tools {
     ) -> Result<ToolOutput, ToolError> {
         let query = super::non_empty(query, "query")?;
         let document = super::non_empty(document, "document")?;
-        if !self.llm.is_configured() {
-            return Err(LlmError::NotConfigured.into());
-        }
+        self.require_llm()?;
         let download = self.fetcher.fetch(document, document_name).await?;
         let analysis = self.analyze(download, query, cancel).await?;
         Ok(ToolOutput {
