@@ -5,13 +5,16 @@
 #
 #   sudo sandbox-image/build-rootfs.sh sandbox-image file-agent-sandbox:<hash>
 #
-# Needs root, debootstrap, python3 with pip (only to download wheels on this host) and a Docker
-# engine. Set DEBIAN_MIRROR to use a mirror other than debootstrap's default.
+# Needs root, debootstrap, python3 with pip (only to download and unpack wheels on this host) and
+# a Docker engine. Set DEBIAN_MIRROR to use a mirror other than debootstrap's default.
 #
-# Steps: debootstrap a minimal Debian bookworm, apt-get the packages of packages.txt in it; unpack the
-# pinned wheels of wheels.txt; add the sandbox user (10001), /work and the runner; strip what the
-# code never needs (apt, docs, man pages, locales, caches); `docker import` the tree with the same
-# user, working directory and environment as the Dockerfile gives.
+# Steps: debootstrap a minimal Debian bookworm, apt-get the packages of packages.txt in it (the
+# interpreter, the C++ runtime, fonts); download the wheels of wheels.txt, checked against their
+# hashes, and unpack them into /usr/local/lib/python3.11/dist-packages; add the sandbox user
+# (10001), /work and the runner; compile the byte-code with the image's own interpreter; build
+# matplotlib's font list; strip what the code never needs (apt, docs, man pages, locales,
+# caches); `docker import` the tree with the same user, working directory and environment as the
+# Dockerfile gives. The Dockerfile does the same steps in the same order of effect.
 set -eu
 
 context=${1:?usage: build-rootfs.sh CONTEXT_DIR TAG}
@@ -47,20 +50,33 @@ echo "build-rootfs: apt-get install $packages" >&2
 } >>"$log" 2>&1 || fail "apt-get install"
 : >"$root/etc/resolv.conf"
 
-# Wheels: downloaded here, unpacked into the tree; their dependencies are Debian packages.
-wheels=$(grep -v '^[[:space:]]*#' "$context/wheels.txt" | grep -v '^[[:space:]]*$' || true)
-if [ -n "$wheels" ]; then
-  mkdir -p "$scratch/wheels"
-  # shellcheck disable=SC2086
-  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$pyver" \
-    -d "$scratch/wheels" $wheels
-  site=$root/usr/local/lib/python$pyver/dist-packages
-  mkdir -p "$site"
-  for wheel in "$scratch"/wheels/*.whl; do
-    python3 -m zipfile -e "$wheel" "$site"
-  done
-  chroot "$root" /usr/bin/python3 -m compileall -q "/usr/local/lib/python$pyver/dist-packages" >/dev/null
-fi
+# Wheels: every Python library. pip runs on this host only, for the image's interpreter (CPython
+# 3.11 on manylinux x86_64, whatever this host's Python is): it downloads the files of
+# wheels.txt, refuses any whose hash differs, and unpacks them into a staging folder, from which
+# they are copied into the tree. pip never enters the image.
+site=/usr/local/lib/python$pyver/dist-packages
+wheels=$scratch/wheels
+staging=$scratch/site
+# pip has no "glibc at most 2.X" flag: name every manylinux tag bookworm's glibc 2.36 accepts.
+target="--python-version $pyver --implementation cp --abi cp$(echo "$pyver" | tr -d .)"
+target="$target --platform manylinux2014_x86_64"
+for minor in $(seq 17 36); do target="$target --platform manylinux_2_${minor}_x86_64"; done
+echo "build-rootfs: wheels of wheels.txt" >&2
+# shellcheck disable=SC2086
+{
+  python3 -m pip download --disable-pip-version-check --require-hashes --no-deps \
+    --only-binary=:all: $target -d "$wheels" -r "$context/wheels.txt" &&
+  python3 -m pip install --disable-pip-version-check --no-deps --no-index --no-compile \
+    --only-binary=:all: $target --target "$staging" "$wheels"/*.whl
+} >>"$log" 2>&1 || fail "pip download/install of the wheels"
+# What --target adds beside the packages: console scripts in bin/ (f2py, ttx, ...; their
+# shebang names this host's Python, and the sandbox runs none of them), data files in share/
+# (a man page) and direct_url.json (this host's download folder). Test suites (pandas' alone is
+# tens of MB) are never imported.
+rm -rf "$staging/bin" "$staging/share" "$staging"/*.dist-info/direct_url.json
+find "$staging" -depth -type d -name tests -exec rm -rf {} +
+mkdir -p "$root$site"
+cp -a "$staging/." "$root$site/"
 
 # The sandbox user, its folders, the runner and the table inspection script.
 echo "sandbox:x:10001:10001:file-agent sandbox:/tmp:/usr/sbin/nologin" >>"$root/etc/passwd"
@@ -71,7 +87,13 @@ mkdir -p "$root/work/in" "$root/work/out" "$root/opt/file-agent"
 chown 10001:10001 "$root/work/out"
 install -m 0644 "$context/runner.py" "$root/opt/file-agent/runner.py"
 install -m 0644 "$context/inspect_table.py" "$root/opt/file-agent/inspect_table.py"
-chroot "$root" /usr/bin/python3 -m compileall -q /opt/file-agent >/dev/null
+# Byte-code for the wheels, the standard library and the runner, compiled by the image's own
+# interpreter: attempts run with -B on a read-only root, so a missing or stale .pyc would mean
+# compiling that module again in every attempt. unchecked-hash .pyc files are used whatever the
+# sources' timestamps say (an importer or a registry that resets mtimes cannot make them stale);
+# measured here, they load no faster than timestamp ones, and no slower.
+chroot "$root" /usr/bin/python3 -m compileall -q -f --invalidation-mode unchecked-hash \
+  "$site" "/usr/lib/python$pyver" /opt/file-agent >>"$log" 2>&1 || fail compileall
 # matplotlib's font list, built once here instead of in every attempt; the runner copies it.
 chroot "$root" /usr/bin/env MPLCONFIGDIR=/opt/file-agent/matplotlib HOME=/tmp \
   /usr/bin/python3 -c "import matplotlib.font_manager" >/dev/null
@@ -81,7 +103,7 @@ chroot "$root" /usr/bin/dpkg --purge apt libapt-pkg6.0 >>"$log" 2>&1 || fail "dp
 # Strip what model code never uses. Python, its libraries and their byte-code stay.
 rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/var/log/* \
   "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
-  "$root"/usr/share/lintian "$root"/usr/share/locale/* "$root"/usr/lib/python3/dist-packages/*/tests \
+  "$root"/usr/share/lintian "$root"/usr/share/locale/* \
   "$root"/usr/bin/apt* "$root"/usr/lib/apt "$root"/etc/apt "$root"/var/lib/apt "$root"/usr/share/bug \
   "$root"/usr/share/X11/locale
 # A build stamp for `file-agent doctor`.
