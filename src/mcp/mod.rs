@@ -244,35 +244,56 @@ impl ServerHandler for FileAgentServer {
     }
 }
 
-/// Who is calling, for the audit trail: the MCP client as it introduced itself, and Open
-/// WebUI's user and chat ids when it forwards them (`ENABLE_FORWARD_USER_INFO_HEADERS`).
+/// Longest client name, user id or chat id kept for the audit trail, in characters.
+const CALLER_FIELD_MAX_CHARS: usize = 200;
+
+/// Who is calling, for the audit trail: the MCP client as the call itself identifies it, and
+/// Open WebUI's user and chat ids when it forwards them (`ENABLE_FORWARD_USER_INFO_HEADERS`).
+///
+/// The client is, in this order: the `_meta` client info of the request (the stateless
+/// protocol sends it on every request); the client's `initialize` info, only over stdio,
+/// where there was a real handshake (over stateless HTTP rmcp fills the peer info with its
+/// own default, `rmcp/<version>`, which names our library, not the caller); the HTTP
+/// `User-Agent`; else nothing. A wrong name in an audit trail is worse than none.
 fn call_info(
     call: &str,
-    request: &str,
+    request: serde_json::Value,
     tool: &str,
     context: &RequestContext<RoleServer>,
 ) -> CallInfo {
+    let parts = context.extensions.get::<http::request::Parts>();
+    let header = |name: &str| {
+        parts
+            .and_then(|parts| parts.headers.get(name))
+            .and_then(|value| value.to_str().ok())
+            .map(|value| {
+                value
+                    .chars()
+                    .take(CALLER_FIELD_MAX_CHARS)
+                    .collect::<String>()
+            })
+    };
+    let handshake = match parts {
+        Some(_) => None,
+        None => context
+            .peer
+            .peer_info()
+            .map(|info| info.client_info.clone()),
+    };
     let client = context
         .meta
         .client_info()
-        .or_else(|| {
-            context
-                .peer
-                .peer_info()
-                .map(|info| info.client_info.clone())
+        .or(handshake)
+        .map(|info| {
+            format!("{}/{}", info.name, info.version)
+                .chars()
+                .take(CALLER_FIELD_MAX_CHARS)
+                .collect()
         })
-        .map(|info| format!("{}/{}", info.name, info.version));
-    let header = |name: &str| {
-        context
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|parts| parts.headers.get(name))
-            .and_then(|value| value.to_str().ok())
-            .map(|value| value.chars().take(200).collect::<String>())
-    };
+        .or_else(|| header("user-agent"));
     CallInfo {
         call: call.to_string(),
-        request: request.to_string(),
+        request,
         tool: tool.to_string(),
         client,
         user: header("x-openwebui-user-id"),
@@ -301,9 +322,10 @@ impl FileAgentServer {
     ) -> Result<String, String> {
         let started = Instant::now();
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-        let request = format!("{:?}", context.id);
+        // The JSON-RPC id as JSON: a number stays a number, a string a string.
+        let request = serde_json::to_value(&context.id).unwrap_or_default();
         let deadline = self.tools.call_deadline(tool);
-        let info = call_info(&id, &request, tool, context);
+        let info = call_info(&id, request.clone(), tool, context);
         let call = self.tools.track(tokio::time::timeout(deadline, call));
         let result = match CALL.scope(info, call).await {
             Ok(result) => result,

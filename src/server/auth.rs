@@ -157,6 +157,7 @@ mod tests {
             public_url: "http://localhost".into(),
             allowed_hosts: None,
             allowed_origins: None,
+            pinned: crate::config::Pinned::default(),
             access_tokens: tokens.iter().map(|t| Secret::new(*t)).collect(),
             access_tokens_file: None,
             metrics_token: None,

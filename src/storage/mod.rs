@@ -170,6 +170,17 @@ impl Storage {
         }
     }
 
+    /// `NoCredential` when this store needs a credential for `caller` and has none (Open
+    /// WebUI without `OPENWEBUI_API_KEY`, and no forwarded user token). The tools that fetch
+    /// or store check this first, so that nothing is asked of a model and no container runs
+    /// for a result that could not be stored.
+    pub fn require_credential(&self, caller: &Caller) -> Result<(), StorageError> {
+        match self {
+            Self::OpenWebUi(store) => store.require_credential(caller),
+            Self::Local(_) => Ok(()),
+        }
+    }
+
     /// Fetches file `id`, within the size and time caps.
     pub async fn fetch(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
         match self {

@@ -74,6 +74,11 @@ impl OpenWebUi {
             .ok_or(StorageError::NoCredential)
     }
 
+    /// `NoCredential` unless a request for `caller` would carry a token.
+    pub fn require_credential(&self, caller: &Caller) -> Result<(), StorageError> {
+        self.token(caller).map(|_| ())
+    }
+
     fn unreachable(&self, error: &reqwest::Error) -> StorageError {
         StorageError::Unreachable {
             url: self.internal_url.clone(),

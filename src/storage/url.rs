@@ -482,6 +482,57 @@ mod tests {
         assert_eq!(last_segment(&url).as_deref(), Some("sales.csv"));
     }
 
+    #[tokio::test]
+    async fn other_spellings_of_internal_addresses_and_userinfo_tricks_are_refused() {
+        let fetcher = UrlFetcher::new(
+            UrlFetchConfig::default(),
+            TransferLimits {
+                max_bytes: 1024,
+                timeout: Duration::from_secs(5),
+            },
+        )
+        .unwrap();
+        for url in [
+            "http://2130706433/a.csv",
+            "http://0x7f000001/a.csv",
+            "http://017700000001/a.csv",
+            "http://127.1/a.csv",
+            "http://0177.0.0.1/a.csv",
+            "http://[::ffff:127.0.0.1]/a.csv",
+            "http://[::ffff:7f00:1]/a.csv",
+            "http://0.0.0.0/a.csv",
+            "http://0/a.csv",
+            "http://[::]/a.csv",
+            "http://[::1]/a.csv",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://s3.amazonaws.com@127.0.0.1/a.csv",
+            "http://user:pass@169.254.169.254/a.csv",
+            "http://127.0.0.1#@s3.amazonaws.com/a.csv",
+            "http://127.0.0.1:80\\@s3.amazonaws.com/a.csv",
+            "http://localhost/a.csv",
+        ] {
+            let error = fetcher.fetch(url, None).await.unwrap_err();
+            assert!(
+                matches!(error, FetchError::Refused { .. }),
+                "{url}: {error}"
+            );
+            assert!(!error.to_string().contains("pass@"), "{error}");
+        }
+        for url in [
+            "file:///etc/passwd",
+            "file://localhost/etc/passwd",
+            "ftp://127.0.0.1/a",
+        ] {
+            assert!(
+                matches!(
+                    fetcher.fetch(url, None).await,
+                    Err(FetchError::BadUrl { .. })
+                ),
+                "{url}"
+            );
+        }
+    }
+
     #[test]
     fn only_absolute_http_urls_are_accepted() {
         assert!(matches!(

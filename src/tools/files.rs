@@ -51,6 +51,7 @@ impl Tools {
         })?;
         let instructions = non_empty(instructions, "instructions")?;
         self.require_llm()?;
+        self.storage.require_credential(caller)?;
         let system_prompt = match file_type {
             FileType::Excel => self.prompts.create_excel.clone(),
             FileType::Docx => self.prompts.create_docx.clone(),
@@ -83,6 +84,7 @@ impl Tools {
         let file_id = non_empty(file_id, "file_id")?;
         let instructions = non_empty(instructions, "instructions")?;
         self.require_llm()?;
+        self.storage.require_credential(caller)?;
         let original = self.storage.fetch(file_id.trim(), caller).await?;
         let file_type = filetype::detect(
             &original.bytes,
@@ -239,7 +241,18 @@ impl Tools {
         let bytes = tokio::fs::read(&output.host_path)
             .await
             .map_err(local_io("cannot read the attempt's output"))?;
-        match filetype::validate(task.file_type, &bytes) {
+        // Inflating a package within its caps can still take a second of CPU: keep it off
+        // the async workers.
+        let file_type = task.file_type;
+        let (bytes, verdict) = tokio::task::spawn_blocking(move || {
+            let verdict = filetype::validate(file_type, &bytes);
+            (bytes, verdict)
+        })
+        .await
+        .map_err(|error| {
+            local_io("cannot check the attempt's output")(std::io::Error::other(error))
+        })?;
+        match verdict {
             Ok(()) => Ok(Ok(bytes)),
             Err(why) => Ok(Err(format!(
                 "The file at file_path is not a valid {}: {why}.",

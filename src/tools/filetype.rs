@@ -1,7 +1,12 @@
 //! The office formats the file tools produce and accept: naming them, recognising them by
 //! their bytes (never by name alone), and checking that an output really opens.
+//!
+//! Both read untrusted bytes inside the server, so both go through the bounded zip reader
+//! ([`untrusted_zip`](super::untrusted_zip)) and check structure ([`ooxml`]);
+//! neither loads a sheet's cells or a document's text into memory.
 
-use std::io::{Cursor, Read};
+use super::ooxml::{self, Kind};
+use super::untrusted_zip::{Archive, ZipLimits};
 
 /// A file type `generate_file` makes and `modify_file` changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,9 +67,9 @@ pub fn detect(bytes: &[u8], name: &str, content_type: Option<&str>) -> Result<Fi
         ));
     }
     if bytes.starts_with(b"PK\x03\x04") {
-        let archive = zip::ZipArchive::new(Cursor::new(bytes))
-            .map_err(|e| format!("{name:?} looks like a zip file but cannot be opened: {e}"))?;
-        let has = |entry: &str| archive.index_for_name(entry).is_some();
+        let archive = Archive::open(bytes, ZipLimits::OFFICE)
+            .map_err(|e| format!("{name:?} looks like a zip file but cannot be read: it {e}"))?;
+        let has = |entry: &str| archive.find(entry).is_some();
         if has("xl/workbook.xml") {
             return Ok(FileType::Excel);
         }
@@ -85,54 +90,26 @@ pub fn detect(bytes: &[u8], name: &str, content_type: Option<&str>) -> Result<Fi
     ))
 }
 
-/// Checks that `bytes` is a valid file of type `file_type`, the way a reader would open it.
+/// Checks that `bytes` is a valid file of type `file_type` by its structure, the way Excel or
+/// Word finds its way into it, within the caps of [`untrusted_zip`](super::untrusted_zip).
+/// The error says what is wrong and, when a cap refused it, what to do.
 pub fn validate(file_type: FileType, bytes: &[u8]) -> Result<(), String> {
     if bytes.is_empty() {
         return Err("the file is empty".into());
     }
-    match file_type {
-        FileType::Excel => {
-            use calamine::Reader;
-            let mut workbook = calamine::Xlsx::new(Cursor::new(bytes))
-                .map_err(|e| format!("it does not open as an .xlsx workbook: {e}"))?;
-            let sheets = workbook.sheet_names();
-            if sheets.is_empty() {
-                return Err("the workbook has no sheets".into());
-            }
-            for sheet in sheets {
-                workbook
-                    .worksheet_range(&sheet)
-                    .map_err(|e| format!("sheet {sheet:?} cannot be read: {e}"))?;
-            }
-            Ok(())
+    let kind = match file_type {
+        FileType::Excel => Kind::Workbook,
+        FileType::Docx => Kind::Document,
+    };
+    ooxml::check(bytes, kind).map_err(|error| {
+        if error.is_limit() {
+            format!(
+                "{error}. Make the file smaller: fewer rows and cells, no repeated filler, or split the data over several files"
+            )
+        } else {
+            error.to_string()
         }
-        FileType::Docx => {
-            let mut archive = zip::ZipArchive::new(Cursor::new(bytes))
-                .map_err(|e| format!("it does not open as a .docx (zip) file: {e}"))?;
-            // Reading every entry checks each one's CRC: a truncated file fails here.
-            let mut document = String::new();
-            for index in 0..archive.len() {
-                let mut entry = archive
-                    .by_index(index)
-                    .map_err(|e| format!("a part of the .docx cannot be read: {e}"))?;
-                let name = entry.name().map(|n| n.to_string()).unwrap_or_default();
-                let mut content = Vec::new();
-                entry
-                    .read_to_end(&mut content)
-                    .map_err(|e| format!("part {name} of the .docx is damaged: {e}"))?;
-                if name == "word/document.xml" {
-                    document = String::from_utf8_lossy(&content).into_owned();
-                }
-            }
-            if archive.index_for_name("[Content_Types].xml").is_none() {
-                return Err("it has no [Content_Types].xml, so Word cannot open it".into());
-            }
-            if !document.contains("<w:body") {
-                return Err("it has no word/document.xml with a body".into());
-            }
-            Ok(())
-        }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -140,7 +117,7 @@ mod tests {
     use super::*;
 
     fn zip_with(entries: &[(&str, &str)]) -> Vec<u8> {
-        let mut buffer = Cursor::new(Vec::new());
+        let mut buffer = std::io::Cursor::new(Vec::new());
         let mut writer = zip::ZipWriter::new(&mut buffer);
         for (name, content) in entries {
             writer
@@ -174,10 +151,23 @@ mod tests {
     #[test]
     fn validation_refuses_empty_truncated_and_wrong_files() {
         let docx = zip_with(&[
-            ("[Content_Types].xml", "<Types/>"),
+            (
+                "[Content_Types].xml",
+                r#"<Types><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>"#,
+            ),
+            (
+                "_rels/.rels",
+                r#"<Relationships><Relationship Id="r1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>"#,
+            ),
             ("word/document.xml", "<w:document><w:body/></w:document>"),
         ]);
         assert_eq!(validate(FileType::Docx, &docx), Ok(()));
+        // Parts a Word file needs are there, but the declared type is not Word's.
+        let wrong = zip_with(&[
+            ("[Content_Types].xml", "<Types/>"),
+            ("word/document.xml", "<w:document><w:body/></w:document>"),
+        ]);
+        assert!(validate(FileType::Docx, &wrong).is_err());
         assert!(validate(FileType::Docx, &docx[..docx.len() / 2]).is_err());
         assert!(validate(FileType::Docx, b"").is_err());
         assert!(validate(FileType::Excel, &docx).is_err());

@@ -13,8 +13,10 @@ pub mod analysis;
 pub mod filename;
 mod files;
 pub mod filetype;
+pub mod ooxml;
 mod python;
 pub mod research;
+pub mod untrusted_zip;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -305,11 +307,11 @@ impl Tools {
             let timings = &outcome.timings;
             for (phase, took) in [
                 ("create", timings.create),
+                ("start", timings.start),
                 ("copy_in", timings.copy_in),
                 ("run", timings.run),
                 ("logs", timings.logs),
                 ("copy_out", timings.copy_out),
-                ("remove", timings.remove),
             ] {
                 metrics.phase(phase, took);
             }
@@ -321,6 +323,10 @@ impl Tools {
                 Ok(outcome) => {
                     record.exit_code = outcome.exit_code;
                     record.container = Some(outcome.container_id.clone());
+                    record.container_kind =
+                        Some(if outcome.warm { "warm" } else { "cold" }.to_string());
+                    record.container_created =
+                        Some(crate::time::format_rfc3339(outcome.container_created));
                     record.image_id = Some(outcome.image_id.clone());
                     record.outputs = outcome
                         .outputs

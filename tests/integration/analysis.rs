@@ -105,7 +105,7 @@ async fn a_csv_question_is_answered_checked_and_explained() {
 async fn title_rows_above_the_header_are_found_and_a_chart_is_linked() {
     let llm = FakeOpenAi::start(vec![
         code(
-            "import pandas as pd\nimport matplotlib.pyplot as plt\ndf = pd.read_excel(input_file_path, sheet_name='Sales', header=3)\ntotals = df.groupby('Region')['Revenue'].sum()\nprint(totals.to_string())\ntotals.plot.bar(title='Revenue by region')\nplt.savefig('revenue.png')\nplt.close()\n",
+            "import pandas as pd\nimport matplotlib.pyplot as plt\ndf = pd.read_excel(input_file_path, sheet_name='Sales', header=3)\ntotals = df.groupby('Region')['Revenue'].sum()\nprint(totals.to_string())\ntotals.plot.bar(title='Revenue by region')\nplt.savefig('revenue.png')\nplt.close()\nopen('huge.png', 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + bytes(11 * 1024 * 1024))\n",
         ),
         text("ANALYSIS_COMPLETE\nEast leads with 450."),
         pass(),
@@ -140,6 +140,8 @@ async fn title_rows_above_the_header_are_found_and_a_chart_is_linked() {
     let png = server.download(&first_link(chart)).await;
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
     assert!(answer.contains("Charts: revenue"), "{answer}");
+    // A "chart" past the size cap is not read into the server, nor linked.
+    assert!(!answer.contains("/huge.png"), "{answer}");
     server.assert_nothing_left().await;
 }
 

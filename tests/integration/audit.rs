@@ -39,8 +39,12 @@ async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks
     let input = b"a,b\n1,2\n".to_vec();
     let id = server.upload("data.csv", input.clone()).await;
 
-    // A client that forwards Open WebUI's user and chat ids.
+    // A client that forwards Open WebUI's user and chat ids and names itself in User-Agent.
     let headers = HashMap::from([
+        (
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static("audit-test-client/2.0"),
+        ),
         (
             http::HeaderName::from_static("x-openwebui-user-id"),
             http::HeaderValue::from_static("user-42"),
@@ -104,7 +108,10 @@ async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks
     assert_eq!(run["exit_code"], 0);
     assert_eq!(run["user"], "user-42");
     assert_eq!(run["chat"], "chat-7");
-    assert!(run["client"].as_str().unwrap().starts_with("rmcp"), "{run}");
+    // Over stateless HTTP the rmcp client's initialize info is not part of the call: what the
+    // call carries is its User-Agent. The JSON-RPC id stays a JSON number.
+    assert_eq!(run["client"], "audit-test-client/2.0", "{run}");
+    assert!(run["request"].is_u64(), "{run}");
     assert_eq!(run["container"].as_str().unwrap().len(), 64, "{run}");
     assert!(
         run["image_id"].as_str().unwrap().starts_with("sha256:"),
@@ -148,4 +155,77 @@ async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks
         out.contains("line 2: its prev is not the hash of the line before"),
         "{out}"
     );
+}
+
+/// The audit lines of `server` so far.
+fn audit_lines(server: &TestServer) -> Vec<Value> {
+    let text = std::fs::read_to_string(server.data_dir().join("audit.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_client_and_request_id_are_what_the_call_carries_or_null() {
+    let server = TestServer::start(&[]).await;
+
+    // The official Python SDK: its identity reaches the call as `_meta` when it speaks the
+    // stateless protocol, else only its HTTP User-Agent does.
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/python_client.py");
+    let output = with_timeout(
+        tokio::process::Command::new("python3")
+            .arg(&script)
+            .arg(format!("{}/mcp", server.url))
+            .args(["--client-name", "sdk-audit-test"])
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines = audit_lines(&server);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let client = lines[0]["client"].as_str().unwrap_or_default();
+    if stdout.contains("handshake: discover") {
+        assert_eq!(client, "sdk-audit-test/9.9.9", "{stdout}");
+    } else {
+        assert!(client.starts_with("python-httpx/"), "{client}: {stdout}");
+    }
+    assert!(!client.starts_with("rmcp"), "{client}");
+    assert!(lines[0]["request"].is_u64(), "{}", lines[0]);
+
+    // The rmcp client as it comes, over stateless HTTP: no `_meta` identity, no User-Agent.
+    let client = server.client(None).await;
+    let (is_error, text) = call(&client, "run_python", json!({"code": "print(1)"})).await;
+    assert!(!is_error, "{text}");
+    let _ = client.cancel().await;
+    let lines = audit_lines(&server);
+    assert_eq!(lines[1]["client"], Value::Null, "{}", lines[1]);
+    assert!(lines[1]["request"].is_u64(), "{}", lines[1]);
+
+    // A raw call with a string id and its identity in `_meta`.
+    let response = with_timeout(
+        reqwest::Client::new()
+            .post(format!("{}/mcp", server.url))
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({
+                "jsonrpc": "2.0", "id": "req-7f", "method": "tools/call",
+                "params": {"name": "run_python", "arguments": {"code": "print(2)"},
+                           "_meta": {"io.modelcontextprotocol/clientInfo":
+                                         {"name": "raw-client", "version": "0.3"}}}
+            }))
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    let lines = audit_lines(&server);
+    assert_eq!(lines[2]["request"], "req-7f", "{}", lines[2]);
+    assert_eq!(lines[2]["client"], "raw-client/0.3", "{}", lines[2]);
+    server.assert_nothing_left().await;
 }

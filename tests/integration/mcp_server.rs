@@ -45,6 +45,9 @@ impl TestServer {
             ),
             ("FILE_AGENT_PUBLIC_URL".into(), format!("http://{address}")),
             ("FILE_AGENT_LLM_TIMEOUT".into(), "20".into()),
+            // One warm container, so that calls take the pool's path as in production without
+            // every test server starting one per slot.
+            ("SANDBOX_WARM".into(), "1".into()),
         ]);
         vars.extend(env.iter().cloned());
         let config = Config::from_lookup(|name| vars.get(name).cloned()).unwrap();
@@ -92,9 +95,11 @@ impl TestServer {
         result
     }
 
-    /// Asserts no container of this server is left (removals may finish just after a reply).
+    /// Asserts no container of this server is left (removals may finish just after a reply),
+    /// once its warm pool is drained: later calls run cold.
     pub async fn assert_nothing_left(&self) {
         let sandbox = self.tools.sandbox();
+        with_timeout(sandbox.shutdown()).await;
         for _ in 0..50 {
             let left = with_timeout(sandbox.leftovers()).await.unwrap();
             if left == 0 && sandbox.live_containers() == 0 {
@@ -737,6 +742,59 @@ async fn open_webui_down_or_failing_is_a_clear_error() {
 }
 
 #[tokio::test]
+async fn without_an_open_webui_credential_every_storing_tool_fails_before_any_work() {
+    // A model that would answer, an Open WebUI that holds a file, but no OPENWEBUI_API_KEY
+    // and a connection that forwards no user token.
+    let llm = FakeOpenAi::start(vec![
+        Reply::Code(llm_script("excel_sales.py")),
+        Reply::Code(llm_script("excel_sales.py")),
+    ])
+    .await;
+    let owui = FakeOpenWebUi::start().await;
+    let id = owui.add(ALICE, "sales.xlsx", XLSX, xlsx_fixture());
+    let mut vars = llm.env();
+    vars.extend(env(&[("INTERNAL_API_URL", &owui.url)]));
+    let server = TestServer::start(&vars).await;
+    for (tool, args) in [
+        (
+            "generate_file",
+            json!({"instructions": "sales", "file_type": "excel"}),
+        ),
+        (
+            "modify_file",
+            json!({"file_id": id, "instructions": "add a column"}),
+        ),
+        (
+            "run_python",
+            json!({"code": "open(output_dir + '/x.txt', 'w').write('x')"}),
+        ),
+        ("run_python", json!({"code": "print(1)", "file_ids": [id]})),
+        (
+            "analyze_file",
+            json!({"file_id": id, "instructions": "total sales"}),
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let (is_error, text) = server.call(None, tool, args.clone()).await;
+        assert!(is_error, "{tool} {args}: {text}");
+        assert!(
+            text.contains("no Open WebUI credential") && text.contains("OPENWEBUI_API_KEY"),
+            "{tool} {args}: {text}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{tool} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(llm.requests().is_empty(), "the model was asked");
+    // Every attempt, run or refused, is an audit line: none means no container ran.
+    let audit = std::fs::read_to_string(server.data_dir().join("audit.jsonl")).unwrap_or_default();
+    assert_eq!(audit, "", "an attempt ran");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
 async fn the_llm_down_refusing_or_answering_garbage_is_a_clear_error() {
     let dead = dead_url().await;
     let garbage = FakeOpenAi::start(vec![Reply::Garbage]).await;
@@ -891,9 +949,10 @@ async fn the_stdio_transport_initializes_lists_and_calls() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let client = with_timeout(ClientConfig::default().serve(transport))
-        .await
-        .unwrap();
+    // Over stdio there is a real handshake: the audit trail names the client from it.
+    let mut config = ClientConfig::default();
+    config.client_info = rmcp::model::Implementation::new("stdio-test-client", "4.2");
+    let client = with_timeout(config.serve(transport)).await.unwrap();
     let info = client.peer_info().unwrap();
     assert_eq!(info.server_info.as_ref().unwrap().name, "file-agent");
     let tools = with_timeout(client.list_all_tools()).await.unwrap();
@@ -902,6 +961,9 @@ async fn the_stdio_transport_initializes_lists_and_calls() {
     assert!(!is_error, "{text}");
     assert!(text.contains("42"), "{text}");
     let _ = client.cancel().await;
+    let audit = std::fs::read_to_string(data.path().join("audit.jsonl")).unwrap();
+    let line: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+    assert_eq!(line["client"], "stdio-test-client/4.2", "{line}");
 
     let sandbox = file_agent::sandbox::Sandbox::connect({
         let mut config = file_agent::config::SandboxConfig::from_lookup(|_| None).unwrap();

@@ -41,6 +41,9 @@ pub const MODEL_OUTPUT_CHARS: usize = 30_000;
 pub const COMPLETE_MARKER: &str = "ANALYSIS_COMPLETE";
 /// Charts kept from one pass.
 const MAX_CHARTS: usize = 10;
+/// The largest chart kept, in bytes: charts are read into the server's memory (and
+/// `data_analysis_tool` returns one as base64), so a bigger file is left out.
+const MAX_CHART_BYTES: u64 = 10 * crate::config::MIB;
 
 /// A chart a step saved.
 #[derive(Debug, Clone)]
@@ -166,6 +169,7 @@ impl Tools {
         let file_id = super::non_empty(file_id, "file_id")?.trim();
         let instructions = super::non_empty(instructions, "instructions")?;
         self.require_llm()?;
+        self.storage.require_credential(caller)?;
         let download = self.storage.fetch(file_id, caller).await?;
         let analysis = self.analyze(download, instructions, cancel).await?;
         let mut links = Vec::new();
@@ -476,7 +480,9 @@ impl Tools {
         }
         let mut charts = Vec::new();
         for file in &outcome.outputs {
-            if !file.path.to_ascii_lowercase().ends_with(".png") || chart_names.len() >= MAX_CHARTS
+            if !file.path.to_ascii_lowercase().ends_with(".png")
+                || chart_names.len() >= MAX_CHARTS
+                || file.bytes > MAX_CHART_BYTES
             {
                 continue;
             }

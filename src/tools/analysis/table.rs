@@ -2,9 +2,8 @@
 //! note when it disagrees), and the job that inspects it: `sandbox-image/inspect_table.py`,
 //! shipped in the image, so the first look at a file is deterministic and never model-written.
 
-use std::io::Cursor;
-
 use crate::sandbox::{Input, InputSource, Job};
+use crate::tools::untrusted_zip::{Archive, ZipLimits};
 
 /// Where the image keeps the inspection script.
 const INSPECT_SCRIPT: &str = "/opt/file-agent/inspect_table.py";
@@ -82,16 +81,18 @@ pub fn detect(bytes: &[u8], name: &str) -> Result<Detected, String> {
         }
         TableKind::Xls
     } else if bytes.starts_with(b"PK\x03\x04") {
-        let archive = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| {
-            format!("{name:?} looks like a zip file but cannot be opened ({e}); upload it again")
+        // Only the directory is read here (bounded in entries and name lengths); the file
+        // itself is opened by the inspection, inside the sandbox.
+        let archive = Archive::open(bytes, ZipLimits::OFFICE).map_err(|e| {
+            format!("{name:?} looks like a zip file but cannot be read (it {e}); upload it again")
         })?;
-        if archive.index_for_name("xl/workbook.xml").is_some() {
+        if archive.find("xl/workbook.xml").is_some() {
             TableKind::Xlsx
-        } else if archive.index_for_name("word/document.xml").is_some() {
+        } else if archive.find("word/document.xml").is_some() {
             return Err(format!(
                 "{name:?} is a Word document, not a table; put the table in a CSV or Excel file"
             ));
-        } else if archive.index_for_name("ppt/presentation.xml").is_some() {
+        } else if archive.find("ppt/presentation.xml").is_some() {
             return Err(format!(
                 "{name:?} is a PowerPoint file, not a table; put the table in a CSV or Excel file"
             ));
@@ -174,7 +175,7 @@ mod tests {
 
     fn zip_with(entry: &str) -> Vec<u8> {
         use std::io::Write;
-        let mut buffer = Cursor::new(Vec::new());
+        let mut buffer = std::io::Cursor::new(Vec::new());
         let mut writer = zip::ZipWriter::new(&mut buffer);
         writer
             .start_file(entry, zip::write::SimpleFileOptions::default())

@@ -1,0 +1,480 @@
+//! Hostile inputs against the server itself, not the sandbox: a workbook whose one sheet holds
+//! tens of millions of cells deflated to a few MB and a zip bomb that lies about its size,
+//! which the server must refuse without inflating them into its own memory; download paths
+//! with encoded dots, NUL or another case; a multipart file name with a path and line breaks;
+//! a JSON body nested 400,000 deep; terminal escapes meant for `audit show`.
+
+use serde_json::json;
+
+use crate::common::with_timeout;
+use crate::fakes::openai::{FakeOpenAi, Reply};
+use crate::mcp_server::TestServer;
+
+/// Cells in the attack workbook's one sheet.
+const ATTACK_CELLS: u64 = 24_000_000;
+/// Cells in one `<row>` of it.
+const ATTACK_COLUMNS: u64 = 16;
+/// How much the server's peak memory may grow while it handles the attack.
+const MEMORY_GROWTH_LIMIT: u64 = 256 * 1024 * 1024;
+
+/// A zip written entry by entry from bytes already compressed (or stored), so that a test can
+/// make an entry that inflates to far more than it could ever hold.
+#[derive(Default)]
+pub struct RawZip {
+    bytes: Vec<u8>,
+    central: Vec<u8>,
+    count: u16,
+}
+
+/// How an entry's bytes are kept.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Method {
+    Stored,
+    Deflated,
+}
+
+impl RawZip {
+    /// Adds `name` with `data` as stored (already compressed when `Deflated`), declaring
+    /// `crc` and `declared_size` as the inflated content's CRC-32 and size.
+    pub fn add(&mut self, name: &str, method: Method, data: &[u8], crc: u32, declared_size: u32) {
+        let offset = self.bytes.len() as u32;
+        let method = match method {
+            Method::Stored => 0u16,
+            Method::Deflated => 8,
+        };
+        let mut fields = Vec::new();
+        fields.extend_from_slice(&20u16.to_le_bytes()); // version needed
+        fields.extend_from_slice(&0u16.to_le_bytes()); // flags
+        fields.extend_from_slice(&method.to_le_bytes());
+        fields.extend_from_slice(&0u16.to_le_bytes()); // time
+        fields.extend_from_slice(&0x21u16.to_le_bytes()); // date: 1980-01-01
+        fields.extend_from_slice(&crc.to_le_bytes());
+        fields.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        fields.extend_from_slice(&declared_size.to_le_bytes());
+        fields.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        fields.extend_from_slice(&0u16.to_le_bytes()); // extra length
+        self.bytes.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+        self.bytes.extend_from_slice(&fields);
+        self.bytes.extend_from_slice(name.as_bytes());
+        self.bytes.extend_from_slice(data);
+
+        self.central
+            .extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        self.central.extend_from_slice(&20u16.to_le_bytes()); // version made by
+        self.central.extend_from_slice(&fields);
+        self.central.extend_from_slice(&0u16.to_le_bytes()); // comment length
+        self.central.extend_from_slice(&0u16.to_le_bytes()); // disk
+        self.central.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
+        self.central.extend_from_slice(&0u32.to_le_bytes()); // external attributes
+        self.central.extend_from_slice(&offset.to_le_bytes());
+        self.central.extend_from_slice(name.as_bytes());
+        self.count += 1;
+    }
+
+    /// Adds a small entry, stored, with its true CRC and size.
+    pub fn add_stored(&mut self, name: &str, data: &[u8]) {
+        self.add(
+            name,
+            Method::Stored,
+            data,
+            crc32fast::hash(data),
+            data.len() as u32,
+        );
+    }
+
+    /// The whole archive.
+    pub fn finish(mut self) -> Vec<u8> {
+        let offset = self.bytes.len() as u32;
+        let size = self.central.len() as u32;
+        self.bytes.extend_from_slice(&self.central);
+        self.bytes.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+        self.bytes.extend_from_slice(&0u16.to_le_bytes());
+        self.bytes.extend_from_slice(&0u16.to_le_bytes());
+        self.bytes.extend_from_slice(&self.count.to_le_bytes());
+        self.bytes.extend_from_slice(&self.count.to_le_bytes());
+        self.bytes.extend_from_slice(&size.to_le_bytes());
+        self.bytes.extend_from_slice(&offset.to_le_bytes());
+        self.bytes.extend_from_slice(&0u16.to_le_bytes());
+        self.bytes
+    }
+}
+
+/// Raw DEFLATE of `head`, then `middle` repeated `times` times, then `tail`, with the CRC-32
+/// and the size of the whole, without ever holding the inflated whole: `middle` (at least
+/// 32 KiB, the DEFLATE window) is compressed once after a sync flush, and since every copy
+/// of it is preceded by the same window, the same compressed bytes are valid for each copy.
+pub fn deflate_repeated(
+    head: &[u8],
+    middle: &[u8],
+    times: u64,
+    tail: &[u8],
+) -> (Vec<u8>, u32, u64) {
+    use flate2::{Compress, Compression, FlushCompress, Status};
+    assert!(middle.len() >= 32 * 1024 && times >= 1);
+    let mut compress = Compress::new(Compression::best(), false);
+    let mut part = |input: &[u8], finish: bool| {
+        let flush = if finish {
+            FlushCompress::Finish
+        } else {
+            FlushCompress::Sync
+        };
+        let mut out = Vec::new();
+        let start = compress.total_in();
+        loop {
+            out.reserve(64 * 1024);
+            let consumed = (compress.total_in() - start) as usize;
+            let status = compress
+                .compress_vec(&input[consumed..], &mut out, flush)
+                .unwrap();
+            let all_in = (compress.total_in() - start) as usize == input.len();
+            let flushed = if finish {
+                status == Status::StreamEnd
+            } else {
+                out.len() < out.capacity()
+            };
+            if all_in && flushed {
+                return out;
+            }
+        }
+    };
+    let mut first = head.to_vec();
+    first.extend_from_slice(middle);
+    let mut stream = part(&first, false);
+    let repeated = part(middle, false);
+    for _ in 1..times {
+        stream.extend_from_slice(&repeated);
+    }
+    stream.extend_from_slice(&part(tail, true));
+
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(head);
+    let mut middle_crc = crc32fast::Hasher::new();
+    middle_crc.update(middle);
+    for _ in 0..times {
+        crc.combine(&middle_crc);
+    }
+    crc.update(tail);
+    let size = head.len() as u64 + middle.len() as u64 * times + tail.len() as u64;
+    (stream, crc.finalize(), size)
+}
+
+/// The parts of a one-sheet workbook around `sheet` (already compressed).
+pub fn workbook_with_sheet(sheet: &[u8], method: Method, crc: u32, declared_size: u32) -> Vec<u8> {
+    let mut zip = RawZip::default();
+    zip.add_stored(
+        "[Content_Types].xml",
+        br#"<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/></Types>"#,
+    );
+    zip.add_stored(
+        "_rels/.rels",
+        br#"<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/></Relationships>"#,
+    );
+    zip.add_stored(
+        "xl/workbook.xml",
+        br#"<?xml version="1.0" encoding="UTF-8"?><workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets><sheet name="Data" sheetId="1" r:id="rId1"/></sheets></workbook>"#,
+    );
+    zip.add_stored(
+        "xl/_rels/workbook.xml.rels",
+        br#"<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet1.xml"/></Relationships>"#,
+    );
+    zip.add(
+        "xl/worksheets/sheet1.xml",
+        method,
+        sheet,
+        crc,
+        declared_size,
+    );
+    zip.finish()
+}
+
+/// A valid .xlsx whose one sheet has `cells` cells (rows of [`ATTACK_COLUMNS`] cells without
+/// `r` attributes, which the format allows), deflated to a few MB.
+pub fn attack_workbook(cells: u64) -> Vec<u8> {
+    let row = format!(
+        "<row>{}</row>",
+        "<c><v>1</v></c>".repeat(ATTACK_COLUMNS as usize)
+    );
+    let rows_per_block = 256;
+    let block = row.repeat(rows_per_block);
+    let times = cells / (ATTACK_COLUMNS * rows_per_block as u64);
+    let (sheet, crc, size) = deflate_repeated(
+        br#"<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>"#,
+        block.as_bytes(),
+        times,
+        b"</sheetData></worksheet>",
+    );
+    workbook_with_sheet(&sheet, Method::Deflated, crc, size as u32)
+}
+
+/// `VmHWM` or `VmRSS` of this process, in bytes.
+fn memory(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"));
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|value| value.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+#[tokio::test]
+async fn a_workbook_of_millions_of_cells_is_refused_without_inflating_it_in_the_server() {
+    let workbook = attack_workbook(ATTACK_CELLS);
+    eprintln!(
+        "attack workbook: {} cells, {} bytes",
+        ATTACK_CELLS,
+        workbook.len()
+    );
+    assert!(workbook.len() < 8 * 1024 * 1024, "{}", workbook.len());
+    let copy = "import shutil\nshutil.copy(input_file_path, file_path)\nprint('copied')\n";
+    let llm = FakeOpenAi::start(vec![Reply::Code(copy.into()); 3]).await;
+    let server = TestServer::start(&llm.env()).await;
+    let id = server.upload("cells.xlsx", workbook).await;
+
+    // Peak memory from here on (the test runs alone in its process under nextest; writing 5
+    // to clear_refs resets the high-water mark).
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let before = memory("VmRSS:");
+    let (is_error, text) = server
+        .call(
+            None,
+            "modify_file",
+            json!({"file_id": id, "instructions": "keep it as it is"}),
+        )
+        .await;
+    let peak = memory("VmHWM:");
+    let growth = peak.saturating_sub(before);
+    eprintln!(
+        "server memory: {} MiB before, {} MiB peak, growth {} MiB",
+        before >> 20,
+        peak >> 20,
+        growth >> 20
+    );
+    assert!(
+        growth < MEMORY_GROWTH_LIMIT,
+        "the server's memory grew by {} MiB",
+        growth >> 20
+    );
+    assert!(is_error, "the attack workbook was accepted: {text}");
+    assert!(
+        text.contains("xl/worksheets/sheet1.xml") && text.contains("zip bomb"),
+        "{text}"
+    );
+    server.assert_nothing_left().await;
+}
+
+#[test]
+fn the_attack_workbook_is_a_real_workbook() {
+    use calamine::Reader;
+    // Small enough to read whole: every cell is there, and the zip's CRC and sizes hold.
+    let cells = 16 * 256 * 40;
+    let bytes = attack_workbook(cells);
+    let mut workbook = calamine::Xlsx::new(std::io::Cursor::new(bytes)).unwrap();
+    let range = workbook.worksheet_range("Data").unwrap();
+    assert_eq!(range.get_size(), ((cells / ATTACK_COLUMNS) as usize, 16));
+    assert_eq!(range.get((100, 7)), Some(&calamine::Data::Float(1.0)));
+}
+
+#[tokio::test]
+async fn a_zip_bomb_sheet_that_lies_about_its_size_is_refused() {
+    // 2 GiB of blanks inside the sheet, declared as 4 KiB.
+    let blanks = vec![b' '; 64 * 1024];
+    let (sheet, crc, _size) = deflate_repeated(
+        br#"<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>"#,
+        &blanks,
+        32 * 1024,
+        b"</sheetData></worksheet>",
+    );
+    let workbook = workbook_with_sheet(&sheet, Method::Deflated, crc, 4096);
+    let copy = "import shutil\nshutil.copy(input_file_path, file_path)\n";
+    let llm = FakeOpenAi::start(vec![Reply::Code(copy.into()); 3]).await;
+    let server = TestServer::start(&llm.env()).await;
+    let id = server.upload("bomb.xlsx", workbook).await;
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let before = memory("VmRSS:");
+    let (is_error, text) = server
+        .call(
+            None,
+            "modify_file",
+            json!({"file_id": id, "instructions": "keep it"}),
+        )
+        .await;
+    let growth = memory("VmHWM:").saturating_sub(before);
+    assert!(growth < MEMORY_GROWTH_LIMIT, "grew {} MiB", growth >> 20);
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("sheet1.xml") && text.contains("zip bomb"),
+        "{text}"
+    );
+    server.assert_nothing_left().await;
+}
+
+/// Sends `request` as it is (no client normalising the path) and returns the status code.
+async fn raw_status(server: &TestServer, request: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = server.url.trim_start_matches("http://").to_string();
+    let mut stream = with_timeout(tokio::net::TcpStream::connect(address))
+        .await
+        .unwrap();
+    with_timeout(stream.write_all(request)).await.unwrap();
+    let mut response = Vec::new();
+    let _ = with_timeout(stream.read_to_end(&mut response)).await;
+    let text = String::from_utf8_lossy(&response);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"))
+}
+
+#[tokio::test]
+async fn download_paths_with_encoded_dots_nul_or_other_case_find_nothing() {
+    let server = TestServer::start(&[]).await;
+    let id = server.upload("report.csv", b"a,b\n1,2\n".to_vec()).await;
+    let get = |path: String| {
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").into_bytes()
+    };
+    assert_eq!(
+        raw_status(&server, &get(format!("/files/{id}/report.csv"))).await,
+        200
+    );
+    let upper = id.to_ascii_uppercase();
+    for path in [
+        format!("/files/{id}/%2e%2e%2f%2e%2e%2fetc%2fpasswd"),
+        format!("/files/{id}/..%2F..%2F..%2Fetc%2Fpasswd"),
+        format!("/files/{id}/%2E%2E"),
+        format!("/files/{id}/..%5c..%5cetc%5cpasswd"),
+        format!("/files/{id}/%252e%252e%252fetc%252fpasswd"),
+        format!("/files/%2e%2e/{id}"),
+        format!("/files/{id}/report.csv%00"),
+        format!("/files/{id}/report.csv%00.txt"),
+        format!("/files/{id}%00/report.csv"),
+        format!("/files/{upper}/report.csv"),
+        format!("/files/{id}/REPORT.CSV"),
+        format!("/files/{id}/.%2freport.csv"),
+        format!("/files/{id}/report.csv/"),
+    ] {
+        let status = raw_status(&server, &get(path.clone())).await;
+        assert_eq!(status, 404, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn a_hostile_multipart_file_name_is_stored_as_a_plain_one() {
+    let server = TestServer::start(&[]).await;
+    let boundary = "xBOUNDARYx";
+    let body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"../../evil\\r\\n.csv\"\r\nContent-Type: text/csv\r\n\r\na,b\n1,2\n\r\n--{boundary}--\r\n"
+    );
+    let response = with_timeout(
+        reqwest::Client::new()
+            .post(format!("{}/files", server.url))
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body)
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 201);
+    let stored: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(stored["filename"], "evil_r_n.csv", "{stored}");
+    let url = stored["url"].as_str().unwrap();
+    assert!(url.ends_with("/evil_r_n.csv"), "{url}");
+    // Nothing landed outside the store.
+    let files = server.data_dir().join("files");
+    let folders: Vec<_> = std::fs::read_dir(&files).unwrap().collect();
+    assert_eq!(folders.len(), 1);
+    assert!(!server.data_dir().join("evil.csv").exists());
+}
+
+#[tokio::test]
+async fn the_server_survives_a_json_body_nested_400000_deep() {
+    let server = TestServer::start(&[]).await;
+    let depth = 400_000;
+    for body in [
+        format!("{}{}", "[".repeat(depth), "]".repeat(depth)),
+        format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth)),
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"run_python\",\"arguments\":{{\"code\":{}1{}}}}}}}",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        ),
+    ] {
+        let response = with_timeout(
+            reqwest::Client::new()
+                .post(format!("{}/mcp", server.url))
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(body)
+                .send(),
+        )
+        .await
+        .unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        assert!(
+            (400..500).contains(&status) || text.contains("\"error\""),
+            "{status}: {text}"
+        );
+    }
+    let health = with_timeout(reqwest::get(format!("{}/health", server.url)))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let (is_error, text) = server
+        .call(None, "run_python", json!({"code": "print(6 * 7)"}))
+        .await;
+    assert!(!is_error && text.contains("42"), "{text}");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn audit_show_prints_no_terminal_escapes_from_a_hostile_client_or_code() {
+    let server = TestServer::start(&[]).await;
+    let code = "import sys\nsys.stderr.write('\\x1b[2J\\x1b]0;owned\\x07\\x9b31m')\nsys.exit(3)\n";
+    let response = with_timeout(
+        reqwest::Client::new()
+            .post(format!("{}/mcp", server.url))
+            .header("accept", "application/json, text/event-stream")
+            .header("x-openwebui-user-id", "user-1")
+            .json(&json!({
+                "jsonrpc": "2.0", "id": "\u{1b}[31mid", "method": "tools/call",
+                "params": {"name": "run_python", "arguments": {"code": code},
+                           "_meta": {"io.modelcontextprotocol/clientInfo":
+                                         {"name": "\u{1b}]0;title\u{7}\u{1b}[2Jevil", "version": "\u{9b}1\r\n"}}}
+            }))
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    server.assert_nothing_left().await;
+    let file = server.data_dir().join("audit.jsonl");
+    let audit = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        audit.contains("\\u001b"),
+        "the hostile values are recorded: {audit}"
+    );
+    let output = with_timeout(
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
+            .args(["audit", "show", file.to_str().unwrap()])
+            .output(),
+    )
+    .await
+    .unwrap();
+    assert!(output.status.success());
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(shown.contains("evil"), "{shown}");
+    let control = shown.chars().find(|c| c.is_control() && *c != '\n');
+    assert_eq!(
+        control, None,
+        "a control character reached the terminal: {shown:?}"
+    );
+}
