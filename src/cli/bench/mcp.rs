@@ -1,0 +1,112 @@
+//! The bench's end-to-end case: a `run_python` call over MCP (rmcp's Streamable HTTP client)
+//! to a real server in this process, its files stored in a temporary local store, with the warm
+//! pool off or on. What a client sees, minus the network.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ClientConfig};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::tools::Tools;
+
+/// A server on 127.0.0.1 and one client session to it.
+pub(super) struct McpServer {
+    tools: Tools,
+    client: RunningService<rmcp::RoleClient, ClientConfig>,
+    shutdown: CancellationToken,
+    served: tokio::task::JoinHandle<()>,
+    _data: tempfile::TempDir,
+}
+
+impl McpServer {
+    /// Starts a server with the environment's settings, but its own data folder, instance and
+    /// local store, no access tokens, and `warm` warm containers.
+    pub(super) async fn start(instance: &str, warm: usize) -> anyhow::Result<Self> {
+        let data = tempfile::tempdir()?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let mut vars: HashMap<String, String> = std::env::vars().collect();
+        for private in [
+            "INTERNAL_API_URL",
+            "FILE_AGENT_ACCESS_TOKENS",
+            "FILE_AGENT_ACCESS_TOKENS_FILE",
+            "FILE_AGENT_AUDIT_FILE",
+        ] {
+            vars.remove(private);
+        }
+        vars.extend([
+            ("SANDBOX_INSTANCE".into(), instance.to_string()),
+            ("SANDBOX_WARM".into(), warm.to_string()),
+            (
+                "FILE_AGENT_DATA_DIR".into(),
+                data.path().display().to_string(),
+            ),
+            ("FILE_AGENT_PUBLIC_URL".into(), format!("http://{address}")),
+        ]);
+        let config = Config::from_lookup(|name| vars.get(name).cloned())?;
+        let tools = crate::server::build_tools(&config).await?;
+        let shutdown = CancellationToken::new();
+        let served = {
+            let (tools, stop) = (tools.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                if let Err(error) = crate::server::serve_http(tools, &config, listener, stop).await
+                {
+                    tracing::error!(%error, "the bench's server stopped");
+                }
+            })
+        };
+        let transport = StreamableHttpClientTransport::from_uri(format!("http://{address}/mcp"));
+        let client = ClientConfig::default()
+            .serve(transport)
+            .await
+            .context("connecting the MCP client")?;
+        Ok(Self {
+            tools,
+            client,
+            shutdown,
+            served,
+            _data: data,
+        })
+    }
+
+    /// Waits until the pool (if any) is full, so that a call finds it as a quiet server would.
+    pub(super) async fn settle(&self) {
+        while self
+            .tools
+            .sandbox()
+            .pool_stats()
+            .is_some_and(|pool| pool.ready < pool.target)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// One `run_python` call of `script`: its round trip.
+    pub(super) async fn run_python(&self, script: &str) -> anyhow::Result<Duration> {
+        let arguments = serde_json::json!({ "code": script });
+        let arguments = arguments.as_object().cloned().unwrap_or_default();
+        let started = Instant::now();
+        let result = self
+            .client
+            .call_tool(CallToolRequestParams::new("run_python").with_arguments(arguments))
+            .await?;
+        let took = started.elapsed();
+        if result.is_error == Some(true) {
+            bail!("run_python failed in the bench: {:?}", result.content);
+        }
+        Ok(took)
+    }
+
+    /// Closes the client and stops the server (its pool is drained).
+    pub(super) async fn stop(self) {
+        let _ = self.client.cancel().await;
+        self.shutdown.cancel();
+        let _ = self.served.await;
+    }
+}
