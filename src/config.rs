@@ -16,8 +16,8 @@ use std::time::Duration;
 
 pub use analysis::{Network, ResearchConfig, UrlFetchConfig};
 pub use service::{
-    AdmissionConfig, AuditConfig, Config, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Secret,
-    ServerConfig, StorageConfig, TransferLimits,
+    AdmissionConfig, AuditConfig, Config, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned,
+    Secret, ServerConfig, StorageConfig, TransferLimits,
 };
 
 use thiserror::Error;
@@ -40,6 +40,12 @@ pub const DEFAULT_STDIO_MAX_BYTES: usize = 1024 * 1024;
 pub const DEFAULT_OUTPUT_MAX_MIB: u64 = 256;
 /// `SANDBOX_OUTPUT_MAX_FILES`: files and folders written to `/work/out`.
 pub const DEFAULT_OUTPUT_MAX_FILES: usize = 1000;
+/// `SANDBOX_WARM_MAX_IDLE` (seconds): how long a warm container waits for an attempt before
+/// the pool replaces it.
+pub const DEFAULT_WARM_MAX_IDLE_SECS: u64 = 300;
+/// The largest `SANDBOX_WARM`: each warm container holds an interpreter with the libraries
+/// imported.
+pub const MAX_WARM: usize = 64;
 
 pub(crate) const MIB: u64 = 1024 * 1024;
 
@@ -103,9 +109,15 @@ pub struct SandboxConfig {
     pub runtime: Option<String>,
     /// The resource limits of every attempt.
     pub limits: Limits,
-    /// The value of the `io.file-agent.instance` label on this process's containers; random
-    /// when unset. Naming it lets an operator (or a test) find one replica's containers.
+    /// The value of the `io.file-agent.instance` label on this process's containers. The
+    /// server defaults it to a value stable per host and data folder; other commands use a
+    /// random one. Naming it lets an operator (or a test) find one replica's containers.
     pub instance: Option<String>,
+    /// `SANDBOX_WARM`: containers the pool keeps ready; `None` means one per slot (the server
+    /// knows the slots), `Some(0)` turns the pool off.
+    pub warm: Option<usize>,
+    /// `SANDBOX_WARM_MAX_IDLE`: how long a warm container waits before it is replaced.
+    pub warm_max_idle: Duration,
 }
 
 impl SandboxConfig {
@@ -197,11 +209,30 @@ impl SandboxConfig {
             "SANDBOX_INSTANCE",
             "up to 64 letters, digits, '-', '_' or '.'",
         )?;
+        let warm = match get("SANDBOX_WARM") {
+            None => None,
+            value => Some(parse_int(
+                value,
+                "SANDBOX_WARM",
+                0,
+                0..=MAX_WARM,
+                "a count of containers from 0 (no pool) to 64",
+            )?),
+        };
+        let warm_max_idle = Duration::from_secs(parse_int(
+            get("SANDBOX_WARM_MAX_IDLE"),
+            "SANDBOX_WARM_MAX_IDLE",
+            DEFAULT_WARM_MAX_IDLE_SECS,
+            10..=86_400,
+            "whole seconds from 10 to 86400",
+        )?);
         Ok(Self {
             image,
             runtime,
             limits,
             instance,
+            warm,
+            warm_max_idle,
         })
     }
 }
@@ -290,6 +321,24 @@ mod tests {
         assert_eq!(config.limits.output_max_files, 1000);
         assert_eq!(config.runtime, None);
         assert!(config.image.starts_with("file-agent-sandbox:"));
+        assert_eq!(config.warm, None, "one per slot, decided by the server");
+        assert_eq!(config.warm_max_idle, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn the_pool_is_sized_or_turned_off() {
+        assert_eq!(config(&[("SANDBOX_WARM", "0")]).unwrap().warm, Some(0));
+        let config_3 = config(&[("SANDBOX_WARM", "3"), ("SANDBOX_WARM_MAX_IDLE", "60")]).unwrap();
+        assert_eq!(config_3.warm, Some(3));
+        assert_eq!(config_3.warm_max_idle, Duration::from_secs(60));
+        assert_eq!(
+            config(&[("SANDBOX_WARM", "65")]).unwrap_err().var,
+            "SANDBOX_WARM"
+        );
+        assert_eq!(
+            config(&[("SANDBOX_WARM_MAX_IDLE", "5")]).unwrap_err().var,
+            "SANDBOX_WARM_MAX_IDLE"
+        );
     }
 
     #[test]

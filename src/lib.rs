@@ -15,6 +15,7 @@
 //! - [`server`]: HTTP (`/mcp`, `/health`, `/files`) and stdio wiring, start-up and shutdown;
 //! - [`prompts`]: the texts the model reads, from `prompts/`;
 //! - [`config`]: settings from the environment, parsed and validated without I/O;
+//! - [`time`]: RFC 3339 timestamps (written by the audit trail, read from Docker);
 //! - [`cli`]: the command line (`serve`, `run`, `doctor`, `reap`, `image build`, `bench`,
 //!   `audit verify`, `audit show`).
 //!
@@ -30,6 +31,7 @@ pub mod prompts;
 pub mod sandbox;
 pub mod server;
 pub mod storage;
+pub mod time;
 pub mod tools;
 
 /// An error and its sources joined with `: `, for one log line or message.

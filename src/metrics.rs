@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
+use crate::sandbox::PoolStats;
+
 /// Bucket bounds, in seconds, shared by every histogram.
 const BUCKETS: [f64; 12] = [
     0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -189,7 +191,10 @@ impl Metrics {
                 "Sandbox containers created and not yet removed.",
                 gauges.live_containers,
             ),
-        ] {
+        ]
+        .into_iter()
+        .chain(pool_rows(gauges.pool.as_ref()))
+        {
             let _ = writeln!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
@@ -197,6 +202,51 @@ impl Metrics {
         }
         out
     }
+}
+
+/// The warm pool's rows (none when the pool is off): its size now, and what happened to it.
+fn pool_rows(pool: Option<&PoolStats>) -> Vec<(&'static str, &'static str, &'static str, usize)> {
+    let Some(pool) = pool else {
+        return Vec::new();
+    };
+    vec![
+        (
+            "file_agent_warm_pool_ready",
+            "gauge",
+            "Warm sandbox containers ready for an attempt.",
+            pool.ready,
+        ),
+        (
+            "file_agent_warm_pool_target",
+            "gauge",
+            "Warm sandbox containers the pool keeps ready (SANDBOX_WARM).",
+            pool.target,
+        ),
+        (
+            "file_agent_warm_pool_takes_total",
+            "counter",
+            "Attempts that ran in a warm container.",
+            pool.takes as usize,
+        ),
+        (
+            "file_agent_warm_pool_misses_total",
+            "counter",
+            "Attempts that found no warm container ready and started a cold one.",
+            pool.misses as usize,
+        ),
+        (
+            "file_agent_warm_pool_replaced_total",
+            "counter",
+            "Warm containers removed unused (waited SANDBOX_WARM_MAX_IDLE, or died).",
+            pool.replaced as usize,
+        ),
+        (
+            "file_agent_warm_pool_failures_total",
+            "counter",
+            "Warm containers that could not be started.",
+            pool.failures as usize,
+        ),
+    ]
 }
 
 /// Values read at scrape time.
@@ -210,6 +260,8 @@ pub struct Gauges {
     pub slots: usize,
     /// Containers not yet removed.
     pub live_containers: usize,
+    /// The warm pool, when it is on.
+    pub pool: Option<PoolStats>,
 }
 
 #[cfg(test)]
@@ -238,6 +290,20 @@ mod tests {
             "file_agent_attempt_duration_seconds_count{tool=\"run_python\",status=\"ok\"} 2"
         ));
         assert!(text.contains("file_agent_queue_depth 1"));
+        assert!(!text.contains("warm_pool"), "no pool, no pool rows");
+        let with_pool = metrics.render(&Gauges {
+            pool: Some(PoolStats {
+                target: 2,
+                ready: 1,
+                takes: 7,
+                misses: 3,
+                ..PoolStats::default()
+            }),
+            ..Gauges::default()
+        });
+        assert!(with_pool.contains("file_agent_warm_pool_ready 1"));
+        assert!(with_pool.contains("file_agent_warm_pool_takes_total 7"));
+        assert!(with_pool.contains("file_agent_warm_pool_misses_total 3"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (_, value) = line.rsplit_once(' ').unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");

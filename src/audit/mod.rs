@@ -11,8 +11,6 @@
 //! file's contents; it cannot stop someone who can rewrite the whole file from rewriting it
 //! whole, so ship the file (or stdout) to storage the server cannot modify.
 
-mod time;
-
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -22,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-pub use time::rfc3339_now;
+pub use crate::time::rfc3339_now;
 
 use crate::config::AuditConfig;
 
@@ -45,11 +43,13 @@ pub struct FileDigest {
 pub struct CallInfo {
     /// The tool call's id (also in the server's log line for the call).
     pub call: String,
-    /// The MCP request id.
-    pub request: String,
+    /// The JSON-RPC id of the MCP request, as sent (a number or a string).
+    pub request: serde_json::Value,
     /// The tool.
     pub tool: String,
-    /// The MCP client, `name/version`, as it introduced itself.
+    /// The MCP client as the call identifies it: `name/version` from the request's `_meta`
+    /// (or, over stdio, from `initialize`), else the HTTP `User-Agent`; `None` when the call
+    /// carries neither.
     pub client: Option<String>,
     /// Open WebUI's user id (`X-OpenWebUI-User-Id`), when sent.
     pub user: Option<String>,
@@ -89,6 +89,10 @@ pub struct Record {
     pub limits: serde_json::Value,
     /// The container's id (removed by now).
     pub container: Option<String>,
+    /// `warm` (started ahead by the pool, before this attempt) or `cold` (started for it).
+    pub container_kind: Option<String>,
+    /// When the container was created (UTC, RFC 3339).
+    pub container_created: Option<String>,
     /// `ok`, `failed`, `timeout`, `out_of_memory`, `output_limit`, or why it did not run
     /// (`busy`, `cancelled`, `sandbox_error`).
     pub status: String,
@@ -336,13 +340,24 @@ pub fn verify(files: &[PathBuf]) -> Result<Verified, Broken> {
     })
 }
 
-/// One record in a few readable lines.
+/// One record in a few readable lines, for a terminal. Every value that a caller, a script
+/// or a model could have chosen goes through [`printable`], so a line can neither carry
+/// terminal escape sequences nor forge a line of its own.
 pub fn describe(record: &Record) -> String {
     let caller = &record.caller;
     let who = [
-        caller.client.as_deref().map(|c| format!("client {c}")),
-        caller.user.as_deref().map(|u| format!("user {u}")),
-        caller.chat.as_deref().map(|c| format!("chat {c}")),
+        caller
+            .client
+            .as_deref()
+            .map(|c| format!("client {}", printable(c))),
+        caller
+            .user
+            .as_deref()
+            .map(|u| format!("user {}", printable(u))),
+        caller
+            .chat
+            .as_deref()
+            .map(|c| format!("chat {}", printable(c))),
     ]
     .into_iter()
     .flatten()
@@ -353,9 +368,9 @@ pub fn describe(record: &Record) -> String {
             .map(|f| {
                 format!(
                     "{} ({} bytes, sha256 {}…)",
-                    f.name,
+                    printable(&f.name),
                     f.bytes,
-                    &f.sha256[..12.min(f.sha256.len())]
+                    printable(f.sha256.get(..12).unwrap_or(&f.sha256))
                 )
             })
             .collect::<Vec<_>>()
@@ -364,34 +379,42 @@ pub fn describe(record: &Record) -> String {
     let mut text = format!(
         "#{} {} {} {} in {} ms{}\n  call {} request {}{}\n  code sha256 {}{}\n  image {} on {}, container {}",
         record.seq,
-        record.time,
-        caller.tool,
-        record.status,
+        printable(&record.time),
+        printable(&caller.tool),
+        printable(&record.status),
         record.duration_ms,
         record
             .exit_code
             .map(|c| format!(", exit {c}"))
             .unwrap_or_default(),
-        caller.call,
-        caller.request,
+        printable(&caller.call),
+        printable(&caller.request.to_string()),
         if who.is_empty() {
             String::new()
         } else {
             format!(", {who}")
         },
-        record.code_sha256,
+        printable(&record.code_sha256),
         record
             .model
             .as_deref()
-            .map(|m| format!(" written by {m}"))
+            .map(|m| format!(" written by {}", printable(m)))
             .unwrap_or_default(),
-        record.image,
-        record.runtime,
-        record
-            .container
-            .as_deref()
-            .map_or("none", |c| &c[..12.min(c.len())]),
+        printable(&record.image),
+        printable(&record.runtime),
+        printable(
+            record
+                .container
+                .as_deref()
+                .map_or("none", |c| c.get(..12).unwrap_or(c))
+        ),
     );
+    if let Some(kind) = &record.container_kind {
+        text.push_str(&format!(
+            " ({kind}, created {})",
+            record.container_created.as_deref().unwrap_or("?")
+        ));
+    }
     if !record.inputs.is_empty() {
         text.push_str(&format!("\n  in: {}", files(&record.inputs)));
     }
@@ -399,9 +422,28 @@ pub fn describe(record: &Record) -> String {
         text.push_str(&format!("\n  out: {}", files(&record.outputs)));
     }
     if let Some(error) = &record.error {
-        text.push_str(&format!("\n  error: {}", crate::llm::excerpt(error, 300)));
+        text.push_str(&format!(
+            "\n  error: {}",
+            printable(&crate::llm::excerpt(error, 300))
+        ));
     }
     text
+}
+
+/// `text` with every control character (C0, DEL, C1: terminal escapes, line breaks) and every
+/// bidirectional formatting character (which can reorder what a reader sees) written as a
+/// `\u{..}` escape.
+pub fn printable(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            shown.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
 }
 
 /// The hex SHA-256 of some bytes.
@@ -471,6 +513,22 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         std::fs::write(&path, format!("{}\n{}\n", lines[0], lines[2])).unwrap();
         assert_eq!(verify(std::slice::from_ref(&path)).unwrap_err().line, 2);
+    }
+
+    #[test]
+    fn described_records_carry_no_control_or_bidi_characters() {
+        let mut hostile = record("run\u{1b}[2J");
+        hostile.caller.client = Some("\u{1b}]0;title\u{7}evil\r\n#2 forged".into());
+        hostile.error = Some("\u{9b}31m\u{202e}txt.exe".into());
+        let text = describe(&hostile);
+        assert!(
+            !text
+                .chars()
+                .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+            "{text:?}"
+        );
+        assert!(text.contains("evil\\u{d}\\u{a}#2 forged"), "{text}");
+        assert_eq!(text.lines().count(), 5, "{text}");
     }
 
     #[test]

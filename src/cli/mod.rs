@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::SandboxConfig;
 use crate::sandbox::image::{self, BuildMethod};
-use crate::sandbox::{ReapFilter, Sandbox};
+use crate::sandbox::{ReapFilter, ReapScope, Sandbox};
 
 /// Runs model-written Python in single-use, locked-down Docker containers.
 ///
@@ -47,9 +47,18 @@ enum Command {
     /// Check the Docker engine, the sandbox image and the limits in force; say how to fix problems.
     Doctor,
     /// Remove sandbox containers left behind (labelled io.file-agent.managed=true).
+    ///
+    /// By default only what no live server can be using: containers that stopped (or never
+    /// started) more than a minute ago, and running ones older than the longest a container
+    /// lives (SANDBOX_WARM_MAX_IDLE + SCRIPT_TIMEOUT + margins). Running attempts and warm
+    /// containers of live servers are left alone, and counted.
     Reap {
-        /// Only containers created more than this many seconds ago (keeps other replicas'
-        /// running attempts alive).
+        /// Remove every matching container, running or not: the attempts and warm pools of
+        /// live servers too.
+        #[arg(long, conflicts_with = "older_than")]
+        all: bool,
+        /// Instead of the default rule: containers created more than this many seconds ago,
+        /// running or not.
         #[arg(long, value_name = "SECONDS")]
         older_than: Option<u64>,
         /// Only containers of this instance (their io.file-agent.instance label).
@@ -69,11 +78,22 @@ enum Command {
     /// Check or read the audit trail (FILE_AGENT_AUDIT_FILE).
     #[command(subcommand)]
     Audit(AuditCommand),
-    /// Measure an attempt phase by phase beside `docker run --rm` of the same script.
+    /// Measure attempts, cold and warm, beside `docker run --rm`, a plain python3 subprocess
+    /// and the script's body alone; throughput; and `run_python` over MCP. All in one run.
     Bench {
-        /// How many attempts of each kind.
+        /// Latency samples of each kind.
         #[arg(long, default_value_t = 10)]
         runs: usize,
+        /// Attempts in each throughput run (0 skips throughput).
+        #[arg(long, default_value_t = 20)]
+        throughput: usize,
+        /// Attempts at once in the throughput runs (default: the CPU count, as the server's
+        /// slots).
+        #[arg(long)]
+        concurrency: Option<usize>,
+        /// Skip the `run_python` round trips over MCP.
+        #[arg(long)]
+        no_mcp: bool,
     },
 }
 
@@ -159,10 +179,15 @@ pub fn main() -> ExitCode {
     // Serving logs one line per tool call (info); the one-shot commands only warnings.
     let default_filter = match cli.command {
         None | Some(Command::Serve(_)) => "warn,file_agent=info",
+        // The bench starts servers of its own; their start-up warnings are not news.
+        Some(Command::Bench { .. }) => "error",
         _ => "warn",
     };
+    // Colour codes only for a person at a terminal: in a file, a pipe, `docker logs` or
+    // journald they are noise.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
@@ -206,18 +231,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => Ok(run::run(config, args).await),
         Command::Doctor => doctor::doctor(config).await,
         Command::Reap {
+            all,
             older_than,
             instance,
-        } => {
-            let sandbox = Sandbox::connect(config).await?;
-            let filter = ReapFilter {
-                older_than: older_than.map(Duration::from_secs),
-                instance,
-            };
-            let report = sandbox.reap(&filter).await?;
-            println!("removed {} container(s)", report.containers);
-            Ok(ExitCode::SUCCESS)
-        }
+        } => reap(config, all, older_than, instance).await,
         Command::Image(ImageCommand::Tag) => {
             println!("{}", config.image);
             Ok(ExitCode::SUCCESS)
@@ -225,8 +242,60 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Image(ImageCommand::Build { method, force }) => {
             build_image(config, method, force).await
         }
-        Command::Bench { runs } => bench::bench(config, runs.max(1)).await,
+        Command::Bench {
+            runs,
+            throughput,
+            concurrency,
+            no_mcp,
+        } => {
+            let args = bench::BenchArgs {
+                runs: runs.max(1),
+                throughput,
+                concurrency: concurrency
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                    .max(1),
+                mcp: !no_mcp,
+            };
+            bench::bench(config, args).await
+        }
     }
+}
+
+async fn reap(
+    config: SandboxConfig,
+    all: bool,
+    older_than: Option<u64>,
+    instance: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let longest_life = crate::sandbox::longest_life(&config);
+    let sandbox = Sandbox::connect(config).await?;
+    let scope = match (all, older_than) {
+        (true, _) => ReapScope::All,
+        (false, Some(seconds)) => ReapScope::OlderThan(Duration::from_secs(seconds)),
+        (false, None) => ReapScope::Safe {
+            longest_life,
+            stopped_for: crate::sandbox::STOPPED_GRACE,
+        },
+    };
+    let report = sandbox.reap(&ReapFilter { scope, instance }).await?;
+    println!("removed {} container(s)", report.containers);
+    let running = report.left_warm + report.left_running;
+    if running > 0 {
+        println!(
+            "left {running} running container(s) alone: {} warm (a pool's, ready or serving an attempt), {} attempt(s) under way; all younger than {} s, the longest a live server's container runs. `file-agent reap --all` removes them too",
+            report.left_warm,
+            report.left_running,
+            longest_life.as_secs()
+        );
+    }
+    if report.left_recent > 0 {
+        println!(
+            "left {} stopped container(s) alone: they stopped less than {} s ago and their server may still be reading them; run reap again later",
+            report.left_recent,
+            crate::sandbox::STOPPED_GRACE.as_secs()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn health(url: Option<String>) -> anyhow::Result<ExitCode> {

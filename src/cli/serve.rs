@@ -1,5 +1,6 @@
 //! `file-agent serve`: reads the whole configuration (a wrong value stops here with one line
-//! naming the variable), builds the parts, and serves until SIGINT or SIGTERM.
+//! naming the variable), binds the address, builds the parts, and serves until SIGINT or
+//! SIGTERM.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -13,15 +14,13 @@ use crate::server;
 pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<ExitCode> {
     let mut config = Config::from_env()?;
     if let Some(listen) = listen {
-        config.server.listen = listen;
+        config.serve_at(listen);
     }
+    let shutdown = super::shutdown_token();
     if stdio {
         // stdout carries the protocol.
         config.audit.stdout = false;
-    }
-    let shutdown = super::shutdown_token();
-    let tools = server::build_tools(&config).await?;
-    if stdio {
+        let tools = server::build_tools(&config).await?;
         tracing::info!("serving MCP on stdio");
         server::serve_stdio(tools, shutdown).await?;
         return Ok(ExitCode::SUCCESS);
@@ -34,7 +33,11 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
                 config.server.listen
             )
         })?;
+    // Links, allowed hosts and origins follow the address really served (port 0 is only
+    // resolved now), unless they were set.
     let address = listener.local_addr()?;
+    config.serve_at(address);
+    let tools = server::build_tools(&config).await?;
     let storage = match &config.storage {
         StorageConfig::OpenWebUi(owui) => format!("Open WebUI at {}", owui.internal_url),
         StorageConfig::Local(local) => format!(

@@ -8,7 +8,7 @@
 //! answer with one, and `run_python` still works).
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -44,6 +44,8 @@ pub const DEFAULT_QUEUE_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_CALL_TIMEOUT_SECS: u64 = 600;
 /// `Host` names accepted on `/mcp` besides the public URL's host.
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+/// Browser origins accepted on `/mcp` besides the public URL's origin.
+pub const LOOPBACK_ORIGINS: [&str; 2] = ["http://localhost:*", "http://127.0.0.1:*"];
 
 /// A value that must never be printed: `Debug` shows only that it is set.
 #[derive(Clone, PartialEq, Eq)]
@@ -90,6 +92,9 @@ pub struct Config {
     pub url_fetch: UrlFetchConfig,
     /// How `conduct_deep_research` runs.
     pub research: ResearchConfig,
+    /// `FILE_AGENT_DATA_DIR`: the server's folder (the local store, the audit trail); with the
+    /// host's name it also makes the default `SANDBOX_INSTANCE`.
+    pub data_dir: PathBuf,
 }
 
 /// The audit trail.
@@ -132,6 +137,9 @@ pub struct ServerConfig {
     /// `FILE_AGENT_ALLOWED_ORIGINS`: browser `Origin`s accepted on `/mcp` (a request without
     /// one passes); `None` accepts any (`*`).
     pub allowed_origins: Option<Vec<String>>,
+    /// Which of the three above the environment set; the others follow the address served
+    /// ([`Config::serve_at`]).
+    pub pinned: Pinned,
     /// `FILE_AGENT_ACCESS_TOKENS`: when any is set (here or in the file), `/mcp` and uploads
     /// need one of them.
     pub access_tokens: Vec<Secret>,
@@ -145,6 +153,18 @@ pub struct ServerConfig {
     /// `FILE_AGENT_REAP_INTERVAL`: how often leftover containers are looked for while serving
     /// (`None`: only at start-up).
     pub reap_interval: Option<Duration>,
+}
+
+/// Which address-dependent settings were set explicitly (and so do not follow the address
+/// served).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pinned {
+    /// `FILE_AGENT_PUBLIC_URL` is set.
+    pub public_url: bool,
+    /// `FILE_AGENT_ALLOWED_HOSTS` is set.
+    pub allowed_hosts: bool,
+    /// `FILE_AGENT_ALLOWED_ORIGINS` is set.
+    pub allowed_origins: bool,
 }
 
 /// The OpenAI-compatible chat API.
@@ -220,48 +240,36 @@ impl Config {
             value: listen_value.clone(),
             expected: "an address and port, e.g. 0.0.0.0:8000 or 127.0.0.1:8000",
         })?;
-        let public_url = match get("FILE_AGENT_PUBLIC_URL") {
-            Some(value) => parse_url(value, "FILE_AGENT_PUBLIC_URL")?,
-            None => format!("http://localhost:{}", listen.port()),
-        };
-        let allowed_hosts = match get("FILE_AGENT_ALLOWED_HOSTS") {
-            Some(value) if value.trim() == "*" => None,
-            Some(value) => Some(
+        // These three default to values derived from the address served, filled in by
+        // `serve_at` below (and again once the listener is bound, since `--listen` and port 0
+        // are only known then).
+        let public_url = get("FILE_AGENT_PUBLIC_URL")
+            .map(|value| parse_url(value, "FILE_AGENT_PUBLIC_URL"))
+            .transpose()?;
+        let allowed_hosts = get("FILE_AGENT_ALLOWED_HOSTS").map(|value| {
+            (value.trim() != "*").then(|| {
                 value
                     .split(',')
                     .map(|host| host.trim().to_string())
                     .filter(|host| !host.is_empty())
-                    .collect(),
-            ),
-            None => {
-                let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
-                if let Some(host) = url_authority(&public_url) {
-                    hosts.push(host);
-                }
-                Some(hosts)
-            }
-        };
-
-        let allowed_origins = match get("FILE_AGENT_ALLOWED_ORIGINS") {
-            Some(value) if value.trim() == "*" => None,
-            Some(value) => Some(
+                    .collect()
+            })
+        });
+        let allowed_origins = get("FILE_AGENT_ALLOWED_ORIGINS").map(|value| {
+            (value.trim() != "*").then(|| {
                 value
                     .split(',')
                     .map(|origin| origin.trim().trim_end_matches('/').to_string())
                     .filter(|origin| !origin.is_empty())
-                    .collect(),
-            ),
-            None => {
-                let mut origins = vec![
-                    "http://localhost:*".to_string(),
-                    "http://127.0.0.1:*".to_string(),
-                ];
-                if let Some(origin) = url_origin(&public_url) {
-                    origins.push(origin);
-                }
-                Some(origins)
-            }
+                    .collect()
+            })
+        });
+        let pinned = Pinned {
+            public_url: public_url.is_some(),
+            allowed_hosts: allowed_hosts.is_some(),
+            allowed_origins: allowed_origins.is_some(),
         };
+        let public_url = public_url.unwrap_or_default();
         let access_tokens = get("FILE_AGENT_ACCESS_TOKENS")
             .map(|value| {
                 value
@@ -400,13 +408,14 @@ impl Config {
             )?),
         };
 
-        Ok(Self {
+        let mut config = Self {
             sandbox,
             server: ServerConfig {
                 listen,
                 public_url,
-                allowed_hosts,
-                allowed_origins,
+                allowed_hosts: allowed_hosts.flatten(),
+                allowed_origins: allowed_origins.flatten(),
+                pinned,
                 access_tokens,
                 access_tokens_file: get("FILE_AGENT_ACCESS_TOKENS_FILE").map(PathBuf::from),
                 metrics_token: get("FILE_AGENT_METRICS_TOKEN").map(|t| Secret::new(t.trim())),
@@ -436,8 +445,53 @@ impl Config {
             audit,
             url_fetch: UrlFetchConfig::from_lookup(&get)?,
             research: ResearchConfig::from_lookup(&get)?,
-        })
+            data_dir: PathBuf::from(data_dir),
+        };
+        config.serve_at(listen);
+        Ok(config)
     }
+
+    /// Makes the settings that depend on where the server listens follow `served`, the
+    /// address it really serves (after `--listen`, and with the port the OS chose for port
+    /// 0): the public URL (local store links), the allowed `Host` names and the allowed
+    /// browser origins, each unless its variable set it.
+    pub fn serve_at(&mut self, served: SocketAddr) {
+        let server = &mut self.server;
+        server.listen = served;
+        if !server.pinned.public_url {
+            server.public_url = default_public_url(served);
+        }
+        if let StorageConfig::Local(local) = &mut self.storage {
+            local.public_url = server.public_url.clone();
+        }
+        if !server.pinned.allowed_hosts {
+            let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
+            if let Some(host) = url_authority(&server.public_url)
+                && !hosts.contains(&host)
+            {
+                hosts.push(host);
+            }
+            server.allowed_hosts = Some(hosts);
+        }
+        if !server.pinned.allowed_origins {
+            let mut origins: Vec<String> = LOOPBACK_ORIGINS.iter().map(|o| o.to_string()).collect();
+            if let Some(origin) = url_origin(&server.public_url) {
+                origins.push(origin);
+            }
+            server.allowed_origins = Some(origins);
+        }
+    }
+}
+
+/// `http://<address>:<port>` of the address served; `localhost` when it is every address
+/// (`0.0.0.0`, `::`), which no browser can reach by that name.
+fn default_public_url(served: SocketAddr) -> String {
+    let host = match served.ip() {
+        ip if ip.is_unspecified() => "localhost".to_string(),
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) => format!("[{ip}]"),
+    };
+    format!("http://{host}:{}", served.port())
 }
 
 /// An absolute http(s) URL, without a trailing slash.
@@ -516,6 +570,47 @@ mod tests {
         );
         let hosts = config.server.allowed_hosts.unwrap();
         assert!(hosts.contains(&"localhost".to_string()), "{hosts:?}");
+    }
+
+    #[test]
+    fn address_defaults_follow_the_address_served_unless_set() {
+        let mut config = config(&[("FILE_AGENT_LISTEN", "0.0.0.0:8000")]).unwrap();
+        config.serve_at("10.1.2.3:18555".parse().unwrap());
+        assert_eq!(config.server.public_url, "http://10.1.2.3:18555");
+        let StorageConfig::Local(local) = &config.storage else {
+            panic!("expected the local store");
+        };
+        assert_eq!(local.public_url, "http://10.1.2.3:18555");
+        let hosts = config.server.allowed_hosts.clone().unwrap();
+        assert!(hosts.contains(&"10.1.2.3".to_string()), "{hosts:?}");
+        let origins = config.server.allowed_origins.clone().unwrap();
+        assert!(
+            origins.contains(&"http://10.1.2.3:18555".to_string()),
+            "{origins:?}"
+        );
+        // Every address is reached as localhost; IPv6 gets brackets.
+        config.serve_at("[::]:9000".parse().unwrap());
+        assert_eq!(config.server.public_url, "http://localhost:9000");
+        config.serve_at("[::1]:9001".parse().unwrap());
+        assert_eq!(config.server.public_url, "http://[::1]:9001");
+
+        let mut set = config_with(&[
+            ("FILE_AGENT_PUBLIC_URL", "https://files.example.com"),
+            ("FILE_AGENT_ALLOWED_HOSTS", "files.example.com"),
+            ("FILE_AGENT_ALLOWED_ORIGINS", "*"),
+        ]);
+        set.serve_at("127.0.0.1:18555".parse().unwrap());
+        assert_eq!(set.server.public_url, "https://files.example.com");
+        assert_eq!(
+            set.server.allowed_hosts,
+            Some(vec!["files.example.com".to_string()])
+        );
+        assert_eq!(set.server.allowed_origins, None);
+        assert_eq!(set.server.listen.port(), 18555);
+    }
+
+    fn config_with(vars: &[(&str, &str)]) -> Config {
+        config(vars).unwrap()
     }
 
     #[test]

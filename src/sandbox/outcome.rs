@@ -3,7 +3,7 @@
 //! [`Status`] are the `status` values of `file-agent run`'s JSON.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use thiserror::Error;
@@ -78,19 +78,20 @@ pub struct Skipped {
 /// Time spent in each phase of an attempt.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Timings {
-    /// Create the container and check its settings.
+    /// Create the container and check its settings (zero for a warm container: that happened
+    /// before the attempt).
     pub create: Duration,
+    /// Attach to it and start it (zero for a warm container).
+    pub start: Duration,
     /// Send the script and inputs on stdin.
     pub copy_in: Duration,
-    /// Attach, start, and wait until the script has finished.
+    /// From sending the request until the script has finished.
     pub run: Duration,
     /// Read the rest of stdout and stderr after the script finished.
     pub logs: Duration,
     /// Receive and unpack the outputs.
     pub copy_out: Duration,
-    /// Remove the container.
-    pub remove: Duration,
-    /// The whole attempt.
+    /// The whole attempt, up to its result (the container is removed after, in the background).
     pub total: Duration,
 }
 
@@ -117,6 +118,10 @@ pub struct Outcome {
     pub container_id: String,
     /// The image's id (`sha256:...`) the container was created from.
     pub image_id: String,
+    /// Whether the container came from the warm pool (started before the attempt).
+    pub warm: bool,
+    /// When the container was created.
+    pub container_created: SystemTime,
 }
 
 /// Why an attempt could not run, or could not be cleaned up. Every message says what to do.

@@ -5,11 +5,17 @@
 //! closed: an engine that silently drops a limit must not run model code). The security settings
 //! are not configurable on purpose; only the resource limits and the OCI runtime are.
 //!
+//! A container is [`Kind::Cold`] (made for an attempt that is waiting, `/work` sized to its
+//! upload) or [`Kind::Warm`] (made ahead for the pool, knowing nothing of the attempt that will
+//! take it). Both get the same security settings; only the runner's arguments, the size of
+//! `/work` and one label differ.
+//!
 //! Layout inside the container, with no volume and no bind mount, so nothing the script writes
 //! lands on the host's disk:
 //! - `/` read-only (the image);
-//! - `/work` a tmpfs sized to the upload (plus [`WORK_SLACK_BYTES`]): the runner unpacks
-//!   `script.py` and `in/` there from stdin, read-only;
+//! - `/work` a tmpfs: the runner unpacks `script.py` and `in/` there from stdin, read-only. Sized
+//!   to the upload (plus [`WORK_SLACK_BYTES`]) when cold, to the memory limit when warm (the
+//!   memory limit bounds it either way, since a tmpfs counts against it);
 //! - `/work/out` a tmpfs capped at the output limit: where the script writes results; the runner
 //!   streams it back as a tar after the script;
 //! - `/tmp` a tmpfs capped in size. All three count against the memory limit.
@@ -28,12 +34,15 @@ use crate::config::SandboxConfig;
 pub const MANAGED_LABEL: &str = "io.file-agent.managed";
 /// Label naming the [`super::Sandbox`] instance that created a container.
 pub const INSTANCE_LABEL: &str = "io.file-agent.instance";
+/// Label on the containers made ahead for the warm pool (`true`); absent on cold ones.
+pub const WARM_LABEL: &str = "io.file-agent.warm";
 /// The unprivileged user the script runs as.
 pub const SANDBOX_USER: &str = "10001:10001";
 /// Where the script is uploaded.
 pub const SCRIPT_PATH: &str = "/work/script.py";
-/// The command the container runs: the runner baked into the image, isolated mode (`-I`: no
-/// user site, no `PYTHON*` variables), no byte-code writes (`-B`).
+/// The command a cold container runs: the runner baked into the image, isolated mode (`-I`:
+/// no user site, no `PYTHON*` variables), no byte-code writes (`-B`). Everything about the
+/// attempt arrives on stdin (see `sandbox-image/runner.py` and [`super::request`]).
 pub const COMMAND: [&str; 5] = [
     "python3",
     "-I",
@@ -41,33 +50,61 @@ pub const COMMAND: [&str; 5] = [
     "/opt/file-agent/runner.py",
     SCRIPT_PATH,
 ];
-/// Environment variables the runner reads; the only ones file-agent sets.
-pub const RUNNER_VARIABLES: [&str; 4] = [
-    "FILE_AGENT_BOUNDARY_SEED",
-    "FILE_AGENT_UPLOAD_BYTES",
-    "FILE_AGENT_FILE_PATH",
-    "FILE_AGENT_INPUT_FILE_PATH",
-];
-/// Variables the image itself may define (see `sandbox-image/`). Anything else in a container's
-/// environment makes [`verify`] refuse it.
+/// Variables the image itself defines (see `sandbox-image/`). file-agent sets none: anything
+/// else in a container's environment makes [`verify`] refuse it.
 const IMAGE_VARIABLES: [&str; 5] = ["PATH", "HOME", "LANG", "MPLBACKEND", "MPLCONFIGDIR"];
+/// How much longer than the pool keeps it a warm runner waits for an attempt before it ends on
+/// its own (the pool replaces it first; this holds when no server is left to do so).
+pub const WARM_SELF_EXIT_SLACK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Which container to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// For an attempt that is waiting: `/work` sized to its upload of this many bytes.
+    Cold {
+        /// The size of the tar the runner will unpack into `/work`.
+        upload_bytes: u64,
+    },
+    /// For the pool: the runner imports the libraries first, then waits on stdin for at most
+    /// this long before it ends on its own.
+    Warm {
+        /// How long the runner waits for an attempt.
+        max_idle: std::time::Duration,
+    },
+}
+
+impl Kind {
+    /// Whether this is a pool container.
+    pub fn is_warm(self) -> bool {
+        matches!(self, Self::Warm { .. })
+    }
+}
+
+/// The largest upload a warm container takes: its `/work` is as large as the memory limit.
+pub fn warm_upload_capacity(config: &SandboxConfig) -> u64 {
+    config.limits.memory_bytes.saturating_sub(WORK_SLACK_BYTES)
+}
 
 /// Room in the `/work` tmpfs beyond the upload itself.
 pub const WORK_SLACK_BYTES: u64 = 1024 * 1024;
 
-/// Builds the create request for one attempt. `env` holds `NAME=value` pairs for the runner,
-/// whose names must be among [`RUNNER_VARIABLES`]; `upload_bytes` sizes the `/work` tmpfs.
-pub fn container_spec(
-    config: &SandboxConfig,
-    instance: &str,
-    env: Vec<String>,
-    upload_bytes: u64,
-) -> ContainerCreateBody {
+/// Builds the create request for one container of `kind`.
+pub fn container_spec(config: &SandboxConfig, instance: &str, kind: Kind) -> ContainerCreateBody {
     let limits = &config.limits;
-    let labels = HashMap::from([
+    let mut labels = HashMap::from([
         (MANAGED_LABEL.to_string(), "true".to_string()),
         (INSTANCE_LABEL.to_string(), instance.to_string()),
     ]);
+    let mut cmd: Vec<String> = COMMAND.iter().map(|s| s.to_string()).collect();
+    let work_bytes = match kind {
+        Kind::Cold { upload_bytes } => upload_bytes.saturating_add(WORK_SLACK_BYTES),
+        Kind::Warm { max_idle } => {
+            labels.insert(WARM_LABEL.to_string(), "true".to_string());
+            let wait = (max_idle + WARM_SELF_EXIT_SLACK).as_secs().to_string();
+            cmd.splice(4..4, ["--warm".to_string(), "--max-idle".to_string(), wait]);
+            limits.memory_bytes
+        }
+    };
     let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
     let output_bytes = i64::try_from(limits.output_max_bytes).unwrap_or(i64::MAX);
     let nofile = i64::try_from(limits.nofile).unwrap_or(i64::MAX);
@@ -79,15 +116,16 @@ pub fn container_spec(
     ContainerCreateBody {
         image: Some(config.image.clone()),
         user: Some(SANDBOX_USER.to_string()),
-        cmd: Some(COMMAND.iter().map(|s| s.to_string()).collect()),
+        cmd: Some(cmd),
         entrypoint: Some(Vec::new()),
         working_dir: Some("/work".to_string()),
         hostname: Some("sandbox".to_string()),
-        env: Some(env),
+        env: Some(Vec::new()),
         labels: Some(labels),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        // The upload arrives on stdin, which closes after it.
+        // The attempt arrives on stdin, which stays open while it runs: when its one attached
+        // client (the server) goes away, Docker closes it (StdinOnce) and the runner stops.
         attach_stdin: Some(true),
         open_stdin: Some(true),
         stdin_once: Some(true),
@@ -108,7 +146,7 @@ pub fn container_spec(
                 ulimit("fsize", output_bytes),
                 ulimit("core", 0),
             ]),
-            tmpfs: Some(tmpfs_mounts(config, upload_bytes)),
+            tmpfs: Some(tmpfs_mounts(config, work_bytes)),
             // Output is read through attach and capped there; nothing is kept on the host's disk.
             log_config: Some(HostConfigLogConfig {
                 typ: Some("none".to_string()),
@@ -126,9 +164,8 @@ pub fn container_spec(
     }
 }
 
-fn tmpfs_mounts(config: &SandboxConfig, upload_bytes: u64) -> HashMap<String, String> {
+fn tmpfs_mounts(config: &SandboxConfig, work_bytes: u64) -> HashMap<String, String> {
     let limits = &config.limits;
-    let work_bytes = upload_bytes.saturating_add(WORK_SLACK_BYTES);
     // Inodes bound the file count in the kernel, well above the copy-out cap so that the cap,
     // not ENOSPC, is what a script that writes too many files meets.
     let inodes = limits.output_max_files.saturating_mul(4).max(1024);
@@ -214,16 +251,13 @@ pub fn verify(
 
     check("User", &wanted.user, &config.user)?;
     check("Image", &wanted.image, &config.image)?;
+    check("Cmd", &wanted.cmd, &config.cmd)?;
     for variable in config.env.unwrap_or_default() {
         let name = variable.split('=').next().unwrap_or_default();
-        if !RUNNER_VARIABLES.contains(&name) && !IMAGE_VARIABLES.contains(&name) {
+        if !IMAGE_VARIABLES.contains(&name) {
             return Err(SandboxError::PolicyMismatch {
                 field: "Env",
-                wanted: format!(
-                    "only {} and the image's {}",
-                    RUNNER_VARIABLES.join(", "),
-                    IMAGE_VARIABLES.join(", ")
-                ),
+                wanted: format!("only the image's {}", IMAGE_VARIABLES.join(", ")),
                 applied: format!("a variable named {name:?}"),
             });
         }
@@ -267,16 +301,13 @@ mod tests {
             runtime: None,
             limits: Limits::default(),
             instance: None,
+            warm: None,
+            warm_max_idle: std::time::Duration::from_secs(300),
         }
     }
 
     fn spec() -> ContainerCreateBody {
-        container_spec(
-            &config(),
-            "instance-1",
-            vec!["FILE_AGENT_BOUNDARY_SEED=x".to_string()],
-            4096,
-        )
+        container_spec(&config(), "instance-1", Kind::Cold { upload_bytes: 4096 })
     }
 
     /// What a faithful engine reports back for `spec()`.
@@ -286,8 +317,8 @@ mod tests {
             config: Some(ContainerConfig {
                 user: spec.user.clone(),
                 image: spec.image.clone(),
+                cmd: spec.cmd.clone(),
                 env: Some(vec![
-                    "FILE_AGENT_BOUNDARY_SEED=x".to_string(),
                     "PATH=/usr/bin:/bin".to_string(),
                     "MPLBACKEND=Agg".to_string(),
                 ]),
@@ -341,18 +372,55 @@ mod tests {
         assert_eq!(spec.user.as_deref(), Some("10001:10001"));
         assert_eq!(
             spec.env,
-            Some(vec!["FILE_AGENT_BOUNDARY_SEED=x".to_string()])
+            Some(Vec::new()),
+            "nothing of the attempt in the environment"
         );
+        assert_eq!(spec.cmd.as_deref().unwrap(), COMMAND.map(String::from));
         let labels = spec.labels.unwrap();
         assert_eq!(labels[MANAGED_LABEL], "true");
         assert_eq!(labels[INSTANCE_LABEL], "instance-1");
+        assert!(!labels.contains_key(WARM_LABEL));
+    }
+
+    #[test]
+    fn a_warm_container_differs_only_in_its_runner_arguments_work_size_and_label() {
+        let config = config();
+        let max_idle = std::time::Duration::from_secs(300);
+        let warm = container_spec(&config, "instance-1", Kind::Warm { max_idle });
+        let cold = spec();
+        assert_eq!(
+            warm.cmd.as_deref().unwrap(),
+            [
+                "python3",
+                "-I",
+                "-B",
+                "/opt/file-agent/runner.py",
+                "--warm",
+                "--max-idle",
+                "360",
+                SCRIPT_PATH
+            ]
+        );
+        assert_eq!(warm.labels.as_ref().unwrap()[WARM_LABEL], "true");
+        let (mut warm_host, mut cold_host) = (warm.host_config.unwrap(), cold.host_config.unwrap());
+        let (mut warm_tmpfs, mut cold_tmpfs) = (
+            warm_host.tmpfs.take().unwrap(),
+            cold_host.tmpfs.take().unwrap(),
+        );
+        let work = warm_tmpfs.remove("/work").unwrap();
+        assert!(work.contains(&format!("size={}", 1u64 << 30)), "{work}");
+        cold_tmpfs.remove("/work");
+        assert_eq!(warm_tmpfs, cold_tmpfs);
+        assert_eq!(format!("{warm_host:?}"), format!("{cold_host:?}"));
+        assert_eq!(warm.env, cold.env);
+        assert_eq!(warm.user, cold.user);
     }
 
     #[test]
     fn the_runtime_is_passed_when_configured() {
         let mut config = config();
         config.runtime = Some("runsc".to_string());
-        let spec = container_spec(&config, "i", Vec::new(), 0);
+        let spec = container_spec(&config, "i", Kind::Cold { upload_bytes: 0 });
         assert_eq!(spec.host_config.unwrap().runtime.as_deref(), Some("runsc"));
     }
 
@@ -402,6 +470,9 @@ mod tests {
             }),
             ("User", |a| {
                 a.config.as_mut().unwrap().user = Some("0".into())
+            }),
+            ("Cmd", |a| {
+                a.config.as_mut().unwrap().cmd = Some(vec!["sh".into()])
             }),
             ("Mounts", |a| {
                 a.mounts = Some(vec![bollard::models::MountPoint {

@@ -1,13 +1,16 @@
-//! Splitting a container's attached output into capped stdout, capped stderr and the output
-//! archive.
+//! Splitting a container's attached output into capped stdout, capped stderr, the output
+//! archive and the runner's closing line.
 //!
 //! The runner writes a per-attempt boundary on stdout after the script, then the tar of
 //! `/work/out`. [`StdoutSplitter`] finds the boundary across chunk edges; bytes before it are the
 //! script's stdout (kept up to the cap, the rest counted and dropped), bytes after it go to the
-//! unpacker. Nothing here blocks the container: output past a cap is read and discarded, so a
-//! script that floods stdout still runs to its end (or its timeout).
+//! unpacker. Then the runner ends stderr with an exit marker and one line of JSON, the
+//! [`Trailer`]; [`StderrSplitter`] takes it off the script's stderr. Nothing here blocks the
+//! container: output past a cap is read and discarded, so a script that floods stdout still runs
+//! to its end (or its timeout).
 
 use bytes::Bytes;
+use serde::Deserialize;
 
 use super::Captured;
 
@@ -95,6 +98,71 @@ impl StdoutSplitter {
     }
 }
 
+/// Longest closing line the runner writes; anything longer is not one.
+const TRAILER_MAX_BYTES: usize = 4096;
+
+/// How the script ended, as the runner reports it after the outputs. Both streams are then
+/// complete: stdout ended with the archive, stderr with this line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct Trailer {
+    /// The script's exit code (128 + the signal when a signal killed it).
+    pub exit_code: i64,
+    /// Whether the cgroup counted an out-of-memory kill while the script ran; `None` when the
+    /// runner could not read the counter (then Docker's flag is asked instead).
+    pub oom_killed: Option<bool>,
+}
+
+/// Takes the runner's [`Trailer`] off the end of stderr.
+#[derive(Debug)]
+pub struct StderrSplitter {
+    marker: StdoutSplitter,
+    line: Vec<u8>,
+    trailer: Option<Trailer>,
+}
+
+impl StderrSplitter {
+    /// A splitter looking for the exit `marker` (non-empty).
+    pub fn new(marker: impl Into<Vec<u8>>) -> Self {
+        Self {
+            marker: StdoutSplitter::new(marker),
+            line: Vec::new(),
+            trailer: None,
+        }
+    }
+
+    /// Feeds a chunk of stderr; returns what of it is the script's.
+    pub fn push(&mut self, chunk: Bytes) -> Vec<Bytes> {
+        let mut stderr = Vec::new();
+        for piece in self.marker.push(chunk) {
+            match piece {
+                Piece::Stdout(bytes) => stderr.push(bytes),
+                Piece::Boundary => {}
+                Piece::Archive(bytes) if self.trailer.is_none() => {
+                    self.line.extend_from_slice(&bytes);
+                    if let Some(end) = self.line.iter().position(|b| *b == b'\n') {
+                        self.trailer = serde_json::from_slice(&self.line[..end]).ok();
+                        self.line.clear();
+                    } else if self.line.len() > TRAILER_MAX_BYTES {
+                        self.line.clear();
+                    }
+                }
+                Piece::Archive(_) => {}
+            }
+        }
+        stderr
+    }
+
+    /// The runner's closing line, once it has come whole.
+    pub fn trailer(&self) -> Option<Trailer> {
+        self.trailer
+    }
+
+    /// The stream ended: whatever was held back is the script's after all.
+    pub fn finish(&mut self) -> Option<Bytes> {
+        self.marker.finish()
+    }
+}
+
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() || haystack.len() < needle.len() {
         return None;
@@ -157,6 +225,44 @@ mod tests {
         assert_eq!(
             run("@@B@@", &["@@B@@x@@B@@y"]),
             (String::new(), "x@@B@@y".into(), true)
+        );
+    }
+
+    #[test]
+    fn the_trailer_comes_off_stderr_even_when_cut_across_chunks() {
+        let mut splitter = StderrSplitter::new(&b"\n--X--\n"[..]);
+        let mut stderr = Vec::new();
+        for chunk in [
+            "Traceback: boom",
+            "\n--X",
+            "--\n{\"exit_code\": 1,",
+            " \"oom_killed\": false}",
+            "\n",
+        ] {
+            assert_eq!(splitter.trailer(), None, "not before the line is whole");
+            for bytes in splitter.push(Bytes::copy_from_slice(chunk.as_bytes())) {
+                stderr.extend_from_slice(&bytes);
+            }
+        }
+        assert_eq!(stderr, b"Traceback: boom");
+        assert_eq!(
+            splitter.trailer(),
+            Some(Trailer {
+                exit_code: 1,
+                oom_killed: Some(false)
+            })
+        );
+        let mut unknown = StderrSplitter::new(&b"@@"[..]);
+        unknown.push(Bytes::from_static(
+            b"@@{\"exit_code\": 137, \"oom_killed\": null}\n",
+        ));
+        assert_eq!(unknown.trailer().unwrap().oom_killed, None);
+        let mut garbled = StderrSplitter::new(&b"@@"[..]);
+        garbled.push(Bytes::from_static(b"@@not json\n"));
+        assert_eq!(
+            garbled.trailer(),
+            None,
+            "a line that is not the runner's is no trailer"
         );
     }
 

@@ -32,7 +32,7 @@ use crate::config::Config;
 use crate::llm::Llm;
 use crate::mcp::FileAgentServer;
 use crate::prompts::Prompts;
-use crate::sandbox::{ReapFilter, Sandbox};
+use crate::sandbox::{ReapFilter, ReapScope, Sandbox};
 use crate::storage::Storage;
 use crate::storage::url::UrlFetcher;
 use crate::tools::Tools;
@@ -40,9 +40,9 @@ use auth::AccessTokens;
 
 /// Largest MCP request body (a `run_python` script is the biggest thing sent).
 const MAX_MCP_BODY_BYTES: usize = 4 * 1024 * 1024;
-/// At start-up, containers older than the longest attempt plus this are leftovers to remove
-/// (younger ones may belong to another replica sharing the engine).
-const REAP_GRACE: Duration = Duration::from_secs(120);
+/// In the data folder: held locked by the server whose containers carry the folder's stable
+/// instance label.
+const INSTANCE_LOCK_FILE: &str = ".sandbox-instance.lock";
 /// How long shutdown waits for stopped calls to remove their containers.
 const CALLS_STOP_WAIT: Duration = Duration::from_secs(30);
 
@@ -69,20 +69,26 @@ pub enum StartError {
     Audit(#[from] crate::audit::AuditError),
 }
 
-/// Removes leftover containers: every managed container older than the timeout plus a margin
-/// (another replica's live attempt is younger), and at start-up also every container of this
-/// instance, whatever its age (a stable `SANDBOX_INSTANCE` per replica makes a restarted
-/// replica clean up after its own crash at once).
-async fn reap_leftovers(sandbox: &Sandbox, config: &Config, at_start: bool) {
+/// Removes leftover containers: what belongs to no live server (stopped a while ago, or running
+/// longer than any live container can), and at start-up every container of this instance,
+/// whatever its state (a restarted server cleans up after its own crash at once: the default
+/// instance is stable per host and data folder).
+async fn reap_leftovers(sandbox: &Sandbox, at_start: bool) {
     let mut filters = vec![ReapFilter {
-        older_than: Some(config.sandbox.limits.timeout + REAP_GRACE),
+        scope: ReapScope::Safe {
+            longest_life: crate::sandbox::longest_life(sandbox.config()),
+            stopped_for: crate::sandbox::STOPPED_GRACE,
+        },
         instance: None,
     }];
     if at_start {
-        filters.push(ReapFilter {
-            older_than: None,
-            instance: Some(sandbox.instance().to_string()),
-        });
+        filters.insert(
+            0,
+            ReapFilter {
+                scope: ReapScope::All,
+                instance: Some(sandbox.instance().to_string()),
+            },
+        );
     }
     for filter in filters {
         match sandbox.reap(&filter).await {
@@ -96,6 +102,47 @@ async fn reap_leftovers(sandbox: &Sandbox, config: &Config, at_start: bool) {
     }
 }
 
+/// The default `SANDBOX_INSTANCE` and the lock that makes it this process's: the
+/// [`stable_instance`] of the data folder while no other server holds it (a stdio and an HTTP
+/// server may share a folder), else a random one, so that no server ever takes a live
+/// sibling's containers for leftovers of its own.
+fn claim_instance(data_dir: &std::path::Path) -> (String, Option<std::fs::File>) {
+    let path = data_dir.join(INSTANCE_LOCK_FILE);
+    let claimed = std::fs::create_dir_all(data_dir)
+        .and_then(|()| std::fs::File::create(&path))
+        .and_then(|file| match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(error)) => Err(error),
+        });
+    match claimed {
+        Ok(Some(lock)) => (stable_instance(data_dir), Some(lock)),
+        Ok(None) => {
+            let instance = format!("fa-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
+            tracing::warn!(%instance, folder = %data_dir.display(), "another file-agent server uses this data folder; this one labels its containers with a random instance, so its leftovers are reaped only by age");
+            (instance, None)
+        }
+        Err(error) => {
+            tracing::warn!(%error, file = %path.display(), "cannot lock the instance file; using the stable instance without a lock");
+            (stable_instance(data_dir), None)
+        }
+    }
+}
+
+/// The default `SANDBOX_INSTANCE`: a hash of the host's name and the data folder's full path,
+/// so that a restarted server finds (and removes) what its previous run left, and two servers
+/// with different data folders never take each other's containers for their own.
+pub fn stable_instance(data_dir: &std::path::Path) -> String {
+    use sha2::Digest;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let folder = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(host.trim().as_bytes());
+    hasher.update([0]);
+    hasher.update(folder.as_os_str().as_encoded_bytes());
+    format!("fa-{}", &hex::encode(hasher.finalize())[..16])
+}
+
 /// Connects to Docker, opens the store, loads the prompts, builds the model client, and
 /// removes leftover containers. A missing image is only warned about (`/health` reports it).
 pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
@@ -103,8 +150,17 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     let storage = Storage::new(&config.storage, config.transfer)?;
     let llm = Llm::new(config.llm.clone())?;
     let fetcher = UrlFetcher::new(config.url_fetch.clone(), config.transfer)?;
-    let sandbox = Sandbox::connect(config.sandbox.clone()).await?;
-    reap_leftovers(&sandbox, config, true).await;
+    let mut sandbox_config = config.sandbox.clone();
+    let mut instance_lock = None;
+    if sandbox_config.instance.is_none() {
+        let (instance, lock) = claim_instance(&config.data_dir);
+        sandbox_config.instance = Some(instance);
+        instance_lock = lock;
+    }
+    let sandbox = Sandbox::connect(sandbox_config)
+        .await?
+        .holding(instance_lock);
+    reap_leftovers(&sandbox, true).await;
     if !sandbox
         .image_present(&config.sandbox.image)
         .await
@@ -120,6 +176,11 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
             "OPENAI_API_KEY is not set: every tool but run_python will answer with an error"
         );
     }
+    let warm = config
+        .sandbox
+        .warm
+        .unwrap_or(config.admission.max_concurrent);
+    let sandbox = sandbox.with_warm_pool(warm, config.sandbox.warm_max_idle);
     let tools = Tools::new(
         Arc::new(sandbox),
         llm,
@@ -222,12 +283,12 @@ pub async fn serve_http(
         })
     };
     let reaper = config.server.reap_interval.map(|every| {
-        let (sandbox, config, shutdown) = (tools.sandbox().clone(), config.clone(), shutdown.clone());
+        let (sandbox, shutdown) = (tools.sandbox().clone(), shutdown.clone());
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(every) => reap_leftovers(&sandbox, &config, false).await,
+                    () = tokio::time::sleep(every) => reap_leftovers(&sandbox, false).await,
                 }
             }
         })
@@ -270,6 +331,7 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
         slots_in_use: admission.running(),
         slots: admission.config().max_concurrent,
         live_containers: tools.sandbox().live_containers(),
+        pool: tools.sandbox().pool_stats(),
     };
     (
         [(
@@ -304,6 +366,13 @@ async fn health(State(tools): State<Tools>) -> impl IntoResponse {
         "storage": tools.storage().kind(),
         "llm": {"configured": tools.llm().is_configured(), "model": tools.llm().model()},
         "containers_running": sandbox.live_containers(),
+        "warm_pool": sandbox.pool_stats().map(|pool| json!({
+            "target": pool.target,
+            "ready": pool.ready,
+            "starting": pool.starting,
+            "takes": pool.takes,
+            "misses": pool.misses,
+        })),
     });
     let status = if ready {
         StatusCode::OK
@@ -311,4 +380,28 @@ async fn health(State(tools): State<Tools>) -> impl IntoResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_folder_gives_one_server_a_stable_instance_and_others_a_random_one() {
+        let data = tempfile::tempdir().unwrap();
+        let stable = stable_instance(data.path());
+        assert_eq!(stable, stable_instance(data.path()), "stable");
+        let other = tempfile::tempdir().unwrap();
+        assert_ne!(stable, stable_instance(other.path()), "per folder");
+
+        let (first, lock) = claim_instance(data.path());
+        assert_eq!(first, stable);
+        assert!(lock.is_some());
+        let (second, none) = claim_instance(data.path());
+        assert_ne!(second, stable, "a second server must not share the label");
+        assert!(none.is_none());
+        drop(lock);
+        let (again, _lock) = claim_instance(data.path());
+        assert_eq!(again, stable, "free again once the first server is gone");
+    }
 }

@@ -28,6 +28,28 @@ impl TestSandbox {
         Self(with_timeout(Sandbox::connect(config)).await.unwrap())
     }
 
+    /// A sandbox whose pool keeps `size` warm containers, once they are all ready.
+    pub async fn warm(
+        size: usize,
+        max_idle: Duration,
+        adjust: impl FnOnce(&mut SandboxConfig),
+    ) -> Self {
+        let Self(sandbox) = Self::new(adjust).await;
+        let sandbox = Self(sandbox.with_warm_pool(size, max_idle));
+        sandbox.until_warm(size).await;
+        sandbox
+    }
+
+    /// Waits until the pool has `ready` containers ready.
+    pub async fn until_warm(&self, ready: usize) {
+        with_timeout(async {
+            while self.0.pool_stats().expect("a pool").ready < ready {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+    }
+
     /// Asserts that this sandbox left no container, allowing a moment for removals started by
     /// dropped guards.
     pub async fn assert_nothing_left(&self) {
@@ -67,7 +89,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-async fn docker() -> bollard::Docker {
+pub async fn docker() -> bollard::Docker {
     bollard::Docker::connect_with_defaults()
         .unwrap()
         .negotiate_version()
@@ -77,7 +99,11 @@ async fn docker() -> bollard::Docker {
 
 /// Creates a container with this sandbox's labels and abandons it, as a crash would.
 pub async fn orphan_container(sandbox: &Sandbox) -> String {
-    let spec = policy::container_spec(sandbox.config(), sandbox.instance(), Vec::new(), 0);
+    let spec = policy::container_spec(
+        sandbox.config(),
+        sandbox.instance(),
+        policy::Kind::Cold { upload_bytes: 0 },
+    );
     with_timeout(docker().await.create_container(None, spec))
         .await
         .unwrap()
@@ -86,8 +112,20 @@ pub async fn orphan_container(sandbox: &Sandbox) -> String {
 
 /// How many containers carry this instance label (running or not).
 pub async fn containers_of_instance(instance: &str) -> usize {
+    containers_where(instance, &[]).await
+}
+
+/// How many containers of this instance are running.
+pub async fn running_containers_of_instance(instance: &str) -> usize {
+    containers_where(instance, &[("status", "running")]).await
+}
+
+async fn containers_where(instance: &str, more: &[(&str, &str)]) -> usize {
     let label = format!("io.file-agent.instance={instance}");
-    let filters = std::collections::HashMap::from([("label", vec![label.as_str()])]);
+    let mut filters = std::collections::HashMap::from([("label", vec![label.as_str()])]);
+    for (key, value) in more {
+        filters.insert(key, vec![value]);
+    }
     let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&filters)
@@ -96,6 +134,16 @@ pub async fn containers_of_instance(instance: &str) -> usize {
         .await
         .unwrap()
         .len()
+}
+
+/// Removes a container a test made by hand.
+pub async fn remove(id: &str) {
+    let options = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .build();
+    with_timeout(docker().await.remove_container(id, Some(options)))
+        .await
+        .unwrap();
 }
 
 pub async fn container_exists(id: &str) -> bool {
@@ -108,6 +156,7 @@ pub async fn container_exists(id: &str) -> bool {
 pub struct CliResult {
     pub code: Option<i32>,
     pub json: serde_json::Value,
+    pub stdout: String,
     pub stderr: String,
 }
 
@@ -126,6 +175,7 @@ pub async fn run_cli(args: &[&str], env: &[(&str, &str)]) -> CliResult {
     CliResult {
         code: output.status.code(),
         json: serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null),
+        stdout: stdout.clone().into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }

@@ -1,7 +1,8 @@
 //! The server's life as an operator sees it, with the real binary: SIGTERM lets a running
 //! call finish within the grace period, kills what runs past it, and leaves no container; a
-//! server killed with SIGKILL mid-attempt leaves its container behind, and the restarted
-//! server (same `SANDBOX_INSTANCE`) removes it at start-up.
+//! server killed with SIGKILL mid-attempt leaves no script running (its containers stop on
+//! their own), and the restarted server (the same default instance, from the host and the data
+//! folder) removes them at start-up.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ use rmcp::model::ClientConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::json;
 
-use crate::common::{containers_of_instance, with_timeout};
+use crate::common::{containers_of_instance, running_containers_of_instance, with_timeout};
 use crate::mcp_server::call;
 
 /// A `file-agent serve` child process on a free port.
@@ -19,15 +20,22 @@ struct Served {
     url: String,
 }
 
-async fn serve(instance: &str, data: &std::path::Path, extra: &[(&str, &str)]) -> Served {
+/// Starts the server; `instance` `None` leaves `SANDBOX_INSTANCE` to its default. The pool is
+/// off unless `extra` sets `SANDBOX_WARM`, so that containers can be counted.
+async fn serve(instance: Option<&str>, data: &std::path::Path, extra: &[(&str, &str)]) -> Served {
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
     let url = format!("http://127.0.0.1:{port}");
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"));
+    match instance {
+        Some(instance) => command.env("SANDBOX_INSTANCE", instance),
+        None => command.env_remove("SANDBOX_INSTANCE"),
+    };
+    let child = command
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("SANDBOX_INSTANCE", instance)
+        .env("SANDBOX_WARM", "0")
         .env("FILE_AGENT_DATA_DIR", data)
         .env("FILE_AGENT_PUBLIC_URL", &url)
         .env_remove("OPENAI_API_KEY")
@@ -79,6 +87,29 @@ async fn wait_for_containers(instance: &str, count: usize) {
     }
 }
 
+/// The pool's takes, from the server's `/health`.
+/// The warm pool as the server's /health shows it.
+async fn served_pool(url: &str) -> serde_json::Value {
+    let health: serde_json::Value = reqwest::get(format!("{url}/health"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    health["warm_pool"].clone()
+}
+
+async fn wait_for_running(instance: &str, count: usize) {
+    let started = Instant::now();
+    while running_containers_of_instance(instance).await != count {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{instance}: never {count} running containers"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn signal(child: &tokio::process::Child, name: &str) {
     let pid = child.id().unwrap().to_string();
     let status = tokio::process::Command::new("kill")
@@ -97,7 +128,12 @@ fn instance() -> String {
 async fn sigterm_lets_a_running_call_finish_and_kills_one_past_the_grace() {
     let data = tempfile::tempdir().unwrap();
     let name = instance();
-    let mut served = serve(&name, data.path(), &[("FILE_AGENT_SHUTDOWN_GRACE", "4")]).await;
+    let mut served = serve(
+        Some(&name),
+        data.path(),
+        &[("FILE_AGENT_SHUTDOWN_GRACE", "4")],
+    )
+    .await;
     let short = start_call(&served.url, "import time\ntime.sleep(2)\nprint('finished')");
     let long = start_call(&served.url, "import time\ntime.sleep(120)");
     wait_for_containers(&name, 2).await;
@@ -121,23 +157,47 @@ async fn sigterm_lets_a_running_call_finish_and_kills_one_past_the_grace() {
 }
 
 #[tokio::test]
-async fn a_killed_server_leaves_an_orphan_that_its_restart_removes() {
+async fn a_killed_server_leaves_nothing_running_and_its_restart_removes_the_rest() {
     let data = tempfile::tempdir().unwrap();
-    let name = instance();
-    let mut served = serve(&name, data.path(), &[]).await;
-    let running = start_call(&served.url, "import time\ntime.sleep(120)");
-    wait_for_containers(&name, 1).await;
+    // No SANDBOX_INSTANCE: the default is stable per host and data folder.
+    let name = file_agent::server::stable_instance(data.path());
+    let mut served = serve(None, data.path(), &[("SANDBOX_WARM", "2")]).await;
+    // Both warm containers ready (started is not enough: a call before the first is ready would
+    // start a cold container beside them).
+    with_timeout(async {
+        while served_pool(&served.url).await["ready"].as_u64() != Some(2) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let running = start_call(&served.url, "while True:\n    pass");
+    // The endless attempt in one warm container, and the other one still waiting (a lone
+    // attempt's replacement is started after it).
+    with_timeout(async {
+        while served_pool(&served.url).await["takes"].as_u64().unwrap_or(0) == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    wait_for_running(&name, 2).await;
     signal(&served.child, "-KILL").await;
     let _ = with_timeout(served.child.wait()).await;
     running.abort();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Nobody reads their output any more: the runners stop on their own, at once.
+    let killed = Instant::now();
+    wait_for_running(&name, 0).await;
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "still running {:?} after the crash",
+        killed.elapsed()
+    );
     assert_eq!(
         containers_of_instance(&name).await,
-        1,
-        "the crash left no orphan"
+        2,
+        "the stopped containers stay until a reaper comes"
     );
 
-    let restarted = serve(&name, data.path(), &[]).await;
+    let restarted = serve(None, data.path(), &[]).await;
     assert_eq!(
         containers_of_instance(&name).await,
         0,

@@ -1,0 +1,183 @@
+//! The one path by which a sandbox container comes to life: create it from
+//! [`policy::container_spec`], hand it to a [`ContainerGuard`] at once, read back what Docker
+//! applied and refuse it unless [`policy::verify`] agrees (fail closed), attach to its stdio and
+//! start it. Cold containers (for an attempt that waits) and warm ones (for the pool) both come
+//! from [`Launcher::launch`]; what happens after start is the attempt's or the pool's business.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant, SystemTime};
+
+use bollard::Docker;
+use bollard::container::{AttachContainerResults, LogOutput};
+use bollard::query_parameters::AttachContainerOptionsBuilder;
+use futures_util::Stream;
+use tokio::io::AsyncWrite;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::policy::{self, Kind};
+use super::{ContainerGuard, SandboxError};
+use crate::config::SandboxConfig;
+
+/// The container's stdout and stderr, as Docker's attach stream.
+pub(crate) type OutputStream =
+    Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+/// The container's stdin. Dropping it does not close it; the runner sees end of file only when
+/// the whole attach connection goes (the attempt is over, or the server is gone).
+pub(crate) type InputStream = Pin<Box<dyn AsyncWrite + Send>>;
+
+/// Everything that creates containers shares this: the engine, the settings, the label of this
+/// instance, the count of live containers and the tracker of removals still running.
+#[derive(Debug, Clone)]
+pub(crate) struct Launcher {
+    pub(crate) docker: Docker,
+    pub(crate) config: SandboxConfig,
+    /// Labels this instance's containers, so tests, shutdown and the reaper can tell them apart.
+    pub(crate) instance: String,
+    /// Containers created and not yet removed.
+    pub(crate) live: Arc<AtomicUsize>,
+    /// Removals started by dropped guards, and the pool's background work;
+    /// [`super::Sandbox::shutdown`] waits for them.
+    pub(crate) tracker: TaskTracker,
+}
+
+/// A started container, attached, whose runner waits for its request on stdin.
+pub(crate) struct Started {
+    /// Owns the container: removes it on every path.
+    pub(crate) guard: ContainerGuard,
+    /// The image id Docker resolved the image to.
+    pub(crate) image_id: String,
+    /// stdout and stderr.
+    pub(crate) output: OutputStream,
+    /// stdin.
+    pub(crate) input: InputStream,
+    /// Cold or warm.
+    pub(crate) kind: Kind,
+    /// When the container was created (for the audit trail).
+    pub(crate) created_at: SystemTime,
+    /// How long create and verify took.
+    pub(crate) create: Duration,
+    /// How long attach and start took.
+    pub(crate) start: Duration,
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Started")
+            .field("container", &self.guard.id())
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Launcher {
+    /// Creates, verifies, attaches and starts one container of `kind`. A failure at any step
+    /// removes what was created; `cancel` stops the launch (and removes the container).
+    pub(crate) async fn launch(
+        &self,
+        kind: Kind,
+        cancel: &CancellationToken,
+    ) -> Result<Started, SandboxError> {
+        let created_at = SystemTime::now();
+        let phase = Instant::now();
+        let spec = policy::container_spec(&self.config, &self.instance, kind);
+        // Not raced against `cancel`: a create abandoned in flight may still make a container
+        // that nothing owns. Once the id is known the guard owns it, and a cancel removes it.
+        let created = self
+            .docker
+            .create_container(None, spec.clone())
+            .await
+            .map_err(|e| self.create_error(e))?;
+        let guard = ContainerGuard::new(
+            self.docker.clone(),
+            created.id,
+            self.live.clone(),
+            self.tracker.clone(),
+        );
+        let result = if cancel.is_cancelled() {
+            Err(SandboxError::Cancelled)
+        } else {
+            tokio::select! {
+                result = self.verify_and_start(guard.id(), &spec) => result,
+                () = cancel.cancelled() => Err(SandboxError::Cancelled),
+            }
+        };
+        match result {
+            Ok((image_id, AttachContainerResults { output, input }, start)) => Ok(Started {
+                guard,
+                image_id,
+                output,
+                input,
+                kind,
+                created_at,
+                create: phase.elapsed().saturating_sub(start),
+                start,
+            }),
+            Err(error) => {
+                if let Err(removal) = guard.remove().await {
+                    tracing::warn!(%removal, "could not remove a container that failed to start");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Inspect and verify, attach, start: the image id, the stdio, and how long attach and
+    /// start took.
+    async fn verify_and_start(
+        &self,
+        id: &str,
+        spec: &bollard::models::ContainerCreateBody,
+    ) -> Result<(String, AttachContainerResults, Duration), SandboxError> {
+        let applied = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .map_err(|e| SandboxError::docker("inspecting the new container", e))?;
+        policy::verify(spec, &applied)?;
+        let image_id = applied.image.unwrap_or_default();
+        let phase = Instant::now();
+        // Attach before start, so that no byte of output is missed.
+        let attached = self
+            .docker
+            .attach_container(
+                id,
+                Some(
+                    AttachContainerOptionsBuilder::default()
+                        .stdin(true)
+                        .stdout(true)
+                        .stderr(true)
+                        .stream(true)
+                        .logs(false)
+                        .build(),
+                ),
+            )
+            .await
+            .map_err(|e| SandboxError::docker("attaching to the container", e))?;
+        self.docker
+            .start_container(id, None)
+            .await
+            .map_err(|e| SandboxError::docker("starting the container", e))?;
+        Ok((image_id, attached, phase.elapsed()))
+    }
+
+    fn create_error(&self, error: bollard::errors::Error) -> SandboxError {
+        match &error {
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            } => SandboxError::ImageMissing {
+                image: self.config.image.clone(),
+            },
+            bollard::errors::Error::DockerResponseServerError { message, .. }
+                if message.contains("runtime") =>
+            {
+                SandboxError::RuntimeMissing {
+                    runtime: self.config.runtime.clone().unwrap_or_default(),
+                }
+            }
+            _ => SandboxError::docker("creating the container", error),
+        }
+    }
+}
