@@ -3,8 +3,9 @@
 #   1. a Docker engine that answers (starts dockerd, installing docker.io if missing);
 #   2. debootstrap and pip, for the registry-free image build;
 #   3. the official MCP Python SDK (2.x), which a test uses to check compatibility;
-#   4. the sandbox image this checkout expects (built only if its tag is missing).
-# Needs root (or sudo) for steps 1 and 2 on a fresh machine; later runs change nothing.
+#   4. gVisor (Debian's runsc), registered with the engine as the runtime `runsc`;
+#   5. the sandbox image this checkout expects (built only if its tag is missing).
+# Needs root (or sudo) for steps 1, 2 and 4 on a fresh machine; later runs change nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +45,33 @@ fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "bootstrap: installing cargo-nextest" >&2
   cargo install --locked cargo-nextest
+fi
+
+# gVisor for SANDBOX_RUNTIME=runsc (the sandbox tests run under it too). ptrace works on any
+# host, KVM or not; --network=none because attempts never have a network anyway, so gVisor's
+# network stack is not even started. The engine reads `runtimes` again on SIGHUP, no restart.
+if ! command -v runsc >/dev/null 2>&1; then
+  echo "bootstrap: installing gVisor (runsc)" >&2
+  apt_install runsc
+fi
+if ! docker info --format '{{json .Runtimes}}' | grep -q '"runsc"'; then
+  daemon_json=/etc/docker/daemon.json
+  echo "bootstrap: registering runsc in $daemon_json" >&2
+  as_root python3 - "$daemon_json" "$(command -v runsc)" <<'PY'
+import json, os, sys
+path, runsc = sys.argv[1], sys.argv[2]
+config = json.load(open(path)) if os.path.exists(path) else {}
+config.setdefault("runtimes", {})["runsc"] = {
+    "path": runsc, "runtimeArgs": ["--platform=ptrace", "--network=none"]}
+os.makedirs(os.path.dirname(path), exist_ok=True)
+with open(path + ".tmp", "w") as handle:
+    json.dump(config, handle, indent=2)
+os.replace(path + ".tmp", path)
+PY
+  as_root pkill -HUP -x dockerd
+  for _ in $(seq 1 30); do docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' && break; sleep 1; done
+  docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' \
+    || { echo "bootstrap: the engine did not pick up runsc from $daemon_json (restart dockerd?)" >&2; exit 1; }
 fi
 
 # cargo run (not ./target/...) so a CARGO_TARGET_DIR elsewhere works too.

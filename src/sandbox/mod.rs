@@ -730,6 +730,7 @@ impl Ended {
             end: self.end,
             oom_killed: self.oom_killed,
             boundary_seen: self.boundary_seen,
+            runner_reported: self.pumped.trailer.is_some(),
             limit: self.unpacked.limit.as_deref(),
             malformed: self.unpacked.malformed.as_deref(),
         }
@@ -745,6 +746,8 @@ struct Ending<'a> {
     oom_killed: bool,
     /// Whether the runner's boundary came (the script finished and outputs followed).
     boundary_seen: bool,
+    /// Whether the runner's closing line came (it saw its script end and said how).
+    runner_reported: bool,
     /// The cap that stopped the unpacking, if one did.
     limit: Option<&'a str>,
     /// What was wrong with the output archive, if anything.
@@ -803,6 +806,19 @@ fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, Strin
             format!("the outputs could not be read back: {malformed}"),
         ),
         (None, _, Some(0)) => (Status::Ok, Some(0), "the script succeeded".to_string()),
+        // The runner (PID 1) always reports before it exits; without its report, the sandbox
+        // itself went down. Under gVisor that is how a script that exhausts the process limit
+        // ends: the limit also binds gVisor's own kernel, which stops.
+        (None, _, code) if !ending.runner_reported => (
+            Status::Failed,
+            code,
+            format!(
+                "the sandbox stopped before its runner could report (exit code {}): the script probably started more processes or threads than the limit of {} allows, which ends a gVisor sandbox; start fewer, or raise SANDBOX_PIDS",
+                code.map(|c| c.to_string())
+                    .unwrap_or_else(|| "unknown".into()),
+                limits.pids
+            ),
+        ),
         (None, _, code) => (
             Status::Failed,
             code,
@@ -936,5 +952,60 @@ impl Read for ChannelReader {
         let n = buf.len().min(self.current.len());
         buf[..n].copy_from_slice(&self.current.split_to(n));
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        crate::config::SandboxConfig::from_lookup(|_| None)
+            .unwrap()
+            .limits
+    }
+
+    fn ended(code: i64, runner_reported: bool) -> Ending<'static> {
+        Ending {
+            end: End::Exited(Some(code)),
+            oom_killed: false,
+            boundary_seen: runner_reported,
+            runner_reported,
+            limit: None,
+            malformed: None,
+        }
+    }
+
+    #[test]
+    fn a_script_that_fails_points_at_its_stderr() {
+        let (status, code, message) = classify(&ended(1, true), &limits());
+        assert_eq!((status, code), (Status::Failed, Some(1)));
+        assert!(message.contains("see stderr"), "{message}");
+    }
+
+    #[test]
+    fn a_sandbox_that_went_down_without_its_runners_report_names_the_likely_limit() {
+        let (status, code, message) = classify(&ended(2, false), &limits());
+        assert_eq!((status, code), (Status::Failed, Some(2)));
+        assert!(
+            message.contains("SANDBOX_PIDS") && !message.contains("see stderr"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn oom_and_timeout_come_before_the_exit_code() {
+        let oom = Ending {
+            oom_killed: true,
+            ..ended(137, false)
+        };
+        assert_eq!(classify(&oom, &limits()).0, Status::OutOfMemory);
+        let late = Ending {
+            end: End::TimedOut,
+            ..ended(0, false)
+        };
+        let (status, code, message) = classify(&late, &limits());
+        assert_eq!((status, code), (Status::Timeout, None));
+        assert!(message.contains("SCRIPT_TIMEOUT"), "{message}");
     }
 }

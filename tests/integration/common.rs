@@ -19,11 +19,36 @@ pub async fn with_timeout<F: std::future::Future>(future: F) -> F::Output {
 }
 
 /// A sandbox with the default configuration (so the real image), adjusted by the test.
+/// The OCI runtime a sandbox test runs under.
+#[derive(Clone, Copy, Debug)]
+pub enum Runtime {
+    /// The engine's default, runc.
+    Default,
+    /// gVisor, registered as `runsc` by `scripts/bootstrap.sh`.
+    Gvisor,
+}
+
+impl Runtime {
+    /// The `SANDBOX_RUNTIME` value, `None` for the engine's default.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Runtime::Default => None,
+            Runtime::Gvisor => Some("runsc"),
+        }
+    }
+}
+
 pub struct TestSandbox(Sandbox);
 
 impl TestSandbox {
     pub async fn new(adjust: impl FnOnce(&mut SandboxConfig)) -> Self {
+        Self::on(Runtime::Default, adjust).await
+    }
+
+    /// A sandbox whose containers run under `runtime`.
+    pub async fn on(runtime: Runtime, adjust: impl FnOnce(&mut SandboxConfig)) -> Self {
         let mut config = SandboxConfig::from_lookup(|_| None).unwrap();
+        config.runtime = runtime.name().map(str::to_string);
         adjust(&mut config);
         Self(with_timeout(Sandbox::connect(config)).await.unwrap())
     }
@@ -34,7 +59,17 @@ impl TestSandbox {
         max_idle: Duration,
         adjust: impl FnOnce(&mut SandboxConfig),
     ) -> Self {
-        let Self(sandbox) = Self::new(adjust).await;
+        Self::warm_on(Runtime::Default, size, max_idle, adjust).await
+    }
+
+    /// A warm sandbox whose containers run under `runtime`.
+    pub async fn warm_on(
+        runtime: Runtime,
+        size: usize,
+        max_idle: Duration,
+        adjust: impl FnOnce(&mut SandboxConfig),
+    ) -> Self {
+        let Self(sandbox) = Self::on(runtime, adjust).await;
         let sandbox = Self(sandbox.with_warm_pool(size, max_idle));
         sandbox.until_warm(size).await;
         sandbox

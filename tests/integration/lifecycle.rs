@@ -174,7 +174,11 @@ async fn a_killed_server_leaves_nothing_running_and_its_restart_removes_the_rest
     // The endless attempt in one warm container, and the other one still waiting (a lone
     // attempt's replacement is started after it).
     with_timeout(async {
-        while served_pool(&served.url).await["takes"].as_u64().unwrap_or(0) == 0 {
+        while served_pool(&served.url).await["takes"]
+            .as_u64()
+            .unwrap_or(0)
+            == 0
+        {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })

@@ -9,7 +9,49 @@ use file_agent::sandbox::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{TestSandbox, fixture_script, with_timeout};
+use crate::common::{Runtime, TestSandbox, fixture_script, with_timeout};
+
+/// Each hostile script runs under the engine's default runtime (runc) and under gVisor (runsc):
+/// `sandbox::runc::<test>` and `sandbox::runsc::<test>`.
+macro_rules! on_each_runtime {
+    ($($test:ident),* $(,)?) => {
+        mod runc {
+            $(#[tokio::test]
+            async fn $test() {
+                super::$test(crate::common::Runtime::Default).await
+            })*
+        }
+        mod runsc {
+            $(#[tokio::test]
+            async fn $test() {
+                super::$test(crate::common::Runtime::Gvisor).await
+            })*
+        }
+    };
+}
+
+on_each_runtime!(
+    a_benign_script_writes_a_real_workbook,
+    a_chart_renders_without_rebuilding_the_font_cache,
+    inputs_with_odd_names_arrive_byte_for_byte,
+    a_failing_script_reports_its_traceback,
+    the_preset_paths_cannot_be_reassigned,
+    the_network_is_unreachable,
+    no_secret_of_the_server_reaches_the_container,
+    the_script_is_unprivileged,
+    nothing_outside_work_out_and_tmp_is_writable,
+    a_fork_bomb_hits_the_pids_limit,
+    memory_exhaustion_is_out_of_memory,
+    an_endless_loop_times_out,
+    filling_every_writable_place_stops_at_its_tmpfs_cap,
+    links_and_devices_in_the_output_are_skipped,
+    a_hundred_thousand_files_hit_the_file_cap,
+    a_stdout_flood_is_capped_and_the_outputs_survive,
+    background_processes_are_killed_when_the_script_ends,
+    a_cancelled_attempt_leaves_nothing,
+    a_dropped_attempt_is_removed_by_its_guard,
+    hostile_scripts_in_warm_containers_are_contained,
+);
 
 async fn run_job(sandbox: &TestSandbox, job: Job, out: &Path) -> Outcome {
     with_timeout(sandbox.run(job, out, &CancellationToken::new()))
@@ -29,9 +71,8 @@ fn stdout(outcome: &Outcome) -> String {
     outcome.stdout.text()
 }
 
-#[tokio::test]
-async fn a_benign_script_writes_a_real_workbook() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn a_benign_script_writes_a_real_workbook(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let job = Job {
         script: fixture_script("benign_workbook.py"),
@@ -57,9 +98,8 @@ async fn a_benign_script_writes_a_real_workbook() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn a_chart_renders_without_rebuilding_the_font_cache() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn a_chart_renders_without_rebuilding_the_font_cache(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "chart.py", out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
@@ -72,9 +112,8 @@ async fn a_chart_renders_without_rebuilding_the_font_cache() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn inputs_with_odd_names_arrive_byte_for_byte() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn inputs_with_odd_names_arrive_byte_for_byte(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let host = tempfile::tempdir().unwrap();
     let binary: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
     let spaced = host.path().join("Q3 résumé – ünïcødé (final) 数据.bin");
@@ -119,9 +158,8 @@ async fn inputs_with_odd_names_arrive_byte_for_byte() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn a_failing_script_reports_its_traceback() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn a_failing_script_reports_its_traceback(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "raises.py", out.path()).await;
     assert_eq!(outcome.status, Status::Failed);
@@ -140,9 +178,8 @@ async fn a_failing_script_reports_its_traceback() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn the_preset_paths_cannot_be_reassigned() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn the_preset_paths_cannot_be_reassigned(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let job = Job {
         script: fixture_script("reassign.py"),
@@ -162,9 +199,8 @@ async fn the_preset_paths_cannot_be_reassigned() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn the_network_is_unreachable() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn the_network_is_unreachable(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "network.py", out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
@@ -180,8 +216,7 @@ async fn the_network_is_unreachable() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn no_secret_of_the_server_reaches_the_container() {
+async fn no_secret_of_the_server_reaches_the_container(runtime: Runtime) {
     // The secret is in the environment of the process that runs the sandbox (the CLI here), as an
     // API key would be in the server's.
     let secret = "sk-test-c0ffee-this-must-never-leak";
@@ -193,7 +228,11 @@ async fn no_secret_of_the_server_reaches_the_container() {
             "--out",
             out.path().to_str().unwrap(),
         ],
-        &[("OPENAI_API_KEY", secret), ("OPENWEBUI_API_KEY", secret)],
+        &[
+            ("OPENAI_API_KEY", secret),
+            ("OPENWEBUI_API_KEY", secret),
+            ("SANDBOX_RUNTIME", runtime.name().unwrap_or("")),
+        ],
     )
     .await;
     assert_eq!(result.json["status"], "ok", "{}", result.json);
@@ -204,29 +243,44 @@ async fn no_secret_of_the_server_reaches_the_container() {
     assert!(text.contains("/var/run/docker.sock absent"), "{text}");
 }
 
-#[tokio::test]
-async fn the_script_is_unprivileged() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn the_script_is_unprivileged(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "privileges.py", out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     let text = stdout(&outcome);
     assert!(text.contains("uid 10001 gid 10001 euid 10001"), "{text}");
-    for cap in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
+    for cap in ["CapEff", "CapPrm", "CapBnd"] {
         assert!(
             text.contains(&format!("{cap} 0000000000000000")),
             "{cap}: {text}"
         );
     }
-    assert!(text.contains("NoNewPrivs 1"), "{text}");
-    assert!(text.contains("Seccomp 2"), "seccomp filter on: {text}");
-    assert!(!text.contains("ALLOWED"), "{text}");
+    assert!(text.contains("setuid0 DENIED"), "{text}");
+    assert!(text.contains("chroot DENIED"), "{text}");
+    assert!(
+        text.contains("disk UNREACHABLE") && text.contains("kmem UNREACHABLE"),
+        "{text}"
+    );
+    assert!(!text.contains("OPENED"), "{text}");
+    match runtime {
+        // The engine's seccomp profile filters the host kernel's system calls.
+        Runtime::Default => {
+            assert!(text.contains("CapAmb 0000000000000000"), "{text}");
+            assert!(text.contains("NoNewPrivs 1"), "{text}");
+            assert!(text.contains("Seccomp 2"), "seccomp filter on: {text}");
+            assert!(!text.contains("ALLOWED"), "{text}");
+        }
+        // gVisor's own kernel answers them; the host kernel is out of reach. Its /proc shows
+        // neither CapAmb nor NoNewPrivs, and it lets anyone make a device node, which only
+        // ever reaches gVisor's own devices (the disk and memory nodes above do not open).
+        Runtime::Gvisor => assert!(text.contains("kernel 4.4.0 "), "gVisor's kernel: {text}"),
+    }
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn nothing_outside_work_out_and_tmp_is_writable() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn nothing_outside_work_out_and_tmp_is_writable(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let job = Job {
         script: fixture_script("write_outside.py"),
@@ -245,10 +299,12 @@ async fn nothing_outside_work_out_and_tmp_is_writable() {
         .map(|l| l.split(' ').next().unwrap())
         .collect();
     assert_eq!(wrote, ["/tmp/fine", "/work/out/fine"], "{text}");
-    assert!(
-        text.contains("/dev/shm/evil DENIED 2"),
-        "no /dev/shm: {text}"
-    );
+    let shm = match runtime {
+        Runtime::Default => "/dev/shm/evil DENIED 2",
+        // gVisor has a /dev/shm of its own, read-only here.
+        Runtime::Gvisor => "/dev/shm/evil DENIED 13",
+    };
+    assert!(text.contains(shm), "no writable /dev/shm: {text}");
     assert_eq!(
         std::fs::read_to_string(out.path().join("fine")).unwrap(),
         "x"
@@ -256,11 +312,22 @@ async fn nothing_outside_work_out_and_tmp_is_writable() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn a_fork_bomb_hits_the_pids_limit() {
-    let sandbox = TestSandbox::new(|c| c.limits.pids = 64).await;
+async fn a_fork_bomb_hits_the_pids_limit(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |c| c.limits.pids = 64).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "fork_bomb.py", out.path()).await;
+    if let Runtime::Gvisor = runtime {
+        // The limit binds gVisor's own kernel too: the whole sandbox stops, and says why.
+        assert_eq!(outcome.status, Status::Failed, "{outcome:?}");
+        assert!(
+            outcome.message.contains("SANDBOX_PIDS"),
+            "{}",
+            outcome.message
+        );
+        assert!(outcome.timings.total < Duration::from_secs(30));
+        sandbox.assert_nothing_left().await;
+        return;
+    }
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     let text = stdout(&outcome);
     let forks: usize = text
@@ -276,9 +343,8 @@ async fn a_fork_bomb_hits_the_pids_limit() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn memory_exhaustion_is_out_of_memory() {
-    let sandbox = TestSandbox::new(|c| c.limits.memory_bytes = 256 << 20).await;
+async fn memory_exhaustion_is_out_of_memory(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |c| c.limits.memory_bytes = 256 << 20).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "memory_hog.py", out.path()).await;
     assert_eq!(outcome.status, Status::OutOfMemory, "{outcome:?}");
@@ -286,9 +352,8 @@ async fn memory_exhaustion_is_out_of_memory() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn an_endless_loop_times_out() {
-    let sandbox = TestSandbox::new(|c| c.limits.timeout = Duration::from_secs(3)).await;
+async fn an_endless_loop_times_out(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |c| c.limits.timeout = Duration::from_secs(3)).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "endless.py", out.path()).await;
     assert_eq!(outcome.status, Status::Timeout, "{outcome:?}");
@@ -298,9 +363,8 @@ async fn an_endless_loop_times_out() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn filling_every_writable_place_stops_at_its_tmpfs_cap() {
-    let sandbox = TestSandbox::new(|c| {
+async fn filling_every_writable_place_stops_at_its_tmpfs_cap(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |c| {
         c.limits.output_max_bytes = 16 << 20;
         c.limits.tmp_bytes = 8 << 20;
     })
@@ -326,9 +390,8 @@ async fn filling_every_writable_place_stops_at_its_tmpfs_cap() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn links_and_devices_in_the_output_are_skipped() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn links_and_devices_in_the_output_are_skipped(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "links_out.py", out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
@@ -364,9 +427,8 @@ fn walk(root: &Path) -> Vec<std::path::PathBuf> {
     found
 }
 
-#[tokio::test]
-async fn a_hundred_thousand_files_hit_the_file_cap() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn a_hundred_thousand_files_hit_the_file_cap(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "many_files.py", out.path()).await;
     assert_eq!(outcome.status, Status::OutputLimit, "{outcome:?}");
@@ -376,9 +438,8 @@ async fn a_hundred_thousand_files_hit_the_file_cap() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn a_stdout_flood_is_capped_and_the_outputs_survive() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn a_stdout_flood_is_capped_and_the_outputs_survive(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "flood_stdout.py", out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
@@ -393,9 +454,8 @@ async fn a_stdout_flood_is_capped_and_the_outputs_survive() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn background_processes_are_killed_when_the_script_ends() {
-    let sandbox = TestSandbox::new(|c| c.limits.timeout = Duration::from_secs(30)).await;
+async fn background_processes_are_killed_when_the_script_ends(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |c| c.limits.timeout = Duration::from_secs(30)).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "background.py", out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
@@ -410,9 +470,8 @@ async fn background_processes_are_killed_when_the_script_ends() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn a_cancelled_attempt_leaves_nothing() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn a_cancelled_attempt_leaves_nothing(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let cancel = CancellationToken::new();
     let job = Job {
@@ -429,9 +488,8 @@ async fn a_cancelled_attempt_leaves_nothing() {
     sandbox.assert_nothing_left().await;
 }
 
-#[tokio::test]
-async fn a_dropped_attempt_is_removed_by_its_guard() {
-    let sandbox = TestSandbox::new(|_| {}).await;
+async fn a_dropped_attempt_is_removed_by_its_guard(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
     let out = tempfile::tempdir().unwrap();
     let job = Job {
         script: fixture_script("endless.py"),
@@ -450,6 +508,51 @@ async fn a_dropped_attempt_is_removed_by_its_guard() {
     );
     with_timeout(sandbox.shutdown()).await;
     assert_eq!(sandbox.live_containers(), 0);
+    sandbox.assert_nothing_left().await;
+}
+
+/// A container started before its attempt holds the same line: limits, no network, no
+/// privileges, whatever the runner preloaded.
+async fn hostile_scripts_in_warm_containers_are_contained(runtime: Runtime) {
+    let sandbox = TestSandbox::warm_on(runtime, 1, Duration::from_secs(300), |c| {
+        c.limits.memory_bytes = 256 << 20;
+        c.limits.pids = 64;
+        c.limits.timeout = Duration::from_secs(4);
+    })
+    .await;
+    let mut containers = std::collections::HashSet::new();
+    // See a_fork_bomb_hits_the_pids_limit: under gVisor the limit stops the whole sandbox.
+    let fork_bomb = match runtime {
+        Runtime::Default => Status::Ok,
+        Runtime::Gvisor => Status::Failed,
+    };
+    for (fixture, status) in [
+        ("memory_hog.py", Status::OutOfMemory),
+        ("endless.py", Status::Timeout),
+        ("fork_bomb.py", fork_bomb),
+        ("network.py", Status::Ok),
+        ("privileges.py", Status::Ok),
+    ] {
+        sandbox.until_warm(1).await;
+        let out = tempfile::tempdir().unwrap();
+        let outcome = run_fixture(&sandbox, fixture, out.path()).await;
+        assert!(outcome.warm, "{fixture} ran cold");
+        assert_eq!(outcome.status, status, "{fixture}: {outcome:?}");
+        assert!(containers.insert(outcome.container_id.clone()));
+        let text = stdout(&outcome);
+        assert!(!text.contains("OPEN"), "{fixture}: {text}");
+        assert!(!text.contains("OPENED"), "{fixture}: {text}");
+        if fixture == "privileges.py" {
+            assert!(text.contains("uid 10001 gid 10001 euid 10001"), "{text}");
+            assert!(text.contains("CapEff 0000000000000000"), "{text}");
+            assert!(text.contains("setuid0 DENIED"), "{text}");
+            assert!(text.contains("disk UNREACHABLE"), "{text}");
+        }
+        if fixture == "fork_bomb.py" && status == Status::Ok {
+            assert!(text.contains("stopped by errno"), "{text}");
+        }
+    }
+    with_timeout(sandbox.shutdown()).await;
     sandbox.assert_nothing_left().await;
 }
 
