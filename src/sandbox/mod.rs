@@ -578,26 +578,21 @@ impl Sandbox {
 
     /// Docker's OOM flag, once the container has exited (waits for the exit if need be).
     async fn oom_killed(&self, id: &str) -> Result<bool, SandboxError> {
-        let mut state = self
-            .docker()
-            .inspect_container(id, None)
-            .await
-            .map_err(|e| SandboxError::docker("inspecting the finished container", e))?
-            .state
-            .unwrap_or_default();
-        if state.running == Some(true) {
+        let state = || async {
+            self.docker()
+                .inspect_container(id, None)
+                .await
+                .map_err(|e| SandboxError::docker("inspecting the finished container", e))
+                .map(|container| container.state.unwrap_or_default())
+        };
+        let mut now = state().await?;
+        if now.running == Some(true) {
             let _ =
                 tokio::time::timeout(DRAIN_GRACE, self.docker().wait_container(id, None).next())
                     .await;
-            state = self
-                .docker()
-                .inspect_container(id, None)
-                .await
-                .map_err(|e| SandboxError::docker("inspecting the finished container", e))?
-                .state
-                .unwrap_or_default();
+            now = state().await?;
         }
-        Ok(state.oom_killed.unwrap_or(false))
+        Ok(now.oom_killed.unwrap_or(false))
     }
 
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {

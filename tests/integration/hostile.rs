@@ -231,10 +231,21 @@ async fn a_workbook_of_millions_of_cells_is_refused_without_inflating_it_in_the_
         workbook.len()
     );
     assert!(workbook.len() < 8 * 1024 * 1024, "{}", workbook.len());
+    let (is_error, text) = modified_as_it_is("cells.xlsx", workbook).await;
+    assert!(is_error, "the attack workbook was accepted: {text}");
+    assert!(
+        text.contains("xl/worksheets/sheet1.xml") && text.contains("zip bomb"),
+        "{text}"
+    );
+}
+
+/// `modify_file` of `workbook` by a model whose script copies it unchanged; asserts the
+/// server's memory stayed within [`MEMORY_GROWTH_LIMIT`] and that nothing was left.
+async fn modified_as_it_is(name: &str, workbook: Vec<u8>) -> (bool, String) {
     let copy = "import shutil\nshutil.copy(input_file_path, file_path)\nprint('copied')\n";
     let llm = FakeOpenAi::start(vec![Reply::Code(copy.into()); 3]).await;
     let server = TestServer::start(&llm.env()).await;
-    let id = server.upload("cells.xlsx", workbook).await;
+    let id = server.upload(name, workbook).await;
 
     // Peak memory from here on (the test runs alone in its process under nextest; writing 5
     // to clear_refs resets the high-water mark).
@@ -260,12 +271,8 @@ async fn a_workbook_of_millions_of_cells_is_refused_without_inflating_it_in_the_
         "the server's memory grew by {} MiB",
         growth >> 20
     );
-    assert!(is_error, "the attack workbook was accepted: {text}");
-    assert!(
-        text.contains("xl/worksheets/sheet1.xml") && text.contains("zip bomb"),
-        "{text}"
-    );
     server.assert_nothing_left().await;
+    (is_error, text)
 }
 
 #[test]
@@ -291,27 +298,12 @@ async fn a_zip_bomb_sheet_that_lies_about_its_size_is_refused() {
         b"</sheetData></worksheet>",
     );
     let workbook = workbook_with_sheet(&sheet, Method::Deflated, crc, 4096);
-    let copy = "import shutil\nshutil.copy(input_file_path, file_path)\n";
-    let llm = FakeOpenAi::start(vec![Reply::Code(copy.into()); 3]).await;
-    let server = TestServer::start(&llm.env()).await;
-    let id = server.upload("bomb.xlsx", workbook).await;
-    std::fs::write("/proc/self/clear_refs", "5").unwrap();
-    let before = memory("VmRSS:");
-    let (is_error, text) = server
-        .call(
-            None,
-            "modify_file",
-            json!({"file_id": id, "instructions": "keep it"}),
-        )
-        .await;
-    let growth = memory("VmHWM:").saturating_sub(before);
-    assert!(growth < MEMORY_GROWTH_LIMIT, "grew {} MiB", growth >> 20);
+    let (is_error, text) = modified_as_it_is("bomb.xlsx", workbook).await;
     assert!(is_error, "{text}");
     assert!(
         text.contains("sheet1.xml") && text.contains("zip bomb"),
         "{text}"
     );
-    server.assert_nothing_left().await;
 }
 
 /// Sends `request` as it is (no client normalising the path) and returns the status code.
