@@ -35,7 +35,16 @@ async fn file_agent(args: &[&str]) -> (i32, String) {
 #[tokio::test]
 async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks() {
     let llm = FakeOpenAi::start(vec![Reply::Code(llm_script("excel_sales.py"))]).await;
-    let server = TestServer::start(&llm.env()).await;
+    let mut env = llm.env();
+    env.push(("SANDBOX_WARM".into(), "1".into()));
+    let server = TestServer::start(&env).await;
+    // The first attempt takes the warm container, once it is ready.
+    with_timeout(async {
+        while server.tools.sandbox().pool_stats().unwrap().ready < 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     let input = b"a,b\n1,2\n".to_vec();
     let id = server.upload("data.csv", input.clone()).await;
 
@@ -113,6 +122,8 @@ async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks
     assert_eq!(run["client"], "audit-test-client/2.0", "{run}");
     assert!(run["request"].is_u64(), "{run}");
     assert_eq!(run["container"].as_str().unwrap().len(), 64, "{run}");
+    assert_eq!(run["container_kind"], "warm", "{run}");
+    assert!(run["container_created"].is_string(), "{run}");
     assert!(
         run["image_id"].as_str().unwrap().starts_with("sha256:"),
         "{run}"

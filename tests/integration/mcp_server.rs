@@ -45,9 +45,9 @@ impl TestServer {
             ),
             ("FILE_AGENT_PUBLIC_URL".into(), format!("http://{address}")),
             ("FILE_AGENT_LLM_TIMEOUT".into(), "20".into()),
-            // One warm container, so that calls take the pool's path as in production without
-            // every test server starting one per slot.
-            ("SANDBOX_WARM".into(), "1".into()),
+            // No warm pool unless a test asks for one (and drains it with assert_nothing_left):
+            // a test that ends while a warm container is being launched would leave it behind.
+            ("SANDBOX_WARM".into(), "0".into()),
         ]);
         vars.extend(env.iter().cloned());
         let config = Config::from_lookup(|name| vars.get(name).cloned()).unwrap();

@@ -29,6 +29,9 @@ fn command(data: &std::path::Path) -> tokio::process::Command {
             format!("op-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]),
         )
         .env("FILE_AGENT_DATA_DIR", data)
+        // No warm pool: these servers end by being killed, which would leave its containers
+        // stopped until a later reap (lifecycle.rs tests that path).
+        .env("SANDBOX_WARM", "0")
         .env_remove("OPENAI_API_KEY")
         .env_remove("FILE_AGENT_ACCESS_TOKENS")
         .env_remove("FILE_AGENT_LOG")
