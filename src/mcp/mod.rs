@@ -16,7 +16,9 @@ use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
 
 use crate::config::Secret;
+use crate::prompts::Prompts;
 use crate::storage::Caller;
+use crate::tools::catalog::Tool;
 use crate::tools::research::Progress;
 use crate::tools::{CALL, CallInfo, ToolError, ToolOutput, Tools};
 
@@ -92,20 +94,14 @@ pub struct FileAgentServer {
 #[tool_router]
 impl FileAgentServer {
     /// The server over `tools`, with the tool descriptions from `prompts/`.
+    ///
+    /// # Panics
+    /// When a `#[tool]` method and [`Tool`] do not name the same tools: a build that cannot
+    /// describe a tool must not start.
     pub fn new(tools: Tools) -> Self {
         let mut tool_router = Self::tool_router();
-        let prompts = tools.prompts();
-        for (name, description) in [
-            ("generate_file", &prompts.tool_generate_file),
-            ("modify_file", &prompts.tool_modify_file),
-            ("run_python", &prompts.tool_run_python),
-            ("analyze_file", &prompts.tool_analyze_file),
-            ("data_analysis_tool", &prompts.tool_data_analysis),
-            ("conduct_deep_research", &prompts.tool_research),
-        ] {
-            if let Some(route) = tool_router.map.get_mut(name) {
-                route.attr.description = Some(description.clone().into());
-            }
+        if let Err(error) = describe(&mut tool_router, tools.prompts()) {
+            panic!("{error}");
         }
         Self { tools, tool_router }
     }
@@ -125,7 +121,7 @@ impl FileAgentServer {
             &caller,
             &cancel,
         );
-        self.finish("generate_file", &context, call).await
+        self.finish(Tool::GenerateFile, &context, call).await
     }
 
     #[tool(name = "modify_file")]
@@ -143,7 +139,7 @@ impl FileAgentServer {
             &caller,
             &cancel,
         );
-        self.finish("modify_file", &context, call).await
+        self.finish(Tool::ModifyFile, &context, call).await
     }
 
     #[tool(name = "run_python")]
@@ -157,7 +153,7 @@ impl FileAgentServer {
         let call = self
             .tools
             .run_python(&args.code, &args.file_ids, &caller, &cancel);
-        self.finish("run_python", &context, call).await
+        self.finish(Tool::RunPython, &context, call).await
     }
 
     #[tool(name = "analyze_file")]
@@ -171,7 +167,7 @@ impl FileAgentServer {
         let call = self
             .tools
             .analyze_file(&args.file_id, &args.instructions, &caller, &cancel);
-        self.finish("analyze_file", &context, call).await
+        self.finish(Tool::AnalyzeFile, &context, call).await
     }
 
     #[tool(name = "data_analysis_tool")]
@@ -187,7 +183,7 @@ impl FileAgentServer {
             args.document_name.as_deref(),
             &cancel,
         );
-        self.finish("data_analysis_tool", &context, call).await
+        self.finish(Tool::DataAnalysis, &context, call).await
     }
 
     #[tool(name = "conduct_deep_research")]
@@ -219,7 +215,7 @@ impl FileAgentServer {
         let call = self
             .tools
             .deep_research(&args.instructions, &report, &cancel);
-        let result = self.finish("conduct_deep_research", &context, call).await;
+        let result = self.finish(Tool::DeepResearch, &context, call).await;
         drop(report);
         if let Some(forwarder) = forwarder {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), forwarder).await;
@@ -241,6 +237,26 @@ impl ServerHandler for FileAgentServer {
                  (run_python). Files come back as markdown download links: show them to the \
                  user.",
             )
+    }
+}
+
+/// Gives each route of `router` its description from [`Tool`], and refuses a route that
+/// [`Tool`] does not know or a [`Tool`] that has no route.
+fn describe<S>(router: &mut ToolRouter<S>, prompts: &Prompts) -> Result<(), String> {
+    for tool in Tool::ALL {
+        let route = router.map.get_mut(tool.name()).ok_or_else(|| {
+            format!(
+                "tools::catalog::Tool names {:?}, but no #[tool] method serves it",
+                tool.name()
+            )
+        })?;
+        route.attr.description = Some(tool.description(prompts).to_string().into());
+    }
+    match router.map.keys().find(|name| Tool::named(name).is_none()) {
+        Some(name) => Err(format!(
+            "the #[tool] method {name:?} has no entry in tools::catalog::Tool (its description and deadline)"
+        )),
+        None => Ok(()),
     }
 }
 
@@ -316,15 +332,16 @@ impl FileAgentServer {
     /// MCP. A call past the deadline is dropped: its container guard removes the container.
     async fn finish(
         &self,
-        tool: &'static str,
+        tool: Tool,
         context: &RequestContext<RoleServer>,
         call: impl Future<Output = Result<ToolOutput, ToolError>>,
     ) -> Result<String, String> {
+        let deadline = self.tools.call_deadline(tool);
+        let tool = tool.name();
         let started = Instant::now();
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         // The JSON-RPC id as JSON: a number stays a number, a string a string.
         let request = serde_json::to_value(&context.id).unwrap_or_default();
-        let deadline = self.tools.call_deadline(tool);
         let info = call_info(&id, request.clone(), tool, context);
         let call = self.tools.track(tokio::time::timeout(deadline, call));
         let result = match CALL.scope(info, call).await {
@@ -366,5 +383,40 @@ fn outcome_name(error: &ToolError) -> &'static str {
         ToolError::Cancelled => "cancelled",
         ToolError::Busy { .. } => "busy",
         ToolError::Deadline(_) => "deadline",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prompts() -> Prompts {
+        Prompts::load(None).unwrap()
+    }
+
+    #[test]
+    fn every_tool_method_is_in_the_catalog_and_described() {
+        let mut router = FileAgentServer::tool_router();
+        describe(&mut router, &prompts()).unwrap();
+        let prompts = prompts();
+        for tool in Tool::ALL {
+            let description = router.map[tool.name()].attr.description.clone().unwrap();
+            assert_eq!(description, tool.description(&prompts), "{}", tool.name());
+            assert!(!description.is_empty(), "{}", tool.name());
+        }
+    }
+
+    #[test]
+    fn a_tool_without_a_method_or_a_method_without_an_entry_stops_the_start() {
+        let mut router = FileAgentServer::tool_router();
+        router.map.remove("run_python");
+        let error = describe(&mut router, &prompts()).unwrap_err();
+        assert!(error.contains("\"run_python\""), "{error}");
+
+        let mut router = FileAgentServer::tool_router();
+        let route = router.map["run_python"].clone();
+        router.map.insert("run_pyhton".into(), route);
+        let error = describe(&mut router, &prompts()).unwrap_err();
+        assert!(error.contains("\"run_pyhton\""), "{error}");
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod analysis;
+pub mod catalog;
 pub mod filename;
 mod files;
 pub mod filetype;
@@ -264,13 +265,8 @@ impl Tools {
     }
 
     /// The most a whole call of `tool` may take: research gets its own timeout plus a minute.
-    pub fn call_deadline(&self, tool: &str) -> std::time::Duration {
-        let limit = self.admission.config().call_timeout;
-        if tool == "conduct_deep_research" {
-            limit.max(self.research.max_wait + std::time::Duration::from_secs(60))
-        } else {
-            limit
-        }
+    pub fn call_deadline(&self, tool: catalog::Tool) -> std::time::Duration {
+        tool.deadline(self.admission.config().call_timeout, self.research.max_wait)
     }
 
     /// Runs one attempt in a fresh container, waiting for a free slot first, and records it
