@@ -31,6 +31,7 @@ pub mod prompts;
 pub mod sandbox;
 pub mod server;
 pub mod storage;
+pub mod text;
 pub mod time;
 pub mod tools;
 

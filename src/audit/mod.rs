@@ -424,7 +424,7 @@ pub fn describe(record: &Record) -> String {
     if let Some(error) = &record.error {
         text.push_str(&format!(
             "\n  error: {}",
-            printable(&crate::llm::excerpt(error, 300))
+            printable(&crate::text::excerpt(error, 300))
         ));
     }
     text

@@ -301,7 +301,10 @@ impl Llm {
             },
             OpenAIError::JSONDeserialize(error, body) => LlmError::BadReply {
                 base_url,
-                detail: format!("{error}; it began: {:?}", excerpt(&body, BODY_EXCERPT)),
+                detail: format!(
+                    "{error}; it began: {:?}",
+                    crate::text::excerpt(&body, BODY_EXCERPT)
+                ),
             },
             other => LlmError::BadReply {
                 base_url,
@@ -318,13 +321,5 @@ fn to_request_message(message: &Message) -> ChatCompletionRequestMessage {
         Message::Assistant(text) => {
             ChatCompletionRequestAssistantMessage::from(text.as_str()).into()
         }
-    }
-}
-
-/// The first `max` characters of `text`.
-pub fn excerpt(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
     }
 }

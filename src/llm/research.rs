@@ -119,7 +119,7 @@ impl Llm {
             }
             Err(OpenAIError::JSONDeserialize(error, body)) => Err(self.no_responses_api(format!(
                 "its answer is not a response ({error}); it began: {:?}",
-                super::excerpt(&body, 120)
+                crate::text::excerpt(&body, 120)
             ))),
             Err(error) => Err(self.classify(error, 1, model)),
         }

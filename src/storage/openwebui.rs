@@ -244,7 +244,7 @@ async fn error_for(response: reqwest::Response, what: &str, action: &'static str
             v.get("detail")
                 .map(|d| d.as_str().map(str::to_string).unwrap_or(d.to_string()))
         })
-        .unwrap_or_else(|| crate::llm::excerpt(body.trim(), DETAIL_MAX));
+        .unwrap_or_else(|| crate::text::excerpt(body.trim(), DETAIL_MAX));
     match status {
         401 | 403 => StorageError::Unauthorized { status, detail },
         404 => StorageError::NotFound {

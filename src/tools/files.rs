@@ -12,13 +12,14 @@ use super::filename::{output_name, safe_name};
 use super::filetype::{self, FileType};
 use super::{
     Author, ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason,
-    human_size, local_io, non_empty, tail,
+    human_size, local_io, non_empty,
 };
 use crate::llm::Message;
 use crate::llm::code::extract_code;
 use crate::prompts::render;
 use crate::sandbox::{Input, InputSource, Job};
 use crate::storage::{Caller, content_type_for};
+use crate::text::tail;
 
 /// Where the sandbox's `/work/out` is.
 const OUTPUT_DIR: &str = "/work/out";

@@ -334,7 +334,7 @@ impl Tools {
                         })
                         .collect();
                     if outcome.status != Status::Ok {
-                        record.error = Some(tail(&outcome.message, 1000));
+                        record.error = Some(crate::text::tail(&outcome.message, 1000));
                     }
                 }
                 Err(error) => record.error = Some(crate::error_chain(error)),
@@ -470,16 +470,6 @@ fn unique_name(name: String, taken: &mut HashSet<String>) -> String {
         n += 1;
     }
     candidate
-}
-
-/// The last `max` characters of `text`, marked when cut.
-pub fn tail(text: &str, max: usize) -> String {
-    let count = text.chars().count();
-    if count <= max {
-        return text.to_string();
-    }
-    let cut: String = text.chars().skip(count - max).collect();
-    format!("[… {} characters cut]\n{cut}", count - max)
 }
 
 /// A human-readable size.

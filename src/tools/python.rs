@@ -7,9 +7,10 @@ use std::collections::HashSet;
 use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
-use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, tail, unique_name};
+use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, unique_name};
 use crate::sandbox::{Input, InputSource, Job, Status};
 use crate::storage::{Caller, content_type_for};
+use crate::text::tail;
 
 /// Characters of stdout and stderr put into the answer.
 const OUTPUT_CHARS: usize = 20_000;

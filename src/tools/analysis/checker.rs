@@ -5,22 +5,11 @@
 
 use serde::Deserialize;
 
-use super::report::fenced;
-use super::{Pass, head};
+use super::{Pass, Verdict};
+use crate::text::{fenced, head};
 
 /// Characters of the inspection, and of each step's output, shown to the checker.
 const REVIEW_CHARS: usize = 8_000;
-
-/// What the checker concluded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The analysis stands; the checker's comment.
-    Pass(String),
-    /// The analysis is wrong; what must change.
-    Fail(String),
-    /// No verdict could be had: the reply was not the agreed JSON, or the call failed.
-    Unreadable(String),
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,7 +28,7 @@ pub fn parse_verdict(text: &str) -> Verdict {
         Err(error) => {
             return Verdict::Unreadable(format!(
                 "the checker's reply is not the agreed JSON object ({error}): {}",
-                crate::llm::excerpt(text.trim(), 200)
+                crate::text::excerpt(text.trim(), 200)
             ));
         }
     };

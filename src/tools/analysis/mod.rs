@@ -30,7 +30,7 @@ use crate::llm::{LlmError, Message};
 use crate::prompts::render;
 use crate::sandbox::{Job, Status};
 use crate::storage::{Caller, Download};
-use checker::Verdict;
+use crate::text::{fenced, head, tail};
 use table::TableKind;
 
 /// Steps (model-written scripts that ran) per analysis pass.
@@ -93,6 +93,17 @@ pub enum Quality {
     AcceptedWithCaveats,
 }
 
+/// What the checker concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The analysis stands; the checker's comment.
+    Pass(String),
+    /// The analysis is wrong; what must change.
+    Fail(String),
+    /// No verdict could be had: the reply was not the agreed JSON, or the call failed.
+    Unreadable(String),
+}
+
 /// The whole of one analysis, for the report.
 #[derive(Debug, Clone)]
 pub struct Analysis {
@@ -141,6 +152,22 @@ impl Analysis {
             _ => Quality::AcceptedWithCaveats,
         }
     }
+}
+
+/// How one pass ended.
+enum PassEnd {
+    /// It reached an answer (or the step limit, and then an answer).
+    Done(Pass),
+    /// A step failed every attempt.
+    BrokeDown(PassFailure),
+}
+
+/// How one attempt at a step ended.
+enum StepRun {
+    /// The code ran; its output and charts.
+    Ran(Step),
+    /// It failed; the reason, for the model to fix.
+    Failed(String),
 }
 
 /// A pass that broke down: the steps that did run, and the error of the one that did not.
@@ -235,15 +262,15 @@ impl Tools {
             Message::System(self.prompts.analyze.clone()),
             Message::User(format!(
                 "Question:\n{question}\n\nThe file `{file_name}` is at `input_file_path`. Its inspection:\n\n{}",
-                report::fenced("text", &inspection)
+                fenced("text", &inspection)
             )),
         ];
         let first = match self
             .pass(&mut conversation, &job, &inspection, &mut clock, cancel)
             .await?
         {
-            Ok(pass) => pass,
-            Err(failure) => {
+            PassEnd::Done(pass) => pass,
+            PassEnd::BrokeDown(failure) => {
                 return Err(ToolError::AttemptsExhausted {
                     what: "analysis",
                     attempts: MAX_ATTEMPTS,
@@ -268,13 +295,13 @@ impl Tools {
                     .pass(&mut conversation, &job, &inspection, &mut clock, cancel)
                     .await?
                 {
-                    Ok(pass) => {
+                    PassEnd::Done(pass) => {
                         let verdict = self
                             .review(question, &inspection, &pass, &mut clock, cancel)
                             .await?;
                         (Some(Ok(pass)), Some(verdict))
                     }
-                    Err(failure) => (
+                    PassEnd::BrokeDown(failure) => (
                         Some(Err(format!(
                             "step {} of the redo failed {MAX_ATTEMPTS} times: {}",
                             failure.steps + 1,
@@ -341,8 +368,7 @@ impl Tools {
         }
     }
 
-    /// One pass of up to [`MAX_STEPS`] steps. `Ok(Err(_))` is a step that failed every
-    /// attempt.
+    /// One pass of up to [`MAX_STEPS`] steps.
     async fn pass(
         &self,
         conversation: &mut Vec<Message>,
@@ -350,13 +376,13 @@ impl Tools {
         inspection: &str,
         clock: &mut Clock,
         cancel: &CancellationToken,
-    ) -> Result<Result<Pass, PassFailure>, ToolError> {
+    ) -> Result<PassEnd, ToolError> {
         let mut steps: Vec<Step> = Vec::new();
         let mut chart_names = HashSet::new();
         for step_number in 1..=MAX_STEPS {
             let mut reply = self.ask(conversation, clock, cancel).await?;
             if let Some(answer) = final_answer(&reply) {
-                return Ok(Ok(Pass {
+                return Ok(PassEnd::Done(Pass {
                     steps,
                     answer,
                     limit_reached: false,
@@ -366,7 +392,7 @@ impl Tools {
             let step = loop {
                 let attempt = failures.len() + 1;
                 let result = match extract_code(&reply) {
-                    None => Err(format!(
+                    None => StepRun::Failed(format!(
                         "your reply had neither a fenced python block nor a line with {COMPLETE_MARKER}"
                     )),
                     Some(code) => {
@@ -376,17 +402,17 @@ impl Tools {
                     }
                 };
                 match result {
-                    Ok(mut step) => {
+                    StepRun::Ran(mut step) => {
                         step.attempts = attempt;
                         step.failures = failures;
                         break step;
                     }
-                    Err(error) => {
-                        tracing::info!(step = step_number, attempt, error = %super::tail(&error, 300), "analysis attempt failed");
+                    StepRun::Failed(error) => {
+                        tracing::info!(step = step_number, attempt, error = %tail(&error, 300), "analysis attempt failed");
                         if attempt == MAX_ATTEMPTS {
-                            return Ok(Err(PassFailure {
+                            return Ok(PassEnd::BrokeDown(PassFailure {
                                 steps: steps.len(),
-                                error: super::tail(&error, super::ERROR_TAIL_CHARS),
+                                error: tail(&error, super::ERROR_TAIL_CHARS),
                             }));
                         }
                         failures.push(last_line(&error));
@@ -397,12 +423,9 @@ impl Tools {
                                 ("max_attempts", &MAX_ATTEMPTS.to_string()),
                                 (
                                     "error",
-                                    &report::fenced(
-                                        "text",
-                                        &super::tail(&error, super::ERROR_TAIL_CHARS),
-                                    ),
+                                    &fenced("text", &tail(&error, super::ERROR_TAIL_CHARS)),
                                 ),
-                                ("inspection", &report::fenced("text", inspection)),
+                                ("inspection", &fenced("text", inspection)),
                             ],
                         )));
                         reply = self.ask(conversation, clock, cancel).await?;
@@ -419,7 +442,7 @@ impl Tools {
                 &[
                     ("step", &step_number.to_string()),
                     ("max_steps", &MAX_STEPS.to_string()),
-                    ("output", &report::fenced("text", &shown)),
+                    ("output", &fenced("text", &shown)),
                 ],
             )));
             steps.push(step);
@@ -427,7 +450,7 @@ impl Tools {
         conversation.push(Message::User(self.prompts.analysis_final.clone()));
         let reply = self.ask(conversation, clock, cancel).await?;
         let answer = final_answer(&reply).unwrap_or_else(|| reply.trim().to_string());
-        Ok(Ok(Pass {
+        Ok(PassEnd::Done(Pass {
             steps,
             answer,
             limit_reached: true,
@@ -447,7 +470,7 @@ impl Tools {
         Ok(reply.text)
     }
 
-    /// Runs one step's code; `Ok(Err(reason))` is a failed attempt for the model to fix.
+    /// Runs one attempt at a step's code.
     async fn run_step(
         &self,
         job: &Job,
@@ -455,7 +478,7 @@ impl Tools {
         chart_names: &mut HashSet<String>,
         clock: &mut Clock,
         cancel: &CancellationToken,
-    ) -> Result<Result<Step, String>, ToolError> {
+    ) -> Result<StepRun, ToolError> {
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let job = Job {
@@ -468,7 +491,7 @@ impl Tools {
         clock.sandbox += outcome.timings.total;
         clock.attempts += 1;
         if let Some(reason) = failure_reason(&outcome, self.sandbox.config()) {
-            return Ok(Err(reason));
+            return Ok(StepRun::Failed(reason));
         }
         let mut output = outcome.stdout.text();
         let warnings = report::meaningful_stderr(&outcome.stderr.text());
@@ -498,7 +521,7 @@ impl Tools {
             );
             charts.push(Chart { name, bytes });
         }
-        Ok(Ok(Step {
+        Ok(StepRun::Ran(Step {
             code,
             output,
             elapsed: outcome.timings.total,
@@ -562,18 +585,6 @@ fn final_answer(reply: &str) -> Option<String> {
     }
 }
 
-/// The first `max` characters of `text`, marked when cut.
-pub fn head(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!(
-            "{}\n[… {} more characters cut]",
-            &text[..cut],
-            text[cut..].chars().count()
-        ),
-        None => text.to_string(),
-    }
-}
-
 /// The last non-empty line of an error (where a traceback names the exception).
 fn last_line(error: &str) -> String {
     error
@@ -608,13 +619,5 @@ mod tests {
             final_answer("I will print ANALYSIS_COMPLETE when done.\n```python\nx\n```"),
             None
         );
-    }
-
-    #[test]
-    fn head_keeps_the_beginning_and_says_how_much_was_cut() {
-        assert_eq!(head("abc", 5), "abc");
-        let cut = head("äbcdef", 3);
-        assert!(cut.starts_with("äbc\n"), "{cut}");
-        assert!(cut.contains("3 more characters"), "{cut}");
     }
 }

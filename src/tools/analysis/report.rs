@@ -7,8 +7,8 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::json;
 
-use super::checker::Verdict;
-use super::{Analysis, MAX_STEPS, Pass, Quality};
+use super::{Analysis, MAX_STEPS, Pass, Quality, Verdict};
+use crate::text::fenced;
 
 /// Warning categories that are noise to a reader of the results.
 const NOISE: [&str; 3] = [
@@ -215,14 +215,6 @@ fn push_steps(text: &mut String, pass: &Pass, prefix: &str) {
     }
 }
 
-/// `body` in a code fence longer than any run of backticks inside it (inspections and
-/// outputs carry fences of their own).
-pub(super) fn fenced(language: &str, body: &str) -> String {
-    let longest = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    let fence = "`".repeat(longest.max(2) + 1);
-    format!("{fence}{language}\n{body}\n{fence}\n\n")
-}
-
 fn quote(text: &str) -> String {
     text.trim()
         .lines()
@@ -249,11 +241,5 @@ mod tests {
         assert!(kept.contains("RuntimeWarning"), "{kept}");
         assert!(kept.contains("ratio = a / b"), "{kept}");
         assert!(kept.contains("ignored reassignment"), "{kept}");
-    }
-
-    #[test]
-    fn fences_outgrow_the_backticks_inside() {
-        let fence = fenced("text", "a ```python``` b");
-        assert!(fence.starts_with("````text\n"), "{fence}");
     }
 }
