@@ -58,7 +58,88 @@ pub struct ConfigError {
     /// The value found.
     pub value: String,
     /// What the variable takes, in words.
-    pub expected: &'static str,
+    pub expected: String,
+}
+
+/// The variables, read by name: empty values count as unset, and each reader takes the name
+/// once, for the lookup and for its error. Number readers say their range in the error from
+/// the range itself.
+pub(crate) struct Vars<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+impl<'a> Vars<'a> {
+    /// Variables from `lookup`.
+    pub(crate) fn new(lookup: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        Self(lookup)
+    }
+
+    /// The value of `var`, unless unset or blank.
+    pub(crate) fn get(&self, var: &str) -> Option<String> {
+        (self.0)(var).filter(|value| !value.trim().is_empty())
+    }
+
+    /// A number of `unit`s in `range` ("a count", "MiB", ...); `default` when unset.
+    pub(crate) fn number<T>(
+        &self,
+        var: &'static str,
+        default: T,
+        range: std::ops::RangeInclusive<T>,
+        unit: &str,
+    ) -> Result<T, ConfigError>
+    where
+        T: std::str::FromStr + PartialOrd + std::fmt::Display,
+    {
+        let expected = format!("{unit} from {} to {}", range.start(), range.end());
+        parse_int(self.get(var), var, default, range, &expected)
+    }
+
+    /// A count in `range`.
+    pub(crate) fn count<T>(
+        &self,
+        var: &'static str,
+        default: T,
+        range: std::ops::RangeInclusive<T>,
+    ) -> Result<T, ConfigError>
+    where
+        T: std::str::FromStr + PartialOrd + std::fmt::Display,
+    {
+        self.number(var, default, range, "a count")
+    }
+
+    /// Whole seconds in `range`.
+    pub(crate) fn seconds(
+        &self,
+        var: &'static str,
+        default: u64,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<Duration, ConfigError> {
+        self.number(var, default, range, "whole seconds")
+            .map(Duration::from_secs)
+    }
+
+    /// MiB in `range`, as bytes.
+    pub(crate) fn mib(
+        &self,
+        var: &'static str,
+        default: u64,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<u64, ConfigError> {
+        Ok(self.number(var, default, range, "MiB")? * MIB)
+    }
+
+    /// `true`/`false` (or 1/0, yes/no, on/off).
+    pub(crate) fn flag(&self, var: &'static str, default: bool) -> Result<bool, ConfigError> {
+        let value = self.get(var);
+        match value.as_deref().map(|v| v.trim().to_ascii_lowercase()) {
+            None => Ok(default),
+            Some(v) if ["1", "true", "yes", "on"].contains(&v.as_str()) => Ok(true),
+            Some(v) if ["0", "false", "no", "off"].contains(&v.as_str()) => Ok(false),
+            Some(_) => Err(ConfigError {
+                var,
+                value: value.unwrap_or_default(),
+                expected: "true or false".into(),
+            }),
+        }
+    }
 }
 
 /// The resource limits of one attempt.
@@ -128,104 +209,70 @@ impl SandboxConfig {
 
     /// The configuration from any lookup of variable names; empty values count as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
+        Self::from_vars(&Vars::new(&lookup))
+    }
+
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
         let limits = Limits {
-            timeout: Duration::from_secs(parse_int(
-                get("SCRIPT_TIMEOUT"),
-                "SCRIPT_TIMEOUT",
-                DEFAULT_TIMEOUT_SECS,
-                1..=3600,
-                "whole seconds from 1 to 3600",
-            )?),
-            memory_bytes: parse_int(
-                get("SANDBOX_MEMORY_MIB"),
-                "SANDBOX_MEMORY_MIB",
-                DEFAULT_MEMORY_MIB,
-                64..=65536,
-                "MiB from 64 to 65536",
-            )? * MIB,
-            cpus: parse_cpus(get("SANDBOX_CPUS"))?,
-            pids: parse_int(
-                get("SANDBOX_PIDS"),
-                "SANDBOX_PIDS",
-                DEFAULT_PIDS,
-                16..=4096,
-                "a count from 16 to 4096",
-            )?,
-            nofile: parse_int(
-                get("SANDBOX_NOFILE"),
-                "SANDBOX_NOFILE",
-                DEFAULT_NOFILE,
-                64..=65536,
-                "a count from 64 to 65536",
-            )?,
-            tmp_bytes: parse_int(
-                get("SANDBOX_TMP_MIB"),
-                "SANDBOX_TMP_MIB",
-                DEFAULT_TMP_MIB,
-                1..=4096,
-                "MiB from 1 to 4096",
-            )? * MIB,
-            stdio_max_bytes: parse_int(
-                get("SANDBOX_STDIO_MAX_BYTES"),
+            timeout: vars.seconds("SCRIPT_TIMEOUT", DEFAULT_TIMEOUT_SECS, 1..=3600)?,
+            memory_bytes: vars.mib("SANDBOX_MEMORY_MIB", DEFAULT_MEMORY_MIB, 64..=65536)?,
+            cpus: parse_cpus(vars.get("SANDBOX_CPUS"))?,
+            pids: vars.count("SANDBOX_PIDS", DEFAULT_PIDS, 16..=4096)?,
+            nofile: vars.count("SANDBOX_NOFILE", DEFAULT_NOFILE, 64..=65536)?,
+            tmp_bytes: vars.mib("SANDBOX_TMP_MIB", DEFAULT_TMP_MIB, 1..=4096)?,
+            stdio_max_bytes: vars.number(
                 "SANDBOX_STDIO_MAX_BYTES",
                 DEFAULT_STDIO_MAX_BYTES,
                 1024..=64 * 1024 * 1024,
-                "bytes from 1024 to 67108864",
+                "bytes",
             )?,
-            output_max_bytes: parse_int(
-                get("SANDBOX_OUTPUT_MAX_MIB"),
+            output_max_bytes: vars.mib(
                 "SANDBOX_OUTPUT_MAX_MIB",
                 DEFAULT_OUTPUT_MAX_MIB,
                 1..=16384,
-                "MiB from 1 to 16384",
-            )? * MIB,
-            output_max_files: parse_int(
-                get("SANDBOX_OUTPUT_MAX_FILES"),
+            )?,
+            output_max_files: vars.count(
                 "SANDBOX_OUTPUT_MAX_FILES",
                 DEFAULT_OUTPUT_MAX_FILES,
                 1..=100_000,
-                "a count from 1 to 100000",
             )?,
         };
-        let image = match get("SANDBOX_IMAGE") {
+        let image = match vars.get("SANDBOX_IMAGE") {
             Some(image) if image.chars().any(char::is_whitespace) => {
                 return Err(ConfigError {
                     var: "SANDBOX_IMAGE",
                     value: image,
-                    expected: "an image reference without spaces, e.g. file-agent-sandbox:<hash>",
+                    expected: "an image reference without spaces, e.g. file-agent-sandbox:<hash>"
+                        .into(),
                 });
             }
             Some(image) => image,
             None => crate::sandbox::image::default_tag(),
         };
         let runtime = parse_name(
-            get("SANDBOX_RUNTIME"),
+            vars,
             "SANDBOX_RUNTIME",
             "a runtime name registered with the Docker engine, e.g. runsc",
         )?;
         let instance = parse_name(
-            get("SANDBOX_INSTANCE"),
+            vars,
             "SANDBOX_INSTANCE",
             "up to 64 letters, digits, '-', '_' or '.'",
         )?;
-        let warm = match get("SANDBOX_WARM") {
+        let warm = match vars.get("SANDBOX_WARM") {
             None => None,
-            value => Some(parse_int(
-                value,
+            Some(_) => Some(vars.number(
                 "SANDBOX_WARM",
                 0,
                 0..=MAX_WARM,
-                "a count of containers from 0 (no pool) to 64",
+                "a count of containers (0: no pool)",
             )?),
         };
-        let warm_max_idle = Duration::from_secs(parse_int(
-            get("SANDBOX_WARM_MAX_IDLE"),
+        let warm_max_idle = vars.seconds(
             "SANDBOX_WARM_MAX_IDLE",
             DEFAULT_WARM_MAX_IDLE_SECS,
             10..=86_400,
-            "whole seconds from 10 to 86400",
-        )?);
+        )?;
         Ok(Self {
             image,
             runtime,
@@ -237,12 +284,12 @@ impl SandboxConfig {
     }
 }
 
-pub(crate) fn parse_int<T>(
+fn parse_int<T>(
     value: Option<String>,
     var: &'static str,
     default: T,
     range: std::ops::RangeInclusive<T>,
-    expected: &'static str,
+    expected: &str,
 ) -> Result<T, ConfigError>
 where
     T: std::str::FromStr + PartialOrd,
@@ -255,18 +302,18 @@ where
         _ => Err(ConfigError {
             var,
             value,
-            expected,
+            expected: expected.into(),
         }),
     }
 }
 
 /// A short name of letters, digits, `-`, `_` and `.` (a runtime, a label value).
 fn parse_name(
-    value: Option<String>,
+    vars: &Vars<'_>,
     var: &'static str,
-    expected: &'static str,
+    expected: &str,
 ) -> Result<Option<String>, ConfigError> {
-    match value {
+    match vars.get(var) {
         Some(name)
             if name.len() > 64
                 || !name
@@ -276,7 +323,7 @@ fn parse_name(
             Err(ConfigError {
                 var,
                 value: name,
-                expected,
+                expected: expected.into(),
             })
         }
         other => Ok(other),
@@ -292,7 +339,7 @@ fn parse_cpus(value: Option<String>) -> Result<f64, ConfigError> {
         _ => Err(ConfigError {
             var: "SANDBOX_CPUS",
             value,
-            expected: "a number of CPUs from 0.01 to 64, e.g. 1 or 0.5",
+            expected: "a number of CPUs from 0.01 to 64, e.g. 1 or 0.5".into(),
         }),
     }
 }
@@ -377,5 +424,18 @@ mod tests {
                 .var,
             "SANDBOX_RUNTIME"
         );
+    }
+
+    #[test]
+    fn an_error_names_the_variable_and_the_range_it_takes() {
+        let error = config(&[("SANDBOX_PIDS", "5")]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "SANDBOX_PIDS=\"5\" is not valid: expected a count from 16 to 4096"
+        );
+        let error = config(&[("SANDBOX_WARM_MAX_IDLE", "abc")]).unwrap_err();
+        assert_eq!(error.expected, "whole seconds from 10 to 86400");
+        let error = config(&[("SANDBOX_TMP_MIB", "0")]).unwrap_err();
+        assert_eq!(error.expected, "MiB from 1 to 4096");
     }
 }

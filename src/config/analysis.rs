@@ -10,7 +10,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::{ConfigError, parse_int};
+use super::{ConfigError, Vars};
 
 /// `FILE_AGENT_URL_MAX_REDIRECTS`: redirects followed when fetching a document URL.
 pub const DEFAULT_URL_MAX_REDIRECTS: usize = 3;
@@ -98,15 +98,15 @@ pub struct ResearchConfig {
 
 impl UrlFetchConfig {
     /// Reads the `FILE_AGENT_URL_*` variables (`get` treats empty values as unset).
-    pub(super) fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let allowed_hosts = get("FILE_AGENT_URL_ALLOWED_HOSTS").map(|value| {
+    pub(super) fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        let allowed_hosts = vars.get("FILE_AGENT_URL_ALLOWED_HOSTS").map(|value| {
             value
                 .split(',')
                 .map(|host| host.trim().trim_end_matches('.').to_ascii_lowercase())
                 .filter(|host| !host.is_empty())
                 .collect()
         });
-        let allowed_networks = match get("FILE_AGENT_URL_ALLOWED_NETWORKS") {
+        let allowed_networks = match vars.get("FILE_AGENT_URL_ALLOWED_NETWORKS") {
             None => Vec::new(),
             Some(value) => value
                 .split(',')
@@ -115,7 +115,9 @@ impl UrlFetchConfig {
                     Network::parse(item).ok_or_else(|| ConfigError {
                         var: "FILE_AGENT_URL_ALLOWED_NETWORKS",
                         value: value.clone(),
-                        expected: "comma-separated networks in CIDR notation, e.g. 10.0.0.0/8,fd00::/8",
+                        expected:
+                            "comma-separated networks in CIDR notation, e.g. 10.0.0.0/8,fd00::/8"
+                                .into(),
                     })
                 })
                 .collect::<Result<_, _>>()?,
@@ -123,12 +125,10 @@ impl UrlFetchConfig {
         Ok(Self {
             allowed_hosts,
             allowed_networks,
-            max_redirects: parse_int(
-                get("FILE_AGENT_URL_MAX_REDIRECTS"),
+            max_redirects: vars.count(
                 "FILE_AGENT_URL_MAX_REDIRECTS",
                 DEFAULT_URL_MAX_REDIRECTS,
                 0..=10,
-                "a count from 0 to 10",
             )?,
         })
     }
@@ -136,8 +136,8 @@ impl UrlFetchConfig {
 
 impl ResearchConfig {
     /// Reads `DEEP_RESEARCH_MODEL` and the `FILE_AGENT_RESEARCH_*` variables.
-    pub(super) fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let poll = match get("FILE_AGENT_RESEARCH_POLL") {
+    pub(super) fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        let poll = match vars.get("FILE_AGENT_RESEARCH_POLL") {
             None => DEFAULT_RESEARCH_POLL_SECS,
             Some(value) => match value.trim().parse::<f64>() {
                 Ok(secs) if (0.01..=300.0).contains(&secs) => secs,
@@ -145,23 +145,22 @@ impl ResearchConfig {
                     return Err(ConfigError {
                         var: "FILE_AGENT_RESEARCH_POLL",
                         value,
-                        expected: "seconds from 0.01 to 300, e.g. 5 or 0.5",
+                        expected: "seconds from 0.01 to 300, e.g. 5 or 0.5".into(),
                     });
                 }
             },
         };
         Ok(Self {
-            model: get("DEEP_RESEARCH_MODEL")
+            model: vars
+                .get("DEEP_RESEARCH_MODEL")
                 .map(|m| m.trim().to_string())
                 .unwrap_or_else(|| DEFAULT_RESEARCH_MODEL.into()),
             poll_interval: Duration::from_secs_f64(poll),
-            max_wait: Duration::from_secs(parse_int(
-                get("FILE_AGENT_RESEARCH_TIMEOUT"),
+            max_wait: vars.seconds(
                 "FILE_AGENT_RESEARCH_TIMEOUT",
                 DEFAULT_RESEARCH_TIMEOUT_SECS,
                 1..=7200,
-                "whole seconds from 1 to 7200",
-            )?),
+            )?,
         })
     }
 }
@@ -200,13 +199,13 @@ mod tests {
 
     #[test]
     fn url_settings_parse_and_reject_bad_networks() {
-        let config = UrlFetchConfig::from_lookup(&lookup(&[
+        let config = UrlFetchConfig::from_vars(&Vars::new(&lookup(&[
             (
                 "FILE_AGENT_URL_ALLOWED_HOSTS",
                 "S3.example.com, *.minio.local",
             ),
             ("FILE_AGENT_URL_ALLOWED_NETWORKS", "10.0.0.0/8, fd00::/8"),
-        ]))
+        ])))
         .unwrap();
         assert_eq!(
             config.allowed_hosts,
@@ -214,10 +213,10 @@ mod tests {
         );
         assert_eq!(config.allowed_networks.len(), 2);
         assert_eq!(config.max_redirects, DEFAULT_URL_MAX_REDIRECTS);
-        let error = UrlFetchConfig::from_lookup(&lookup(&[(
+        let error = UrlFetchConfig::from_vars(&Vars::new(&lookup(&[(
             "FILE_AGENT_URL_ALLOWED_NETWORKS",
             "10.0.0.0/8,intranet",
-        )]))
+        )])))
         .unwrap_err();
         assert_eq!(error.var, "FILE_AGENT_URL_ALLOWED_NETWORKS");
     }
@@ -225,12 +224,14 @@ mod tests {
     #[test]
     fn research_polling_takes_fractions_and_refuses_zero() {
         let config =
-            ResearchConfig::from_lookup(&lookup(&[("FILE_AGENT_RESEARCH_POLL", "0.05")])).unwrap();
+            ResearchConfig::from_vars(&Vars::new(&lookup(&[("FILE_AGENT_RESEARCH_POLL", "0.05")])))
+                .unwrap();
         assert_eq!(config.poll_interval, Duration::from_millis(50));
         assert_eq!(config.model, DEFAULT_RESEARCH_MODEL);
         assert_eq!(config.max_wait, Duration::from_secs(600));
         let error =
-            ResearchConfig::from_lookup(&lookup(&[("FILE_AGENT_RESEARCH_POLL", "0")])).unwrap_err();
+            ResearchConfig::from_vars(&Vars::new(&lookup(&[("FILE_AGENT_RESEARCH_POLL", "0")])))
+                .unwrap_err();
         assert_eq!(error.var, "FILE_AGENT_RESEARCH_POLL");
     }
 }

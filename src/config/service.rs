@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{ConfigError, MIB, ResearchConfig, SandboxConfig, UrlFetchConfig, parse_int};
+use super::{ConfigError, ResearchConfig, SandboxConfig, UrlFetchConfig, Vars};
 
 /// `FILE_AGENT_LISTEN`: where the HTTP server listens.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
@@ -231,222 +231,26 @@ impl Config {
 
     /// The configuration from any lookup of variable names; empty values count as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
-        let sandbox = SandboxConfig::from_lookup(&lookup)?;
-
-        let listen_value = get("FILE_AGENT_LISTEN").unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let listen: SocketAddr = listen_value.trim().parse().map_err(|_| ConfigError {
-            var: "FILE_AGENT_LISTEN",
-            value: listen_value.clone(),
-            expected: "an address and port, e.g. 0.0.0.0:8000 or 127.0.0.1:8000",
-        })?;
-        // These three default to values derived from the address served, filled in by
-        // `serve_at` below (and again once the listener is bound, since `--listen` and port 0
-        // are only known then).
-        let public_url = get("FILE_AGENT_PUBLIC_URL")
-            .map(|value| parse_url(value, "FILE_AGENT_PUBLIC_URL"))
-            .transpose()?;
-        let allowed_hosts = get("FILE_AGENT_ALLOWED_HOSTS").map(|value| {
-            (value.trim() != "*").then(|| {
-                value
-                    .split(',')
-                    .map(|host| host.trim().to_string())
-                    .filter(|host| !host.is_empty())
-                    .collect()
-            })
-        });
-        let allowed_origins = get("FILE_AGENT_ALLOWED_ORIGINS").map(|value| {
-            (value.trim() != "*").then(|| {
-                value
-                    .split(',')
-                    .map(|origin| origin.trim().trim_end_matches('/').to_string())
-                    .filter(|origin| !origin.is_empty())
-                    .collect()
-            })
-        });
-        let pinned = Pinned {
-            public_url: public_url.is_some(),
-            allowed_hosts: allowed_hosts.is_some(),
-            allowed_origins: allowed_origins.is_some(),
-        };
-        let public_url = public_url.unwrap_or_default();
-        let access_tokens = get("FILE_AGENT_ACCESS_TOKENS")
-            .map(|value| {
-                value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|token| !token.is_empty())
-                    .map(Secret::new)
-                    .collect()
-            })
-            .unwrap_or_default();
-
-        let llm = LlmConfig {
-            api_key: get("OPENAI_API_KEY").map(|key| Secret::new(key.trim())),
-            base_url: match get("OPENAI_BASE_URL") {
-                Some(value) => parse_url(value, "OPENAI_BASE_URL")?,
-                None => DEFAULT_OPENAI_BASE_URL.into(),
-            },
-            model: get("MODEL_NAME")
-                .map(|m| m.trim().to_string())
-                .unwrap_or_else(|| DEFAULT_MODEL.into()),
-            timeout: Duration::from_secs(parse_int(
-                get("FILE_AGENT_LLM_TIMEOUT"),
-                "FILE_AGENT_LLM_TIMEOUT",
-                DEFAULT_LLM_TIMEOUT_SECS,
-                1..=3600,
-                "whole seconds from 1 to 3600",
-            )?),
-            timeout_retries: parse_int(
-                get("FILE_AGENT_LLM_RETRIES"),
-                "FILE_AGENT_LLM_RETRIES",
-                DEFAULT_LLM_TIMEOUT_RETRIES,
-                0..=5,
-                "a count from 0 to 5",
-            )?,
-        };
-
-        let storage = match get("INTERNAL_API_URL") {
-            Some(internal) => {
-                let internal_url = parse_url(internal, "INTERNAL_API_URL")?;
-                let public_url = match get("PUBLIC_DOMAIN") {
-                    // The Python File Agent took a bare domain as well as a URL.
-                    Some(domain) if !domain.contains("://") => {
-                        parse_url(format!("https://{}", domain.trim()), "PUBLIC_DOMAIN")?
-                    }
-                    Some(url) => parse_url(url, "PUBLIC_DOMAIN")?,
-                    None => internal_url.clone(),
-                };
-                StorageConfig::OpenWebUi(OpenWebUiConfig {
-                    internal_url,
-                    public_url,
-                    api_key: get("OPENWEBUI_API_KEY").map(|key| Secret::new(key.trim())),
-                    forward_user_token: parse_bool(
-                        get("FILE_AGENT_FORWARD_USER_TOKEN"),
-                        "FILE_AGENT_FORWARD_USER_TOKEN",
-                        true,
-                    )?,
-                })
-            }
-            None => StorageConfig::Local(LocalStoreConfig {
-                data_dir: get("FILE_AGENT_DATA_DIR")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
-                public_url: public_url.clone(),
-            }),
-        };
-
-        let cores = std::thread::available_parallelism().map_or(2, usize::from);
-        let max_concurrent = parse_int(
-            get("FILE_AGENT_MAX_CONCURRENT"),
-            "FILE_AGENT_MAX_CONCURRENT",
-            cores,
-            1..=256,
-            "a count from 1 to 256",
-        )?;
-        let admission = AdmissionConfig {
-            max_concurrent,
-            queue_max: parse_int(
-                get("FILE_AGENT_QUEUE_MAX"),
-                "FILE_AGENT_QUEUE_MAX",
-                max_concurrent * 2,
-                0..=10_000,
-                "a count from 0 to 10000",
-            )?,
-            queue_timeout: Duration::from_secs(parse_int(
-                get("FILE_AGENT_QUEUE_TIMEOUT"),
-                "FILE_AGENT_QUEUE_TIMEOUT",
-                DEFAULT_QUEUE_TIMEOUT_SECS,
-                0..=3600,
-                "whole seconds from 0 to 3600",
-            )?),
-            call_timeout: Duration::from_secs(parse_int(
-                get("FILE_AGENT_CALL_TIMEOUT"),
-                "FILE_AGENT_CALL_TIMEOUT",
-                DEFAULT_CALL_TIMEOUT_SECS,
-                10..=86_400,
-                "whole seconds from 10 to 86400",
-            )?),
-        };
-
-        let data_dir = get("FILE_AGENT_DATA_DIR").unwrap_or_else(|| DEFAULT_DATA_DIR.into());
-        let audit = AuditConfig {
-            path: match get("FILE_AGENT_AUDIT_FILE") {
-                Some(value) if value.trim().eq_ignore_ascii_case("off") => None,
-                Some(value) => Some(PathBuf::from(value.trim())),
-                None => Some(PathBuf::from(&data_dir).join("audit.jsonl")),
-            },
-            stdout: parse_bool(
-                get("FILE_AGENT_AUDIT_STDOUT"),
-                "FILE_AGENT_AUDIT_STDOUT",
-                false,
-            )?,
-            include_code: parse_bool(get("FILE_AGENT_AUDIT_CODE"), "FILE_AGENT_AUDIT_CODE", true)?,
-            max_bytes: parse_int(
-                get("FILE_AGENT_AUDIT_MAX_MIB"),
-                "FILE_AGENT_AUDIT_MAX_MIB",
-                DEFAULT_AUDIT_MAX_MIB,
-                1..=100_000,
-                "MiB from 1 to 100000",
-            )? * MIB,
-        };
-
-        let transfer = TransferLimits {
-            max_bytes: parse_int(
-                get("FILE_AGENT_INPUT_MAX_MIB"),
-                "FILE_AGENT_INPUT_MAX_MIB",
-                DEFAULT_INPUT_MAX_MIB,
-                1..=4096,
-                "MiB from 1 to 4096",
-            )? * MIB,
-            timeout: Duration::from_secs(parse_int(
-                get("FILE_AGENT_DOWNLOAD_TIMEOUT"),
-                "FILE_AGENT_DOWNLOAD_TIMEOUT",
-                DEFAULT_DOWNLOAD_TIMEOUT_SECS,
-                1..=3600,
-                "whole seconds from 1 to 3600",
-            )?),
-        };
-
+        let vars = Vars::new(&lookup);
+        let data_dir = vars
+            .get("FILE_AGENT_DATA_DIR")
+            .map_or_else(|| PathBuf::from(DEFAULT_DATA_DIR), PathBuf::from);
+        let server = ServerConfig::from_vars(&vars)?;
+        let listen = server.listen;
         let mut config = Self {
-            sandbox,
-            server: ServerConfig {
-                listen,
-                public_url,
-                allowed_hosts: allowed_hosts.flatten(),
-                allowed_origins: allowed_origins.flatten(),
-                pinned,
-                access_tokens,
-                access_tokens_file: get("FILE_AGENT_ACCESS_TOKENS_FILE").map(PathBuf::from),
-                metrics_token: get("FILE_AGENT_METRICS_TOKEN").map(|t| Secret::new(t.trim())),
-                shutdown_grace: Duration::from_secs(parse_int(
-                    get("FILE_AGENT_SHUTDOWN_GRACE"),
-                    "FILE_AGENT_SHUTDOWN_GRACE",
-                    DEFAULT_SHUTDOWN_GRACE_SECS,
-                    0..=3600,
-                    "whole seconds from 0 to 3600",
-                )?),
-                reap_interval: match parse_int(
-                    get("FILE_AGENT_REAP_INTERVAL"),
-                    "FILE_AGENT_REAP_INTERVAL",
-                    DEFAULT_REAP_INTERVAL_SECS,
-                    0..=86_400,
-                    "whole seconds from 0 (off) to 86400",
-                )? {
-                    0 => None,
-                    secs => Some(Duration::from_secs(secs)),
-                },
-            },
-            llm,
-            storage,
-            transfer,
-            prompts_dir: get("FILE_AGENT_PROMPTS_DIR").map(PathBuf::from),
-            admission,
-            audit,
-            url_fetch: UrlFetchConfig::from_lookup(&get)?,
-            research: ResearchConfig::from_lookup(&get)?,
-            data_dir: PathBuf::from(data_dir),
+            sandbox: SandboxConfig::from_vars(&vars)?,
+            server,
+            llm: LlmConfig::from_vars(&vars)?,
+            storage: StorageConfig::from_vars(&vars, &data_dir)?,
+            transfer: TransferLimits::from_vars(&vars)?,
+            prompts_dir: vars.get("FILE_AGENT_PROMPTS_DIR").map(PathBuf::from),
+            admission: AdmissionConfig::from_vars(&vars)?,
+            audit: AuditConfig::from_vars(&vars, &data_dir)?,
+            url_fetch: UrlFetchConfig::from_vars(&vars)?,
+            research: ResearchConfig::from_vars(&vars)?,
+            data_dir,
         };
+        // The public URL, hosts and origins not set follow the address served.
         config.serve_at(listen);
         Ok(config)
     }
@@ -483,6 +287,199 @@ impl Config {
     }
 }
 
+impl ServerConfig {
+    /// The `FILE_AGENT_*` settings of the HTTP side. The public URL, hosts and origins that
+    /// the environment leaves unset are filled in by [`Config::serve_at`] (and again once the
+    /// listener is bound, since `--listen` and port 0 are only known then).
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        let listen_value = vars
+            .get("FILE_AGENT_LISTEN")
+            .unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen: SocketAddr = listen_value.trim().parse().map_err(|_| ConfigError {
+            var: "FILE_AGENT_LISTEN",
+            value: listen_value.clone(),
+            expected: "an address and port, e.g. 0.0.0.0:8000 or 127.0.0.1:8000".into(),
+        })?;
+        let public_url = url(vars, "FILE_AGENT_PUBLIC_URL")?;
+        let allowed_hosts = list_or_any(vars, "FILE_AGENT_ALLOWED_HOSTS", |host| host.to_string());
+        let allowed_origins = list_or_any(vars, "FILE_AGENT_ALLOWED_ORIGINS", |origin| {
+            origin.trim_end_matches('/').to_string()
+        });
+        let pinned = Pinned {
+            public_url: public_url.is_some(),
+            allowed_hosts: allowed_hosts.is_some(),
+            allowed_origins: allowed_origins.is_some(),
+        };
+        Ok(Self {
+            listen,
+            public_url: public_url.unwrap_or_default(),
+            allowed_hosts: allowed_hosts.flatten(),
+            allowed_origins: allowed_origins.flatten(),
+            pinned,
+            access_tokens: vars
+                .get("FILE_AGENT_ACCESS_TOKENS")
+                .map(|value| {
+                    value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|token| !token.is_empty())
+                        .map(Secret::new)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            access_tokens_file: vars.get("FILE_AGENT_ACCESS_TOKENS_FILE").map(PathBuf::from),
+            metrics_token: vars
+                .get("FILE_AGENT_METRICS_TOKEN")
+                .map(|t| Secret::new(t.trim())),
+            shutdown_grace: vars.seconds(
+                "FILE_AGENT_SHUTDOWN_GRACE",
+                DEFAULT_SHUTDOWN_GRACE_SECS,
+                0..=3600,
+            )?,
+            reap_interval: match vars.number(
+                "FILE_AGENT_REAP_INTERVAL",
+                DEFAULT_REAP_INTERVAL_SECS,
+                0..=86_400,
+                "whole seconds (0: off)",
+            )? {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
+        })
+    }
+}
+
+impl LlmConfig {
+    /// `OPENAI_API_KEY`, `OPENAI_BASE_URL`, `MODEL_NAME` and the request timeout and retries.
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            api_key: vars
+                .get("OPENAI_API_KEY")
+                .map(|key| Secret::new(key.trim())),
+            base_url: url(vars, "OPENAI_BASE_URL")?
+                .unwrap_or_else(|| DEFAULT_OPENAI_BASE_URL.into()),
+            model: vars
+                .get("MODEL_NAME")
+                .map(|m| m.trim().to_string())
+                .unwrap_or_else(|| DEFAULT_MODEL.into()),
+            timeout: vars.seconds("FILE_AGENT_LLM_TIMEOUT", DEFAULT_LLM_TIMEOUT_SECS, 1..=3600)?,
+            timeout_retries: vars.count(
+                "FILE_AGENT_LLM_RETRIES",
+                DEFAULT_LLM_TIMEOUT_RETRIES,
+                0..=5,
+            )?,
+        })
+    }
+}
+
+impl StorageConfig {
+    /// Open WebUI's files API when `INTERNAL_API_URL` is set, else the local store in
+    /// `data_dir` (whose public URL [`Config::serve_at`] fills in).
+    fn from_vars(vars: &Vars<'_>, data_dir: &std::path::Path) -> Result<Self, ConfigError> {
+        let Some(internal_url) = url(vars, "INTERNAL_API_URL")? else {
+            return Ok(StorageConfig::Local(LocalStoreConfig {
+                data_dir: data_dir.to_path_buf(),
+                public_url: String::new(),
+            }));
+        };
+        let public_url = match vars.get("PUBLIC_DOMAIN") {
+            // The Python File Agent took a bare domain as well as a URL.
+            Some(domain) if !domain.contains("://") => {
+                parse_url(format!("https://{}", domain.trim()), "PUBLIC_DOMAIN")?
+            }
+            Some(url) => parse_url(url, "PUBLIC_DOMAIN")?,
+            None => internal_url.clone(),
+        };
+        Ok(StorageConfig::OpenWebUi(OpenWebUiConfig {
+            internal_url,
+            public_url,
+            api_key: vars
+                .get("OPENWEBUI_API_KEY")
+                .map(|key| Secret::new(key.trim())),
+            forward_user_token: vars.flag("FILE_AGENT_FORWARD_USER_TOKEN", true)?,
+        }))
+    }
+}
+
+impl AdmissionConfig {
+    /// Slots (default: the CPU count), the queue and the call deadline.
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let max_concurrent = vars.count("FILE_AGENT_MAX_CONCURRENT", cores, 1..=256)?;
+        Ok(Self {
+            max_concurrent,
+            queue_max: vars.count("FILE_AGENT_QUEUE_MAX", max_concurrent * 2, 0..=10_000)?,
+            queue_timeout: vars.seconds(
+                "FILE_AGENT_QUEUE_TIMEOUT",
+                DEFAULT_QUEUE_TIMEOUT_SECS,
+                0..=3600,
+            )?,
+            call_timeout: vars.seconds(
+                "FILE_AGENT_CALL_TIMEOUT",
+                DEFAULT_CALL_TIMEOUT_SECS,
+                10..=86_400,
+            )?,
+        })
+    }
+}
+
+impl AuditConfig {
+    /// The `FILE_AGENT_AUDIT_*` settings; the file defaults to `audit.jsonl` in `data_dir`.
+    fn from_vars(vars: &Vars<'_>, data_dir: &std::path::Path) -> Result<Self, ConfigError> {
+        Ok(Self {
+            path: match vars.get("FILE_AGENT_AUDIT_FILE") {
+                Some(value) if value.trim().eq_ignore_ascii_case("off") => None,
+                Some(value) => Some(PathBuf::from(value.trim())),
+                None => Some(data_dir.join("audit.jsonl")),
+            },
+            stdout: vars.flag("FILE_AGENT_AUDIT_STDOUT", false)?,
+            include_code: vars.flag("FILE_AGENT_AUDIT_CODE", true)?,
+            max_bytes: vars.mib(
+                "FILE_AGENT_AUDIT_MAX_MIB",
+                DEFAULT_AUDIT_MAX_MIB,
+                1..=100_000,
+            )?,
+        })
+    }
+}
+
+impl TransferLimits {
+    /// The size and time caps on fetching one input file.
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            max_bytes: vars.mib("FILE_AGENT_INPUT_MAX_MIB", DEFAULT_INPUT_MAX_MIB, 1..=4096)?,
+            timeout: vars.seconds(
+                "FILE_AGENT_DOWNLOAD_TIMEOUT",
+                DEFAULT_DOWNLOAD_TIMEOUT_SECS,
+                1..=3600,
+            )?,
+        })
+    }
+}
+
+/// `var` as an absolute http(s) URL without a trailing slash, if set.
+fn url(vars: &Vars<'_>, var: &'static str) -> Result<Option<String>, ConfigError> {
+    vars.get(var).map(|value| parse_url(value, var)).transpose()
+}
+
+/// `var` as a comma-separated list, each item trimmed and passed through `item`; `Some(None)`
+/// for `*` (anything), `None` when unset.
+fn list_or_any(
+    vars: &Vars<'_>,
+    var: &str,
+    item: impl Fn(&str) -> String,
+) -> Option<Option<Vec<String>>> {
+    vars.get(var).map(|value| {
+        (value.trim() != "*").then(|| {
+            value
+                .split(',')
+                .map(|entry| item(entry.trim()))
+                .filter(|entry| !entry.is_empty())
+                .collect()
+        })
+    })
+}
+
 /// `http://<address>:<port>` of the address served; `localhost` when it is every address
 /// (`0.0.0.0`, `::`), which no browser can reach by that name.
 fn default_public_url(served: SocketAddr) -> String {
@@ -504,7 +501,7 @@ fn parse_url(value: String, var: &'static str) -> Result<String, ConfigError> {
         _ => Err(ConfigError {
             var,
             value,
-            expected: "an http:// or https:// URL, e.g. http://open-webui:8080",
+            expected: "an http:// or https:// URL, e.g. http://open-webui:8080".into(),
         }),
     }
 }
@@ -520,23 +517,6 @@ fn url_authority(url: &str) -> Option<String> {
     let url = reqwest::Url::parse(url).ok()?;
     let host = url.host_str()?.trim_matches(['[', ']']).to_string();
     Some(host)
-}
-
-fn parse_bool(
-    value: Option<String>,
-    var: &'static str,
-    default: bool,
-) -> Result<bool, ConfigError> {
-    match value.as_deref().map(|v| v.trim().to_ascii_lowercase()) {
-        None => Ok(default),
-        Some(v) if ["1", "true", "yes", "on"].contains(&v.as_str()) => Ok(true),
-        Some(v) if ["0", "false", "no", "off"].contains(&v.as_str()) => Ok(false),
-        Some(_) => Err(ConfigError {
-            var,
-            value: value.unwrap_or_default(),
-            expected: "true or false",
-        }),
-    }
 }
 
 #[cfg(test)]
