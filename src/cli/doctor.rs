@@ -34,21 +34,11 @@ pub(super) async fn doctor(config: SandboxConfig) -> anyhow::Result<ExitCode> {
             println!("image    FAIL  {image} is missing; build it with `file-agent image build`");
         }
     }
-    match &runtime {
-        None => println!(
-            "runtime  ok    the engine's default (runc); for a stronger boundary install gVisor and set SANDBOX_RUNTIME=runsc"
-        ),
-        Some(name) if diagnosis.runtimes.contains(name) => {
-            println!("runtime  ok    {name}")
-        }
-        Some(name) => {
-            problems += 1;
-            println!(
-                "runtime  FAIL  {name} is not registered with the engine (it has: {}); install it or unset SANDBOX_RUNTIME",
-                diagnosis.runtimes.join(", ")
-            );
-        }
+    let (ok, line) = runtime_line(runtime.as_deref(), &diagnosis.runtimes);
+    if !ok {
+        problems += 1;
     }
+    println!("runtime  {} {line}", if ok { "ok   " } else { "FAIL " });
     println!(
         "limits   ok    timeout {} s, memory {} MiB (no swap), {} CPU, {} pids, {} open files, /tmp {} MiB",
         limits.timeout.as_secs(),
@@ -72,4 +62,65 @@ pub(super) async fn doctor(config: SandboxConfig) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The runtime line: whether the configured runtime can run, and what to do about it.
+fn runtime_line(runtime: Option<&str>, registered: &[String]) -> (bool, String) {
+    let has_gvisor = registered.iter().any(|name| name == "runsc");
+    match runtime {
+        None if has_gvisor => (
+            true,
+            "the engine's default (runc); gVisor is registered too: set SANDBOX_RUNTIME=runsc for users you do not trust".into(),
+        ),
+        None => (
+            true,
+            "the engine's default (runc); for users you do not trust, install gVisor (scripts/bootstrap.sh does) and set SANDBOX_RUNTIME=runsc".into(),
+        ),
+        Some(name) if registered.iter().any(|known| known == name) => (
+            true,
+            if name == "runsc" {
+                "runsc (gVisor)".into()
+            } else {
+                name.to_string()
+            },
+        ),
+        Some(name) => (
+            false,
+            format!(
+                "{name} is not registered with the engine (it has: {}); {}",
+                registered.join(", "),
+                if name == "runsc" {
+                    "scripts/bootstrap.sh installs gVisor and registers it, or unset SANDBOX_RUNTIME"
+                } else {
+                    "register it in /etc/docker/daemon.json, or unset SANDBOX_RUNTIME"
+                }
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_line_says_what_to_do() {
+        let both = ["runc".to_string(), "runsc".to_string()];
+        let runc = ["runc".to_string()];
+        let (ok, line) = runtime_line(None, &both);
+        assert!(ok && line.contains("gVisor is registered"), "{line}");
+        let (ok, line) = runtime_line(None, &runc);
+        assert!(ok && line.contains("install gVisor"), "{line}");
+        assert_eq!(
+            runtime_line(Some("runsc"), &both),
+            (true, "runsc (gVisor)".into())
+        );
+        let (ok, line) = runtime_line(Some("runsc"), &runc);
+        assert!(!ok && line.contains("scripts/bootstrap.sh"), "{line}");
+        let (ok, line) = runtime_line(Some("kata"), &both);
+        assert!(
+            !ok && line.contains("it has: runc, runsc") && line.contains("daemon.json"),
+            "{line}"
+        );
+    }
 }
