@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::common::with_timeout;
 use crate::fakes::openai::{FakeOpenAi, Reply};
-use crate::mcp_server::{TestServer, call, llm_script};
+use crate::mcp_server::{TestServer, call, llm_script, python_sdk};
 
 const CODE: &str = "import shutil\nshutil.copy(input_file_path, 'copy.csv')\nprint('copied')";
 
@@ -182,17 +182,7 @@ async fn the_client_and_request_id_are_what_the_call_carries_or_null() {
 
     // The official Python SDK: its identity reaches the call as `_meta` when it speaks the
     // stateless protocol, else only its HTTP User-Agent does.
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/python_client.py");
-    let output = with_timeout(
-        tokio::process::Command::new("python3")
-            .arg(&script)
-            .arg(format!("{}/mcp", server.url))
-            .args(["--client-name", "sdk-audit-test"])
-            .output(),
-    )
-    .await
-    .unwrap();
+    let output = python_sdk(&server.url, &["--client-name", "sdk-audit-test"]).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

@@ -975,19 +975,26 @@ async fn the_stdio_transport_initializes_lists_and_calls() {
     assert_eq!(sandbox.leftovers().await.unwrap(), 0);
 }
 
-#[tokio::test]
-async fn the_official_python_sdk_lists_and_calls_the_tools() {
-    let server = TestServer::start(&[]).await;
+/// Runs the official MCP Python SDK's client (`tests/sdk/python_client.py`) against the server
+/// at `url`, with `args` after the endpoint.
+pub async fn python_sdk(url: &str, args: &[&str]) -> std::process::Output {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/python_client.py");
-    let output = with_timeout(
+    with_timeout(
         tokio::process::Command::new("python3")
             .arg(&script)
-            .arg(format!("{}/mcp", server.url))
+            .arg(format!("{url}/mcp"))
+            .args(args)
             .output(),
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_official_python_sdk_lists_and_calls_the_tools() {
+    let server = TestServer::start(&[]).await;
+    let output = python_sdk(&server.url, &[]).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
