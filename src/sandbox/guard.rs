@@ -1,7 +1,7 @@
 //! Ownership of one container: [`ContainerGuard`] removes it on every path. Removal through
-//! [`ContainerGuard::remove`] is the normal path; `Drop` is the fallback for a panic or a dropped
-//! future (a client that cancelled), and spawns the removal on the sandbox's task tracker so that
-//! shutdown can wait for it.
+//! [`ContainerGuard::remove`] waits for it; `Drop` spawns the removal on the sandbox's task
+//! tracker so that shutdown can wait for it, which serves a panic, a dropped future (a client
+//! that cancelled), and [`ContainerGuard::remove_in_background`] after an attempt's result.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,6 +55,12 @@ impl ContainerGuard {
         self.live.fetch_sub(1, Ordering::SeqCst);
         result
     }
+
+    /// Removes the container in the background, on the sandbox's task tracker (so shutdown
+    /// waits for it); a failure is logged and left to the reaper. What `Drop` does, on purpose.
+    pub(crate) fn remove_in_background(self) {
+        drop(self);
+    }
 }
 
 impl Drop for ContainerGuard {
@@ -70,7 +76,7 @@ impl Drop for ContainerGuard {
                 self.tracker.spawn_on(
                     async move {
                         if let Err(error) = remove_container(&docker, &id).await {
-                            tracing::error!(container = %id, %error, "could not remove a dropped sandbox container; `file-agent reap` will");
+                            tracing::error!(container = %id, %error, "could not remove a sandbox container; `file-agent reap` will");
                         }
                         live.fetch_sub(1, Ordering::SeqCst);
                     },

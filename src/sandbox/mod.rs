@@ -465,13 +465,8 @@ impl Runner for Sandbox {
             .await;
         let container_id = guard.id().to_string();
         // The result is whole: the container goes while the caller reads it. The tracker holds
-        // the removal, so shutdown (and `file-agent run`) still waits for it; a failure is
-        // logged and left to the reaper.
-        self.launcher.tracker.spawn(async move {
-            if let Err(error) = guard.remove().await {
-                tracing::error!(%error, "could not remove a finished sandbox container; the reaper will");
-            }
-        });
+        // the removal, so shutdown (and `file-agent run`) still waits for it.
+        guard.remove_in_background();
         timings.total = started.elapsed();
         let ended = ended?;
         let (status, exit_code, message) = classify(&ended.summary(), &self.config().limits);

@@ -268,18 +268,9 @@ impl Shared {
                 return Some(candidate.started);
             }
             self.replaced.fetch_add(1, Ordering::Relaxed);
-            self.discard(candidate.started);
+            candidate.started.guard.remove_in_background();
         }
         None
-    }
-
-    /// Removes an unused container in the background.
-    fn discard(&self, started: Started) {
-        self.launcher.tracker.spawn(async move {
-            if let Err(error) = started.guard.remove().await {
-                tracing::warn!(%error, "could not remove a stale warm container");
-            }
-        });
     }
 
     /// Removes the ready containers that have waited `max_idle`; returns when the oldest of
@@ -293,7 +284,7 @@ impl Shared {
         {
             if let Some(stale) = state.ready.pop_front() {
                 self.replaced.fetch_add(1, Ordering::Relaxed);
-                self.discard(stale.started);
+                stale.started.guard.remove_in_background();
             }
         }
         state
