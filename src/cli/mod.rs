@@ -251,9 +251,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let args = bench::BenchArgs {
                 runs: runs.max(1),
                 throughput,
-                concurrency: concurrency
-                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-                    .max(1),
+                concurrency: concurrency.unwrap_or_else(bench::cpus).max(1),
                 mcp: !no_mcp,
             };
             bench::bench(config, args).await
@@ -268,15 +266,12 @@ async fn reap(
     instance: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let longest_life = crate::sandbox::longest_life(&config);
-    let sandbox = Sandbox::connect(config).await?;
     let scope = match (all, older_than) {
         (true, _) => ReapScope::All,
         (false, Some(seconds)) => ReapScope::OlderThan(Duration::from_secs(seconds)),
-        (false, None) => ReapScope::Safe {
-            longest_life,
-            stopped_for: crate::sandbox::STOPPED_GRACE,
-        },
+        (false, None) => ReapScope::safe(&config),
     };
+    let sandbox = Sandbox::connect(config).await?;
     let report = sandbox.reap(&ReapFilter { scope, instance }).await?;
     println!("removed {} container(s)", report.containers);
     let running = report.left_warm + report.left_running;

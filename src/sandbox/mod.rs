@@ -114,6 +114,17 @@ pub enum ReapScope {
     OlderThan(Duration),
 }
 
+impl ReapScope {
+    /// [`ReapScope::Safe`] for containers made with `config`: running ones past
+    /// [`longest_life`], stopped ones after [`STOPPED_GRACE`].
+    pub fn safe(config: &SandboxConfig) -> Self {
+        Self::Safe {
+            longest_life: longest_life(config),
+            stopped_for: STOPPED_GRACE,
+        }
+    }
+}
+
 /// Which leftovers [`Sandbox::reap`] removes.
 #[derive(Debug, Clone)]
 pub struct ReapFilter {

@@ -75,10 +75,7 @@ pub enum StartError {
 /// instance is stable per host and data folder).
 async fn reap_leftovers(sandbox: &Sandbox, at_start: bool) {
     let mut filters = vec![ReapFilter {
-        scope: ReapScope::Safe {
-            longest_life: crate::sandbox::longest_life(sandbox.config()),
-            stopped_for: crate::sandbox::STOPPED_GRACE,
-        },
+        scope: ReapScope::safe(sandbox.config()),
         instance: None,
     }];
     if at_start {
