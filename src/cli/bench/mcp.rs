@@ -37,6 +37,8 @@ impl McpServer {
             "FILE_AGENT_ACCESS_TOKENS",
             "FILE_AGENT_ACCESS_TOKENS_FILE",
             "FILE_AGENT_AUDIT_FILE",
+            // Derived from the address bound below, by `serve_at`.
+            "FILE_AGENT_PUBLIC_URL",
         ] {
             vars.remove(private);
         }
@@ -47,9 +49,9 @@ impl McpServer {
                 "FILE_AGENT_DATA_DIR".into(),
                 data.path().display().to_string(),
             ),
-            ("FILE_AGENT_PUBLIC_URL".into(), format!("http://{address}")),
         ]);
-        let config = Config::from_lookup(|name| vars.get(name).cloned())?;
+        let mut config = Config::from_lookup(|name| vars.get(name).cloned())?;
+        config.serve_at(address);
         let tools = crate::server::build_tools(&config).await?;
         let shutdown = CancellationToken::new();
         let served = {
@@ -77,14 +79,7 @@ impl McpServer {
 
     /// Waits until the pool (if any) is full, so that a call finds it as a quiet server would.
     pub(super) async fn settle(&self) {
-        while self
-            .tools
-            .sandbox()
-            .pool_stats()
-            .is_some_and(|pool| pool.ready < pool.target)
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        super::settle(self.tools.sandbox()).await;
     }
 
     /// One `run_python` call of `script`: its round trip.

@@ -58,14 +58,13 @@ pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Res
     let warm = Sandbox::connect(config.clone())
         .await?
         .with_warm_pool(1, BENCH_MAX_IDLE);
-    let runtime = config.runtime.clone();
-    let runtime = runtime.as_deref();
+    let runtime = config.runtime.as_deref();
     let mut probe = Probe::start(&image, runtime, &instance, args.concurrency, SCRIPT).await?;
     let cancel = CancellationToken::new();
     eprintln!(
         "file-agent bench: {} runs of each, image {image}, runtime {}, {} CPUs",
         args.runs,
-        config.runtime.as_deref().unwrap_or("default"),
+        runtime.unwrap_or("default"),
         cpus()
     );
 
@@ -200,7 +199,6 @@ async fn throughput(
     cancel: &CancellationToken,
 ) -> anyhow::Result<Rate> {
     settle(sandbox).await;
-    let sandbox = Arc::new(sandbox.clone());
     let left = Arc::new(std::sync::atomic::AtomicUsize::new(args.throughput));
     let before = CpuClock::now();
     let started = Instant::now();
@@ -225,7 +223,7 @@ async fn throughput(
     for worker in workers {
         worker.await??;
     }
-    settle(&sandbox).await;
+    settle(sandbox).await;
     Ok(Rate::of(args.throughput, started.elapsed(), before))
 }
 
@@ -259,7 +257,7 @@ impl CpuClock {
     }
 }
 
-fn cpus() -> usize {
+pub(super) fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 

@@ -8,6 +8,7 @@
 # Reads one line `script <JSON string>`, answers `ready`, then one command per line, one float
 # (seconds) per answer. Not part of the sandbox: `file-agent bench` starts it with the docker CLI.
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -61,22 +62,18 @@ def main():
             f"exec(compile(open({SCRIPT!r}).read(), {SCRIPT!r}, 'exec'))\n"
         )
     code = compile(source, SCRIPT, "exec")
-    with open(os.devnull, "w") as quiet:
-        saved, sys.stdout = sys.stdout, quiet
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
         limit(code)  # imports what the script imports, once
-        sys.stdout = saved
     print("ready", flush=True)
     for command in sys.stdin:
         words = command.split()
-        with open(os.devnull, "w") as quiet:
-            saved, sys.stdout = sys.stdout, quiet
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             if words[0] == "limit":
                 took = limit(code)
             elif words[0] == "subprocess":
                 took = one_subprocess()
             else:
                 took = throughput(int(words[1]), int(words[2]))
-            sys.stdout = saved
         print(took, flush=True)
 
 
