@@ -20,8 +20,6 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-pub use crate::time::rfc3339_now;
-
 use crate::config::AuditConfig;
 
 /// `prev` of the first line of a new chain.
@@ -433,7 +431,7 @@ pub fn describe(record: &Record) -> String {
 /// `text` with every control character (C0, DEL, C1: terminal escapes, line breaks) and every
 /// bidirectional formatting character (which can reorder what a reader sees) written as a
 /// `\u{..}` escape.
-pub fn printable(text: &str) -> String {
+fn printable(text: &str) -> String {
     let mut shown = String::with_capacity(text.len());
     for c in text.chars() {
         let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
@@ -481,7 +479,7 @@ mod tests {
 
     fn record(tool: &str) -> Record {
         Record {
-            time: rfc3339_now(),
+            time: crate::time::rfc3339_now(),
             caller: CallInfo {
                 tool: tool.into(),
                 ..CallInfo::default()

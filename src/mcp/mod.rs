@@ -277,17 +277,13 @@ fn call_info(
     tool: &str,
     context: &RequestContext<RoleServer>,
 ) -> CallInfo {
+    let capped = |text: &str| -> String { text.chars().take(CALLER_FIELD_MAX_CHARS).collect() };
     let parts = context.extensions.get::<http::request::Parts>();
     let header = |name: &str| {
         parts
             .and_then(|parts| parts.headers.get(name))
             .and_then(|value| value.to_str().ok())
-            .map(|value| {
-                value
-                    .chars()
-                    .take(CALLER_FIELD_MAX_CHARS)
-                    .collect::<String>()
-            })
+            .map(capped)
     };
     let handshake = match parts {
         Some(_) => None,
@@ -300,12 +296,7 @@ fn call_info(
         .meta
         .client_info()
         .or(handshake)
-        .map(|info| {
-            format!("{}/{}", info.name, info.version)
-                .chars()
-                .take(CALLER_FIELD_MAX_CHARS)
-                .collect()
-        })
+        .map(|info| capped(&format!("{}/{}", info.name, info.version)))
         .or_else(|| header("user-agent"));
     CallInfo {
         call: call.to_string(),

@@ -356,7 +356,7 @@ impl Tools {
             .as_ref()
             .is_some_and(|audit| audit.includes_code());
         Record {
-            time: crate::audit::rfc3339_now(),
+            time: crate::time::rfc3339_now(),
             caller,
             author: match author {
                 Author::Model => "model",
