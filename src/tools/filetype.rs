@@ -5,7 +5,7 @@
 //! ([`untrusted_zip`](super::untrusted_zip)) and check structure ([`ooxml`]);
 //! neither loads a sheet's cells or a document's text into memory.
 
-use super::ooxml::{self, Kind};
+use super::ooxml;
 use super::untrusted_zip::{Archive, ZipLimits};
 
 /// A file type `generate_file` makes and `modify_file` changes.
@@ -97,11 +97,7 @@ pub fn validate(file_type: FileType, bytes: &[u8]) -> Result<(), String> {
     if bytes.is_empty() {
         return Err("the file is empty".into());
     }
-    let kind = match file_type {
-        FileType::Excel => Kind::Workbook,
-        FileType::Docx => Kind::Document,
-    };
-    ooxml::check(bytes, kind).map_err(|error| {
+    ooxml::check(bytes, file_type).map_err(|error| {
         if error.is_limit() {
             format!(
                 "{error}. Make the file smaller: fewer rows and cells, no repeated filler, or split the data over several files"
@@ -115,19 +111,7 @@ pub fn validate(file_type: FileType, bytes: &[u8]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn zip_with(entries: &[(&str, &str)]) -> Vec<u8> {
-        let mut buffer = std::io::Cursor::new(Vec::new());
-        let mut writer = zip::ZipWriter::new(&mut buffer);
-        for (name, content) in entries {
-            writer
-                .start_file(*name, zip::write::SimpleFileOptions::default())
-                .unwrap();
-            std::io::Write::write_all(&mut writer, content.as_bytes()).unwrap();
-        }
-        writer.finish().unwrap();
-        buffer.into_inner()
-    }
+    use crate::tools::untrusted_zip::zip_with;
 
     #[test]
     fn detects_by_content_not_name() {

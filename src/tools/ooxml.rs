@@ -20,6 +20,7 @@ use quick_xml::XmlVersion;
 use quick_xml::events::{BytesStart, Event};
 use thiserror::Error;
 
+use super::filetype::FileType;
 use super::untrusted_zip::{Archive, ZipError, ZipLimits};
 use crate::config::MIB;
 
@@ -38,32 +39,23 @@ const OFFICE_DOCUMENT: [&str; 2] = [
 /// Root elements a workbook's sheet part may have.
 const SHEET_ROOTS: [&str; 4] = ["worksheet", "chartsheet", "dialogsheet", "macrosheet"];
 
-/// The two package kinds file-agent makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// An .xlsx workbook.
-    Workbook,
-    /// A .docx document.
-    Document,
-}
-
-impl Kind {
-    fn main_content_type(self) -> &'static str {
-        match self {
-            Self::Workbook => {
-                "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"
-            }
-            Self::Document => {
-                "application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"
-            }
+/// The content type of the main part of a package of `kind`.
+fn main_content_type(kind: FileType) -> &'static str {
+    match kind {
+        FileType::Excel => {
+            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"
+        }
+        FileType::Docx => {
+            "application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"
         }
     }
+}
 
-    fn application(self) -> &'static str {
-        match self {
-            Self::Workbook => "Excel",
-            Self::Document => "Word",
-        }
+/// The application that opens a package of `kind`.
+fn application(kind: FileType) -> &'static str {
+    match kind {
+        FileType::Excel => "Excel",
+        FileType::Docx => "Word",
     }
 }
 
@@ -90,27 +82,22 @@ fn structure(message: impl Into<String>) -> PackageError {
 }
 
 /// Checks that `bytes` is a package of `kind` that its application can open.
-pub fn check(bytes: &[u8], kind: Kind) -> Result<(), PackageError> {
+pub fn check(bytes: &[u8], kind: FileType) -> Result<(), PackageError> {
     let archive = Archive::open(bytes, ZipLimits::OFFICE)?;
-    if archive.find(CONTENT_TYPES).is_none() {
-        return Err(structure(format!(
-            "it has no {CONTENT_TYPES}, so {} cannot open it",
-            kind.application()
-        )));
-    }
-    let content_types = read_part(&archive, CONTENT_TYPES)?;
+    let content_types = read_required_part(
+        &archive,
+        CONTENT_TYPES,
+        &format!("{} cannot open it", application(kind)),
+    )?;
     let types = ContentTypes::parse(&content_types)?;
     let main = main_part(&archive)?;
     match types.of(&main) {
-        Some(found) if found == kind.main_content_type() => {}
+        Some(found) if found == main_content_type(kind) => {}
         Some(found) => {
             return Err(structure(format!(
                 "its main part {main} is of type {found}, not {}; save it as a plain .{} file",
-                kind.main_content_type(),
-                match kind {
-                    Kind::Workbook => "xlsx",
-                    Kind::Document => "docx",
-                }
+                main_content_type(kind),
+                kind.extension()
             )));
         }
         None => {
@@ -120,8 +107,8 @@ pub fn check(bytes: &[u8], kind: Kind) -> Result<(), PackageError> {
         }
     }
     let heads: Vec<String> = match kind {
-        Kind::Workbook => sheet_parts(&archive, &main)?,
-        Kind::Document => vec![main.clone()],
+        FileType::Excel => sheet_parts(&archive, &main)?,
+        FileType::Docx => vec![main.clone()],
     };
     let wanted: Vec<String> = heads.iter().map(|h| h.to_ascii_lowercase()).collect();
     let kept = archive.verify(
@@ -134,8 +121,8 @@ pub fn check(bytes: &[u8], kind: Kind) -> Result<(), PackageError> {
             .map(Vec::as_slice)
             .unwrap_or_default();
         match kind {
-            Kind::Workbook => check_sheet_head(part, head)?,
-            Kind::Document => check_document_head(part, head)?,
+            FileType::Excel => check_sheet_head(part, head)?,
+            FileType::Docx => check_document_head(part, head)?,
         }
     }
     Ok(())
@@ -144,6 +131,27 @@ pub fn check(bytes: &[u8], kind: Kind) -> Result<(), PackageError> {
 /// A part parsed whole, within [`MAX_PARSED_PART_BYTES`].
 fn read_part(archive: &Archive<'_>, name: &str) -> Result<Vec<u8>, PackageError> {
     Ok(archive.read(name, MAX_PARSED_PART_BYTES)?)
+}
+
+/// Part `name` read whole, as [`read_part`]; when the zip has no such part, the error is
+/// "it has no `name`, so `so`".
+fn read_required_part(
+    archive: &Archive<'_>,
+    name: &str,
+    so: &str,
+) -> Result<Vec<u8>, PackageError> {
+    if archive.find(name).is_none() {
+        return Err(structure(format!("it has no {name}, so {so}")));
+    }
+    read_part(archive, name)
+}
+
+/// The stored name of part `target`, which must be in the zip; `what` names it in the error.
+fn present_part(archive: &Archive<'_>, what: &str, target: &str) -> Result<String, PackageError> {
+    archive
+        .find(target)
+        .map(str::to_string)
+        .ok_or_else(|| structure(format!("{what} {target} is missing from the file")))
 }
 
 /// `[Content_Types].xml`: types by extension and by part.
@@ -247,25 +255,16 @@ fn resolve(base: &str, target: &str) -> String {
 
 /// The main part `_rels/.rels` names, which must be in the zip.
 fn main_part(archive: &Archive<'_>) -> Result<String, PackageError> {
-    if archive.find(ROOT_RELATIONSHIPS).is_none() {
-        return Err(structure(format!(
-            "it has no {ROOT_RELATIONSHIPS}, so nothing says where its content is"
-        )));
-    }
-    let xml = read_part(archive, ROOT_RELATIONSHIPS)?;
+    let xml = read_required_part(
+        archive,
+        ROOT_RELATIONSHIPS,
+        "nothing says where its content is",
+    )?;
     let main = relationships(&xml, ROOT_RELATIONSHIPS, "")?
         .into_iter()
         .find(|relation| OFFICE_DOCUMENT.contains(&relation.kind.as_str()))
         .ok_or_else(|| structure(format!("its {ROOT_RELATIONSHIPS} names no main part")))?;
-    archive
-        .find(&main.target)
-        .map(str::to_string)
-        .ok_or_else(|| {
-            structure(format!(
-                "its main part {} is missing from the file",
-                main.target
-            ))
-        })
+    present_part(archive, "its main part", &main.target)
 }
 
 /// The sheet parts `workbook` lists, each present in the zip; at least one.
@@ -305,12 +304,8 @@ fn sheet_parts(archive: &Archive<'_>, workbook: &str) -> Result<Vec<String>, Pac
     } else {
         format!("{folder}/_rels/{file}.rels")
     };
-    if archive.find(&rels_name).is_none() {
-        return Err(structure(format!(
-            "it has no {rels_name}, so its sheets cannot be found"
-        )));
-    }
-    let relations = relationships(&read_part(archive, &rels_name)?, &rels_name, folder)?;
+    let rels = read_required_part(archive, &rels_name, "its sheets cannot be found")?;
+    let relations = relationships(&rels, &rels_name, folder)?;
     sheet_ids
         .iter()
         .map(|id| {
@@ -318,15 +313,7 @@ fn sheet_parts(archive: &Archive<'_>, workbook: &str) -> Result<Vec<String>, Pac
                 .iter()
                 .find(|relation| &relation.id == id)
                 .ok_or_else(|| structure(format!("sheet {id} is not in {rels_name}")))?;
-            archive
-                .find(&relation.target)
-                .map(str::to_string)
-                .ok_or_else(|| {
-                    structure(format!(
-                        "the sheet part {} is missing from the file",
-                        relation.target
-                    ))
-                })
+            present_part(archive, "the sheet part", &relation.target)
         })
         .collect()
 }
@@ -419,7 +406,7 @@ fn walk_xml(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
+    use crate::tools::untrusted_zip::zip_with;
 
     const TYPES: &str = r#"<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>"#;
     const ROOT_RELS_XL: &str = r#"<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/></Relationships>"#;
@@ -428,19 +415,6 @@ mod tests {
     const WORKBOOK_RELS: &str = r#"<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="x/worksheet" Target="worksheets/sheet1.xml"/><Relationship Id="rId2" Type="x/worksheet" Target="/xl/worksheets/sheet2.xml"/></Relationships>"#;
     const SHEET: &str = r#"<?xml version="1.0"?><worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData><row r="1"><c r="A1"><v>1</v></c></row></sheetData></worksheet>"#;
     const DOCUMENT: &str = r#"<?xml version="1.0"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body><w:p><w:r><w:t>Hi</w:t></w:r></w:p></w:body></w:document>"#;
-
-    fn package(parts: &[(&str, &str)]) -> Vec<u8> {
-        let mut buffer = std::io::Cursor::new(Vec::new());
-        let mut writer = zip::ZipWriter::new(&mut buffer);
-        for (name, content) in parts {
-            writer
-                .start_file(*name, zip::write::SimpleFileOptions::default())
-                .unwrap();
-            writer.write_all(content.as_bytes()).unwrap();
-        }
-        writer.finish().unwrap();
-        buffer.into_inner()
-    }
 
     fn workbook_with(replace: &[(&str, &str)]) -> Vec<u8> {
         let mut parts = vec![
@@ -457,20 +431,20 @@ mod tests {
                 parts.push((name, content));
             }
         }
-        package(&parts)
+        zip_with(&parts)
     }
 
     #[test]
     fn a_workbook_and_a_document_with_their_parts_pass() {
-        assert_eq!(check(&workbook_with(&[]), Kind::Workbook), Ok(()));
-        let document = package(&[
+        assert_eq!(check(&workbook_with(&[]), FileType::Excel), Ok(()));
+        let document = zip_with(&[
             ("[Content_Types].xml", TYPES),
             ("_rels/.rels", ROOT_RELS_DOC),
             ("word/document.xml", DOCUMENT),
         ]);
-        assert_eq!(check(&document, Kind::Document), Ok(()));
-        assert!(check(&document, Kind::Workbook).is_err());
-        assert!(check(&workbook_with(&[]), Kind::Document).is_err());
+        assert_eq!(check(&document, FileType::Docx), Ok(()));
+        assert!(check(&document, FileType::Excel).is_err());
+        assert!(check(&workbook_with(&[]), FileType::Docx).is_err());
     }
 
     #[test]
@@ -499,10 +473,10 @@ mod tests {
                 "DTD",
             ),
         ] {
-            let error = check(&workbook_with(&[replace]), Kind::Workbook).unwrap_err();
+            let error = check(&workbook_with(&[replace]), FileType::Excel).unwrap_err();
             assert!(error.to_string().contains(words), "{replace:?}: {error}");
         }
-        let no_body = package(&[
+        let no_body = zip_with(&[
             ("[Content_Types].xml", TYPES),
             ("_rels/.rels", ROOT_RELS_DOC),
             (
@@ -511,7 +485,7 @@ mod tests {
             ),
         ]);
         assert!(
-            check(&no_body, Kind::Document)
+            check(&no_body, FileType::Docx)
                 .unwrap_err()
                 .to_string()
                 .contains("no body")

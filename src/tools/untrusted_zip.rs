@@ -346,23 +346,27 @@ impl<'a> Archive<'a> {
     }
 
     /// The entries' names, in directory order.
+    #[cfg(test)]
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|entry| entry.name.as_str())
     }
 
-    /// The stored name of the entry called `name` (ASCII case ignored), if there is one.
-    pub fn find(&self, name: &str) -> Option<&str> {
+    /// The entry called `name` (ASCII case ignored), if there is one.
+    fn entry(&self, name: &str) -> Option<&Entry> {
         self.index
             .get(&name.to_ascii_lowercase())
-            .map(|&at| self.entries[at].name.as_str())
+            .map(|&at| &self.entries[at])
+    }
+
+    /// The stored name of the entry called `name` (ASCII case ignored), if there is one.
+    pub fn find(&self, name: &str) -> Option<&str> {
+        self.entry(name).map(|entry| entry.name.as_str())
     }
 
     /// Inflates entry `name` whole; refused past `max` bytes (and the archive's caps).
     pub fn read(&self, name: &str, max: u64) -> Result<Vec<u8>, ZipError> {
         let entry = self
-            .index
-            .get(&name.to_ascii_lowercase())
-            .map(|&at| &self.entries[at])
+            .entry(name)
             .ok_or_else(|| damaged(format!("it has no part {name}")))?;
         let mut content = Vec::new();
         let mut total = 0;
@@ -450,8 +454,12 @@ impl<'a> Archive<'a> {
         };
         match entry.method {
             0 => {
+                // Stored data never exceeds a ratio of 1: the compressed bytes consumed once a
+                // chunk is read are the bytes up to its end.
+                let mut consumed: u64 = 0;
                 for chunk in data.chunks(INFLATE_BUFFER_BYTES) {
-                    count(chunk, produced_so_far(chunk, data))?;
+                    consumed += chunk.len() as u64;
+                    count(chunk, consumed)?;
                 }
             }
             _ => {
@@ -490,12 +498,6 @@ impl<'a> Archive<'a> {
         }
         Ok(())
     }
-}
-
-/// For a stored entry, the compressed bytes consumed once `chunk` is read are the bytes up to
-/// its end (stored data never exceeds a ratio of 1).
-fn produced_so_far(chunk: &[u8], data: &[u8]) -> u64 {
-    (chunk.as_ptr() as usize - data.as_ptr() as usize + chunk.len()) as u64
 }
 
 /// One central-directory entry, with its local header checked against it.
@@ -590,6 +592,23 @@ fn read_central_entry(cursor: &mut Cursor<'_>, bytes: &[u8]) -> Result<Entry, Zi
         declared_size,
         data_start: header.at,
     })
+}
+
+/// A zip of `entries` (name, text), written by the zip crate with its default options: the
+/// test fixture of the modules that read zips.
+#[cfg(test)]
+pub(crate) fn zip_with(entries: &[(&str, &str)]) -> Vec<u8> {
+    use std::io::Write;
+    let mut buffer = std::io::Cursor::new(Vec::new());
+    let mut writer = zip::ZipWriter::new(&mut buffer);
+    for (name, content) in entries {
+        writer
+            .start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap();
+        writer.write_all(content.as_bytes()).unwrap();
+    }
+    writer.finish().unwrap();
+    buffer.into_inner()
 }
 
 #[cfg(test)]

@@ -173,16 +173,9 @@ fn contains_utf16(bytes: &[u8], word: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A zip whose one entry, `entry`, holds `<x/>`.
     fn zip_with(entry: &str) -> Vec<u8> {
-        use std::io::Write;
-        let mut buffer = std::io::Cursor::new(Vec::new());
-        let mut writer = zip::ZipWriter::new(&mut buffer);
-        writer
-            .start_file(entry, zip::write::SimpleFileOptions::default())
-            .unwrap();
-        writer.write_all(b"<x/>").unwrap();
-        writer.finish().unwrap();
-        buffer.into_inner()
+        crate::tools::untrusted_zip::zip_with(&[(entry, "<x/>")])
     }
 
     #[test]
