@@ -16,10 +16,10 @@ use crate::mcp_server::{TestServer, call, env};
 
 const TOKEN: &str = "test-access-token-0123456789";
 
-/// A raw `initialize` POST to `/mcp` with `headers`; returns the status and the headers.
-async fn initialize(server: &TestServer, headers: &[(&str, &str)]) -> reqwest::Response {
+/// A raw `initialize` POST to `{url}/mcp` with `headers`; returns the status and the headers.
+pub(crate) async fn initialize(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
     let mut request = reqwest::Client::new()
-        .post(format!("{}/mcp", server.url))
+        .post(format!("{url}/mcp"))
         .header("accept", "application/json, text/event-stream")
         .json(&json!({
             "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -36,13 +36,17 @@ async fn initialize(server: &TestServer, headers: &[(&str, &str)]) -> reqwest::R
 async fn tokens_guard_mcp_and_uploads_but_not_downloads_or_health() {
     let server = TestServer::start(&env(&[("FILE_AGENT_ACCESS_TOKENS", TOKEN)])).await;
 
-    let missing = initialize(&server, &[]).await;
+    let missing = initialize(&server.url, &[]).await;
     assert_eq!(missing.status(), 401);
     assert_eq!(
         missing.headers()["www-authenticate"],
         "Bearer realm=\"file-agent\""
     );
-    let wrong = initialize(&server, &[("authorization", "Bearer not-the-token-at-all")]).await;
+    let wrong = initialize(
+        &server.url,
+        &[("authorization", "Bearer not-the-token-at-all")],
+    )
+    .await;
     assert_eq!(wrong.status(), 401);
     assert!(
         wrong.headers()["www-authenticate"]
@@ -52,13 +56,13 @@ async fn tokens_guard_mcp_and_uploads_but_not_downloads_or_health() {
     );
     let bearer = format!("Bearer {TOKEN}");
     assert_eq!(
-        initialize(&server, &[("authorization", &bearer)])
+        initialize(&server.url, &[("authorization", &bearer)])
             .await
             .status(),
         200
     );
     assert_eq!(
-        initialize(&server, &[("x-file-agent-key", TOKEN)])
+        initialize(&server.url, &[("x-file-agent-key", TOKEN)])
             .await
             .status(),
         200
@@ -147,19 +151,19 @@ async fn a_browser_origin_outside_the_allow_list_is_refused() {
     )]))
     .await;
     assert_eq!(
-        initialize(&server, &[("origin", "https://evil.example")])
+        initialize(&server.url, &[("origin", "https://evil.example")])
             .await
             .status(),
         403
     );
     assert_eq!(
-        initialize(&server, &[("origin", "https://chat.example.com")])
+        initialize(&server.url, &[("origin", "https://chat.example.com")])
             .await
             .status(),
         200
     );
     // Clients that are not browsers send no Origin.
-    assert_eq!(initialize(&server, &[]).await.status(), 200);
+    assert_eq!(initialize(&server.url, &[]).await.status(), 200);
 }
 
 #[tokio::test]

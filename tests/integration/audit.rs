@@ -12,7 +12,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::common::with_timeout;
+use crate::common::{until_warm, with_timeout};
 use crate::fakes::openai::{FakeOpenAi, Reply};
 use crate::mcp_server::{TestServer, call, llm_script, python_sdk};
 
@@ -39,12 +39,7 @@ async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks
     env.push(("SANDBOX_WARM".into(), "1".into()));
     let server = TestServer::start(&env).await;
     // The first attempt takes the warm container, once it is ready.
-    with_timeout(async {
-        while server.tools.sandbox().pool_stats().unwrap().ready < 1 {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    until_warm(server.tools.sandbox(), 1).await;
     let input = b"a,b\n1,2\n".to_vec();
     let id = server.upload("data.csv", input.clone()).await;
 
@@ -168,14 +163,6 @@ async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks
     );
 }
 
-/// The audit lines of `server` so far.
-fn audit_lines(server: &TestServer) -> Vec<Value> {
-    let text = std::fs::read_to_string(server.data_dir().join("audit.jsonl")).unwrap_or_default();
-    text.lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
-}
-
 #[tokio::test]
 async fn the_client_and_request_id_are_what_the_call_carries_or_null() {
     let server = TestServer::start(&[]).await;
@@ -189,7 +176,7 @@ async fn the_client_and_request_id_are_what_the_call_carries_or_null() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let lines = audit_lines(&server);
+    let lines = server.audit_lines();
     assert_eq!(lines.len(), 1, "{lines:?}");
     let client = lines[0]["client"].as_str().unwrap_or_default();
     if stdout.contains("handshake: discover") {
@@ -205,7 +192,7 @@ async fn the_client_and_request_id_are_what_the_call_carries_or_null() {
     let (is_error, text) = call(&client, "run_python", json!({"code": "print(1)"})).await;
     assert!(!is_error, "{text}");
     let _ = client.cancel().await;
-    let lines = audit_lines(&server);
+    let lines = server.audit_lines();
     assert_eq!(lines[1]["client"], Value::Null, "{}", lines[1]);
     assert!(lines[1]["request"].is_u64(), "{}", lines[1]);
 
@@ -225,7 +212,7 @@ async fn the_client_and_request_id_are_what_the_call_carries_or_null() {
     .await
     .unwrap();
     assert_eq!(response.status(), 200);
-    let lines = audit_lines(&server);
+    let lines = server.audit_lines();
     assert_eq!(lines[2]["request"], "req-7f", "{}", lines[2]);
     assert_eq!(lines[2]["client"], "raw-client/0.3", "{}", lines[2]);
     server.assert_nothing_left().await;

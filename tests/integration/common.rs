@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use file_agent::config::SandboxConfig;
-use file_agent::sandbox::{Sandbox, policy};
+use file_agent::sandbox::{Job, Outcome, Runner, Sandbox, SandboxError, policy};
 use sha2::Digest;
+use tokio_util::sync::CancellationToken;
 
 /// Every await in a test is bounded by this.
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -18,7 +19,6 @@ pub async fn with_timeout<F: std::future::Future>(future: F) -> F::Output {
         .expect("the test timed out")
 }
 
-/// A sandbox with the default configuration (so the real image), adjusted by the test.
 /// The OCI runtime a sandbox test runs under.
 #[derive(Clone, Copy, Debug)]
 pub enum Runtime {
@@ -38,6 +38,7 @@ impl Runtime {
     }
 }
 
+/// A sandbox with the default configuration (so the real image), adjusted by the test.
 pub struct TestSandbox(Sandbox);
 
 impl TestSandbox {
@@ -77,12 +78,7 @@ impl TestSandbox {
 
     /// Waits until the pool has `ready` containers ready.
     pub async fn until_warm(&self, ready: usize) {
-        with_timeout(async {
-            while self.0.pool_stats().expect("a pool").ready < ready {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await;
+        until_warm(&self.0, ready).await;
     }
 
     /// Asserts that this sandbox left no container, allowing a moment for removals started by
@@ -108,6 +104,59 @@ impl Deref for TestSandbox {
     fn deref(&self) -> &Sandbox {
         &self.0
     }
+}
+
+/// Waits until `sandbox`'s pool has `ready` containers ready.
+pub async fn until_warm(sandbox: &Sandbox, ready: usize) {
+    with_timeout(async {
+        while sandbox.pool_stats().expect("a pool").ready < ready {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// Runs `job` with its outputs in `out`, within [`TEST_TIMEOUT`].
+pub async fn run_job(sandbox: &Sandbox, job: Job, out: &std::path::Path) -> Outcome {
+    with_timeout(sandbox.run(job, out, &CancellationToken::new()))
+        .await
+        .unwrap()
+}
+
+/// Runs `script` with its outputs in a temporary folder, within [`TEST_TIMEOUT`].
+pub async fn run_script(sandbox: &Sandbox, script: &str) -> Outcome {
+    let out = tempfile::tempdir().unwrap();
+    let job = Job {
+        script: script.to_string(),
+        ..Job::default()
+    };
+    run_job(sandbox, job, out.path()).await
+}
+
+/// Starts `script` in the background; the handle gives the attempt's result when it ends.
+pub fn spawn_attempt(
+    sandbox: &Sandbox,
+    script: &str,
+) -> tokio::task::JoinHandle<Result<Outcome, SandboxError>> {
+    let (sandbox, script) = (sandbox.clone(), script.to_string());
+    tokio::spawn(async move {
+        let out = tempfile::tempdir().unwrap();
+        let job = Job {
+            script,
+            ..Job::default()
+        };
+        sandbox
+            .run(job, out.path(), &CancellationToken::new())
+            .await
+    })
+}
+
+/// `prefix-` and `hex_chars` random hex digits: an instance no other test shares.
+pub fn unique_instance(prefix: &str, hex_chars: usize) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..hex_chars]
+    )
 }
 
 pub fn fixture_path(name: &str) -> PathBuf {
@@ -153,6 +202,36 @@ pub async fn containers_of_instance(instance: &str) -> usize {
 /// How many containers of this instance are running.
 pub async fn running_containers_of_instance(instance: &str) -> usize {
     containers_where(instance, &[("status", "running")]).await
+}
+
+/// Waits (up to 30 s) until this instance has exactly `count` containers.
+pub async fn wait_for_containers(instance: &str, count: usize) {
+    wait_for(instance, count, false).await;
+}
+
+/// Waits (up to 30 s) until exactly `count` containers of this instance are running.
+pub async fn wait_for_running(instance: &str, count: usize) {
+    wait_for(instance, count, true).await;
+}
+
+async fn wait_for(instance: &str, count: usize, running: bool) {
+    let started = std::time::Instant::now();
+    loop {
+        let now = if running {
+            running_containers_of_instance(instance).await
+        } else {
+            containers_of_instance(instance).await
+        };
+        if now == count {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{instance}: never {count} {}containers",
+            if running { "running " } else { "" }
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn containers_where(instance: &str, more: &[(&str, &str)]) -> usize {

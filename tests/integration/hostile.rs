@@ -6,7 +6,7 @@
 
 use serde_json::json;
 
-use crate::common::with_timeout;
+use crate::common::{run_cli, with_timeout};
 use crate::fakes::openai::{FakeOpenAi, Reply};
 use crate::mcp_server::TestServer;
 
@@ -454,15 +454,9 @@ async fn audit_show_prints_no_terminal_escapes_from_a_hostile_client_or_code() {
         audit.contains("\\u001b"),
         "the hostile values are recorded: {audit}"
     );
-    let output = with_timeout(
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
-            .args(["audit", "show", file.to_str().unwrap()])
-            .output(),
-    )
-    .await
-    .unwrap();
-    assert!(output.status.success());
-    let shown = String::from_utf8_lossy(&output.stdout);
+    let output = run_cli(&["audit", "show", file.to_str().unwrap()], &[]).await;
+    assert_eq!(output.code, Some(0));
+    let shown = output.stdout;
     assert!(shown.contains("evil"), "{shown}");
     let control = shown.chars().find(|c| c.is_control() && *c != '\n');
     assert_eq!(

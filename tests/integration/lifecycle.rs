@@ -11,7 +11,9 @@ use rmcp::model::ClientConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::json;
 
-use crate::common::{containers_of_instance, running_containers_of_instance, with_timeout};
+use crate::common::{
+    containers_of_instance, unique_instance, wait_for_containers, wait_for_running, with_timeout,
+};
 use crate::mcp_server::call;
 
 /// A `file-agent serve` child process on a free port.
@@ -76,18 +78,6 @@ fn start_call(url: &str, code: &str) -> tokio::task::JoinHandle<Option<(bool, St
     })
 }
 
-async fn wait_for_containers(instance: &str, count: usize) {
-    let started = Instant::now();
-    while containers_of_instance(instance).await != count {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{instance}: never {count} containers"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The pool's takes, from the server's `/health`.
 /// The warm pool as the server's /health shows it.
 async fn served_pool(url: &str) -> serde_json::Value {
     let health: serde_json::Value = reqwest::get(format!("{url}/health"))
@@ -97,17 +87,6 @@ async fn served_pool(url: &str) -> serde_json::Value {
         .await
         .unwrap();
     health["warm_pool"].clone()
-}
-
-async fn wait_for_running(instance: &str, count: usize) {
-    let started = Instant::now();
-    while running_containers_of_instance(instance).await != count {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{instance}: never {count} running containers"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn signal(child: &tokio::process::Child, name: &str) {
@@ -120,14 +99,10 @@ async fn signal(child: &tokio::process::Child, name: &str) {
     assert!(status.success());
 }
 
-fn instance() -> String {
-    format!("life-{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
-}
-
 #[tokio::test]
 async fn sigterm_lets_a_running_call_finish_and_kills_one_past_the_grace() {
     let data = tempfile::tempdir().unwrap();
-    let name = instance();
+    let name = unique_instance("life", 10);
     let mut served = serve(
         Some(&name),
         data.path(),

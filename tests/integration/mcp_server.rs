@@ -15,7 +15,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::common::with_timeout;
+use crate::common::{unique_instance, with_timeout};
 use crate::fakes::dead_url;
 use crate::fakes::openai::{FakeOpenAi, Reply};
 use crate::fakes::openwebui::{ALICE, BOB, FakeOpenWebUi};
@@ -35,10 +35,7 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let mut vars: HashMap<String, String> = HashMap::from([
-            (
-                "SANDBOX_INSTANCE".into(),
-                format!("test-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
-            ),
+            ("SANDBOX_INSTANCE".into(), unique_instance("test", 12)),
             (
                 "FILE_AGENT_DATA_DIR".into(),
                 data.path().display().to_string(),
@@ -119,22 +116,36 @@ impl TestServer {
 
     /// Uploads to the local store, returning the file id.
     pub async fn upload(&self, name: &str, bytes: Vec<u8>) -> String {
-        let form = reqwest::multipart::Form::new().part(
-            "file",
-            reqwest::multipart::Part::bytes(bytes).file_name(name.to_string()),
-        );
-        let response = with_timeout(
-            reqwest::Client::new()
-                .post(format!("{}/files", self.url))
-                .multipart(form)
-                .send(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(response.status(), 201);
-        let body: Value = response.json().await.unwrap();
+        let body = upload_to(&self.url, name, bytes).await;
         body["id"].as_str().unwrap().to_string()
     }
+
+    /// The lines of this server's audit trail so far (none before the file exists).
+    pub fn audit_lines(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.data_dir().join("audit.jsonl")).unwrap_or_default();
+        text.lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+}
+
+/// Uploads to the server at `base` (multipart to `{base}/files`), asserting 201; returns the
+/// JSON reply.
+pub async fn upload_to(base: &str, name: &str, bytes: Vec<u8>) -> Value {
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(bytes).file_name(name.to_string()),
+    );
+    let response = with_timeout(
+        reqwest::Client::new()
+            .post(format!("{base}/files"))
+            .multipart(form)
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 201);
+    response.json().await.unwrap()
 }
 
 impl Drop for TestServer {
@@ -936,7 +947,7 @@ async fn only_allowed_host_names_reach_mcp() {
 async fn the_stdio_transport_initializes_lists_and_calls() {
     use rmcp::transport::TokioChildProcess;
     let data = tempfile::tempdir().unwrap();
-    let instance = format!("test-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let instance = unique_instance("test", 12);
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"));
     command
         .args(["serve", "--stdio"])

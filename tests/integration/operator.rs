@@ -4,10 +4,10 @@
 
 use std::process::Stdio;
 
-use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::common::with_timeout;
+use crate::common::{unique_instance, with_timeout};
+use crate::mcp_server::upload_to;
 
 /// The variables that would pin the address-derived settings, removed so the defaults show.
 const ADDRESS_VARIABLES: [&str; 5] = [
@@ -24,10 +24,7 @@ fn command(data: &std::path::Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"));
     command
         .current_dir(data)
-        .env(
-            "SANDBOX_INSTANCE",
-            format!("op-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]),
-        )
+        .env("SANDBOX_INSTANCE", unique_instance("op", 10))
         .env("FILE_AGENT_DATA_DIR", data)
         // No warm pool: these servers end by being killed, which would leave its containers
         // stopped until a later reap (lifecycle.rs tests that path).
@@ -42,22 +39,14 @@ fn command(data: &std::path::Path) -> tokio::process::Command {
     command
 }
 
-/// A raw `initialize` POST to `url` with an optional `Origin`; returns the status.
+/// The status of a raw `initialize` POST to `url`, with an `Origin` if given.
 async fn initialize(url: &str, origin: Option<&str>) -> u16 {
-    let mut request = reqwest::Client::new()
-        .post(format!("{url}/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .json(&json!({
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                       "clientInfo": {"name": "operator", "version": "1"}}
-        }));
-    if let Some(origin) = origin {
-        request = request.header("origin", origin);
-    }
-    with_timeout(request.send())
+    let headers: &[(&str, &str)] = match origin {
+        Some(origin) => &[("origin", origin)],
+        None => &[],
+    };
+    crate::access::initialize(url, headers)
         .await
-        .unwrap()
         .status()
         .as_u16()
 }
@@ -88,20 +77,7 @@ async fn links_hosts_and_origins_follow_the_address_served_with_listen_and_port_
     // Keep draining stderr so the server never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
-    let form = reqwest::multipart::Form::new().part(
-        "file",
-        reqwest::multipart::Part::bytes(b"a,b\n1,2\n".to_vec()).file_name("t.csv"),
-    );
-    let response = with_timeout(
-        reqwest::Client::new()
-            .post(format!("{url}/files"))
-            .multipart(form)
-            .send(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(response.status(), 201);
-    let body: Value = response.json().await.unwrap();
+    let body = upload_to(&url, "t.csv", b"a,b\n1,2\n".to_vec()).await;
     let link = body["url"].as_str().unwrap();
     assert!(
         link.starts_with(&format!("{url}/files/")),

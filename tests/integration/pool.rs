@@ -6,23 +6,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use file_agent::sandbox::{Job, Outcome, Runner, Status};
-use tokio_util::sync::CancellationToken;
+use file_agent::sandbox::{Job, Status};
 
-use crate::common::{TestSandbox, fixture_script, with_timeout};
+use crate::common::{
+    TestSandbox, fixture_script, run_job, run_script, spawn_attempt, with_timeout,
+};
 
 const IDLE: Duration = Duration::from_secs(300);
-
-async fn run(sandbox: &TestSandbox, script: &str) -> Outcome {
-    let out = tempfile::tempdir().unwrap();
-    let job = Job {
-        script: script.to_string(),
-        ..Job::default()
-    };
-    with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
-        .await
-        .unwrap()
-}
 
 #[tokio::test]
 async fn an_attempt_takes_a_warm_container_once_and_the_pool_refills() {
@@ -32,7 +22,7 @@ async fn an_attempt_takes_a_warm_container_once_and_the_pool_refills() {
         sandbox.until_warm(1).await;
         // The script sees the libraries already imported (the runner's preload) and leaves a
         // mark that a reused container would show to the next attempt.
-        let outcome = run(
+        let outcome = run_script(
             &sandbox,
             "import sys, os\nprint('preloaded', 'pandas' in sys.modules)\nprint('marks', os.listdir('/tmp'))\nopen('/tmp/mark', 'w').write('x')\nimport pandas\npandas.MARK = 1",
         )
@@ -69,7 +59,7 @@ async fn a_warm_container_left_idle_also_has_the_libraries_many_attempts_need() 
     let sandbox = TestSandbox::warm(1, IDLE, |_| {}).await;
     // Past the runner's idle delay (3 s) and the imports themselves.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let outcome = run(
+    let outcome = run_script(
         &sandbox,
         "import sys\nprint(all(m in sys.modules for m in ['openpyxl', 'docx', 'matplotlib.pyplot']))",
     )
@@ -85,7 +75,10 @@ async fn two_attempts_at_once_from_a_pool_of_one_each_get_their_own_container() 
     let sandbox = TestSandbox::warm(1, IDLE, |_| {}).await;
     // One takes the ready container; the other waits for the launch the take set off, or
     // starts a cold container when that would be quicker. Neither shares.
-    let (first, second) = tokio::join!(run(&sandbox, "print(1)"), run(&sandbox, "print(2)"));
+    let (first, second) = tokio::join!(
+        run_script(&sandbox, "print(1)"),
+        run_script(&sandbox, "print(2)")
+    );
     assert_eq!(first.status, Status::Ok, "{first:?}");
     assert_eq!(second.status, Status::Ok, "{second:?}");
     assert_ne!(first.container_id, second.container_id);
@@ -99,19 +92,7 @@ async fn two_attempts_at_once_from_a_pool_of_one_each_get_their_own_container() 
 #[tokio::test]
 async fn a_lone_attempt_is_not_slowed_by_its_refill_which_follows_it() {
     let sandbox = TestSandbox::warm(1, IDLE, |_| {}).await;
-    let attempt = {
-        let sandbox = sandbox.clone();
-        tokio::spawn(async move {
-            let out = tempfile::tempdir().unwrap();
-            let job = Job {
-                script: "import time\ntime.sleep(2)".to_string(),
-                ..Job::default()
-            };
-            sandbox
-                .run(job, out.path(), &CancellationToken::new())
-                .await
-        })
-    };
+    let attempt = spawn_attempt(&sandbox, "import time\ntime.sleep(2)");
     // While it runs alone, the pool does not start its replacement...
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let during = sandbox.pool_stats().unwrap();
@@ -134,12 +115,12 @@ async fn the_scripts_clock_starts_when_its_code_is_sent() {
     // limit.
     let sandbox = TestSandbox::warm(1, IDLE, |c| c.limits.timeout = Duration::from_secs(3)).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let outcome = run(&sandbox, "import time\ntime.sleep(2)\nprint('on time')").await;
+    let outcome = run_script(&sandbox, "import time\ntime.sleep(2)\nprint('on time')").await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     assert!(outcome.warm);
     // And a warm attempt is held to the limit like a cold one.
     sandbox.until_warm(1).await;
-    let outcome = run(&sandbox, &fixture_script("endless.py")).await;
+    let outcome = run_script(&sandbox, &fixture_script("endless.py")).await;
     assert_eq!(outcome.status, Status::Timeout, "{outcome:?}");
     assert!(outcome.warm);
     with_timeout(sandbox.shutdown()).await;
@@ -156,7 +137,7 @@ async fn a_container_that_waited_too_long_is_replaced_unused() {
     })
     .await;
     sandbox.until_warm(1).await;
-    let outcome = run(&sandbox, "print('fresh')").await;
+    let outcome = run_script(&sandbox, "print('fresh')").await;
     assert!(outcome.warm);
     with_timeout(sandbox.shutdown()).await;
     sandbox.assert_nothing_left().await;
@@ -175,9 +156,7 @@ async fn an_upload_larger_than_a_warm_container_holds_runs_cold() {
         }],
         ..Job::default()
     };
-    let outcome = with_timeout(sandbox.run(job, out.path(), &CancellationToken::new()))
-        .await
-        .unwrap();
+    let outcome = run_job(&sandbox, job, out.path()).await;
     eprintln!(
         "{:?} {:?} {}",
         outcome.status, outcome.timings, outcome.message

@@ -4,38 +4,22 @@
 
 use std::time::Duration;
 
-use file_agent::sandbox::{Job, ReapFilter, ReapScope, Runner};
-use tokio_util::sync::CancellationToken;
+use file_agent::sandbox::{ReapFilter, ReapScope};
 
 use crate::common::{
-    TestSandbox, containers_of_instance, fixture_script, run_cli, running_containers_of_instance,
-    with_timeout,
+    TestSandbox, containers_of_instance, fixture_script, run_cli, spawn_attempt, unique_instance,
+    wait_for_running, with_timeout,
 };
 
 #[tokio::test]
 async fn a_bare_reap_leaves_live_attempts_and_warm_containers_alone_and_says_so() {
-    let instance = format!("reap-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let instance = unique_instance("reap", 10);
     let named = |c: &mut file_agent::config::SandboxConfig| c.instance = Some(instance.clone());
     // A server's pool with one warm container, and a cold attempt under way.
     let pool = TestSandbox::warm(1, Duration::from_secs(300), named).await;
     let cold = TestSandbox::new(named).await;
-    let attempt = {
-        let cold = cold.clone();
-        tokio::spawn(async move {
-            let out = tempfile::tempdir().unwrap();
-            let job = Job {
-                script: fixture_script("endless.py"),
-                ..Job::default()
-            };
-            cold.run(job, out.path(), &CancellationToken::new()).await
-        })
-    };
-    with_timeout(async {
-        while running_containers_of_instance(&instance).await < 2 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    let attempt = spawn_attempt(&cold, &fixture_script("endless.py"));
+    wait_for_running(&instance, 2).await;
 
     let bare = run_cli(&["reap", "--instance", &instance], &[]).await;
     assert_eq!(bare.code, Some(0), "{}", bare.stderr);
@@ -88,25 +72,8 @@ async fn the_safe_scope_removes_what_stopped_and_what_outlived_any_live_containe
     assert!(!crate::common::container_exists(&never_started).await);
 
     // A running attempt is left until it is older than the longest life.
-    let running = {
-        let sandbox = sandbox.clone();
-        tokio::spawn(async move {
-            let out = tempfile::tempdir().unwrap();
-            let job = Job {
-                script: fixture_script("endless.py"),
-                ..Job::default()
-            };
-            sandbox
-                .run(job, out.path(), &CancellationToken::new())
-                .await
-        })
-    };
-    with_timeout(async {
-        while running_containers_of_instance(sandbox.instance()).await == 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    let running = spawn_attempt(&sandbox, &fixture_script("endless.py"));
+    wait_for_running(sandbox.instance(), 1).await;
     let report = sandbox
         .reap(&safe(Duration::from_secs(3600), Duration::ZERO))
         .await

@@ -9,7 +9,7 @@ use file_agent::sandbox::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{Runtime, TestSandbox, fixture_script, with_timeout};
+use crate::common::{Runtime, TestSandbox, fixture_script, run_job, with_timeout};
 
 /// Each hostile script runs under the engine's default runtime (runc) and under gVisor (runsc):
 /// `sandbox::runc::<test>` and `sandbox::runsc::<test>`.
@@ -52,12 +52,6 @@ on_each_runtime!(
     a_dropped_attempt_is_removed_by_its_guard,
     hostile_scripts_in_warm_containers_are_contained,
 );
-
-async fn run_job(sandbox: &TestSandbox, job: Job, out: &Path) -> Outcome {
-    with_timeout(sandbox.run(job, out, &CancellationToken::new()))
-        .await
-        .unwrap()
-}
 
 async fn run_fixture(sandbox: &TestSandbox, name: &str, out: &Path) -> Outcome {
     let job = Job {
