@@ -54,7 +54,8 @@ if ! command -v runsc >/dev/null 2>&1; then
   echo "bootstrap: installing gVisor (runsc)" >&2
   apt_install runsc
 fi
-if ! docker info --format '{{json .Runtimes}}' | grep -q '"runsc"'; then
+has_runsc() { docker info --format '{{json .Runtimes}}' | grep -q '"runsc"'; }
+if ! has_runsc; then
   daemon_json=/etc/docker/daemon.json
   echo "bootstrap: registering runsc in $daemon_json" >&2
   as_root python3 - "$daemon_json" "$(command -v runsc)" <<'PY'
@@ -69,9 +70,8 @@ with open(path + ".tmp", "w") as handle:
 os.replace(path + ".tmp", path)
 PY
   as_root pkill -HUP -x dockerd
-  for _ in $(seq 1 30); do docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' && break; sleep 1; done
-  docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' \
-    || { echo "bootstrap: the engine did not pick up runsc from $daemon_json (restart dockerd?)" >&2; exit 1; }
+  for _ in $(seq 1 30); do has_runsc && break; sleep 1; done
+  has_runsc || { echo "bootstrap: the engine did not pick up runsc from $daemon_json (restart dockerd?)" >&2; exit 1; }
 fi
 
 # cargo run (not ./target/...) so a CARGO_TARGET_DIR elsewhere works too.
