@@ -16,7 +16,7 @@ use thiserror::Error;
 pub const IMAGE_REPOSITORY: &str = "file-agent-sandbox";
 
 /// The files of `sandbox-image/`, compiled in. A unit test checks that none is missing.
-pub const CONTEXT: [(&str, &[u8]); 6] = [
+pub const CONTEXT: [(&str, &[u8]); 7] = [
     (
         "Dockerfile",
         include_bytes!("../../sandbox-image/Dockerfile"),
@@ -24,6 +24,10 @@ pub const CONTEXT: [(&str, &[u8]); 6] = [
     (
         "build-rootfs.sh",
         include_bytes!("../../sandbox-image/build-rootfs.sh"),
+    ),
+    (
+        "change_report.py",
+        include_bytes!("../../sandbox-image/change_report.py"),
     ),
     (
         "inspect_table.py",
