@@ -2,7 +2,8 @@
 # Everything file-agent needs on a fresh Debian/Ubuntu host, idempotent and quick when done:
 #   1. a Docker engine that answers (starts dockerd, installing docker.io if missing);
 #   2. debootstrap and pip, for the registry-free image build;
-#   3. the official MCP Python SDK (2.x), which a test uses to check compatibility;
+#   3. the official MCP Python SDK (2.x), which a test uses to check compatibility, and
+#      poppler-utils (pdftotext, pdfinfo), with which tests read back the PDFs file-agent makes;
 #   4. gVisor (Debian's runsc), registered with the engine as the runtime `runsc`;
 #   5. the sandbox image this checkout expects (built only if its tag is missing).
 # Needs root (or sudo) for steps 1, 2 and 4 on a fresh machine; later runs change nothing.
@@ -30,6 +31,11 @@ fi
 if ! command -v debootstrap >/dev/null 2>&1 && ! [ -x /usr/sbin/debootstrap ]; then
   echo "bootstrap: installing debootstrap" >&2
   apt_install debootstrap
+fi
+
+if ! command -v pdftotext >/dev/null 2>&1 || ! command -v pdfinfo >/dev/null 2>&1; then
+  echo "bootstrap: installing poppler-utils (tests read PDFs back with pdftotext)" >&2
+  apt_install poppler-utils
 fi
 
 if ! python3 -m pip --version >/dev/null 2>&1; then

@@ -9,7 +9,7 @@ use std::path::Path;
 use thiserror::Error;
 
 /// The built-in prompts, by their path under `prompts/`.
-const BUILT_IN: [(&str, &str); 18] = [
+const BUILT_IN: [(&str, &str); 21] = [
     (
         "create_excel.md",
         include_str!("../prompts/create_excel.md"),
@@ -20,6 +20,9 @@ const BUILT_IN: [(&str, &str); 18] = [
     ),
     ("create_docx.md", include_str!("../prompts/create_docx.md")),
     ("modify_docx.md", include_str!("../prompts/modify_docx.md")),
+    ("create_pptx.md", include_str!("../prompts/create_pptx.md")),
+    ("modify_pptx.md", include_str!("../prompts/modify_pptx.md")),
+    ("create_pdf.md", include_str!("../prompts/create_pdf.md")),
     ("retry.md", include_str!("../prompts/retry.md")),
     ("analyze.md", include_str!("../prompts/analyze.md")),
     (
@@ -100,6 +103,12 @@ pub struct Prompts {
     pub create_docx: String,
     /// System prompt: change a document with python-docx.
     pub modify_docx: String,
+    /// System prompt: a new presentation with python-pptx.
+    pub create_pptx: String,
+    /// System prompt: change a presentation with python-pptx.
+    pub modify_pptx: String,
+    /// System prompt: a new PDF with reportlab.
+    pub create_pdf: String,
     /// The message after a failed attempt (`{{attempt}}`, `{{max_attempts}}`, `{{error}}`).
     pub retry: String,
     /// Description of the `generate_file` tool.
@@ -176,6 +185,9 @@ impl Prompts {
             modify_excel: get("modify_excel.md")?,
             create_docx: get("create_docx.md")?,
             modify_docx: get("modify_docx.md")?,
+            create_pptx: get("create_pptx.md")?,
+            modify_pptx: get("modify_pptx.md")?,
+            create_pdf: get("create_pdf.md")?,
             retry: get("retry.md")?,
             tool_generate_file: get("tools/generate_file.md")?,
             tool_modify_file: get("tools/modify_file.md")?,
@@ -279,6 +291,9 @@ mod tests {
             prompts.create_docx.contains("python-docx") || prompts.create_docx.contains("docx")
         );
         assert!(prompts.modify_excel.contains("input_file_path"));
+        assert!(prompts.create_pptx.contains("python-pptx"));
+        assert!(prompts.modify_pptx.contains("input_file_path"));
+        assert!(prompts.create_pdf.contains("reportlab"));
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct Record {
     pub inputs: Vec<FileDigest>,
     /// The outputs the script wrote.
     pub outputs: Vec<FileDigest>,
+    /// For file-agent's own scripts (the table inspection, the change report of a
+    /// `modify_file`): the hex SHA-256 of what it printed, the report the caller was shown.
+    pub report_sha256: Option<String>,
     /// The image reference.
     pub image: String,
     /// The image's id.

@@ -27,7 +27,8 @@ use crate::tools::{CALL, CallInfo, ToolError, ToolOutput, Tools};
 pub struct GenerateFileArgs {
     /// What the file should contain, in plain language.
     pub instructions: String,
-    /// "excel" (an .xlsx workbook) or "docx" (a Word document).
+    /// "excel" (an .xlsx workbook), "docx" (a Word document), "pptx" (a PowerPoint
+    /// presentation) or "pdf".
     pub file_type: String,
     /// A short name for the file (default "output"); a unique suffix is added.
     #[serde(default)]
@@ -37,7 +38,7 @@ pub struct GenerateFileArgs {
 /// Arguments of `modify_file`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ModifyFileArgs {
-    /// The id of the .xlsx or .docx file to change (from the chat's files).
+    /// The id of the .xlsx, .docx or .pptx file to change (from the chat's files).
     pub file_id: String,
     /// What to change, in plain language.
     pub instructions: String,

@@ -9,7 +9,7 @@ use crate::prompts::Prompts;
 /// One of file-agent's tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tool {
-    /// `generate_file`: a new .xlsx or .docx from instructions.
+    /// `generate_file`: a new .xlsx, .docx, .pptx or .pdf from instructions.
     GenerateFile,
     /// `modify_file`: a changed copy of a chat file.
     ModifyFile,

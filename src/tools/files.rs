@@ -1,13 +1,15 @@
 //! `generate_file` and `modify_file`: the self-healing loop. The model writes a script; the
 //! sandbox runs it in a fresh container; the file at `file_path` must exist and open as the
-//! asked type; otherwise the trimmed error goes back to the model for a corrected script, up to
-//! [`MAX_ATTEMPTS`] attempts. Only a valid file is stored; the original of a modification is a
-//! read-only input and is never replaced.
+//! asked type, and a modified copy must differ from its original (by the change report, which
+//! a second container computes from both files); otherwise the trimmed error goes back to the
+//! model for a corrected script, up to [`MAX_ATTEMPTS`] attempts. Only a valid file is stored;
+//! the original of a modification is a read-only input and is never replaced.
 
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use super::changes::{self, Compared};
 use super::filename::{output_name, safe_name};
 use super::filetype::{self, FileType};
 use super::{
@@ -36,7 +38,7 @@ struct FileTask {
 }
 
 impl Tools {
-    /// Makes a new Excel or Word file from plain-language instructions.
+    /// Makes a new Excel, Word, PowerPoint or PDF file from plain-language instructions.
     pub async fn generate_file(
         &self,
         instructions: &str,
@@ -47,7 +49,7 @@ impl Tools {
     ) -> Result<ToolOutput, ToolError> {
         let file_type = FileType::parse(file_type).ok_or_else(|| {
             ToolError::InvalidArgument(format!(
-                "file_type {file_type:?} is not supported; use \"excel\" or \"docx\""
+                "file_type {file_type:?} is not supported; use \"excel\", \"docx\", \"pptx\" or \"pdf\""
             ))
         })?;
         let instructions = non_empty(instructions, "instructions")?;
@@ -56,6 +58,8 @@ impl Tools {
         let system_prompt = match file_type {
             FileType::Excel => self.prompts.create_excel.clone(),
             FileType::Docx => self.prompts.create_docx.clone(),
+            FileType::Pptx => self.prompts.create_pptx.clone(),
+            FileType::Pdf => self.prompts.create_pdf.clone(),
         };
         let output_name = output_name(filename_hint, "output", file_type.extension());
         let request = format!(
@@ -73,7 +77,7 @@ impl Tools {
         self.write_file(task, "created", caller, cancel).await
     }
 
-    /// Makes a modified copy of an existing .xlsx or .docx file.
+    /// Makes a modified copy of an existing .xlsx, .docx or .pptx file, with a change report.
     pub async fn modify_file(
         &self,
         file_id: &str,
@@ -100,6 +104,9 @@ impl Tools {
         let system_prompt = match file_type {
             FileType::Excel => self.prompts.modify_excel.clone(),
             FileType::Docx => self.prompts.modify_docx.clone(),
+            FileType::Pptx => self.prompts.modify_pptx.clone(),
+            // `detect` never says PDF: it refuses one with its reason.
+            FileType::Pdf => unreachable!("detect refuses PDFs"),
         };
         let output_name = output_name(filename_hint, "modified", file_type.extension());
         let request = format!(
@@ -145,8 +152,15 @@ impl Tools {
                     self.try_code(&task, code, &file_path, cancel).await?
                 }
             };
+            let result = match (result, &task.input) {
+                (Ok(bytes), Some(original)) => self
+                    .compare(&task, &original.source, bytes, cancel)
+                    .await?
+                    .map(|(bytes, report)| (bytes, Some(report))),
+                (other, _) => other.map(|bytes| (bytes, None)),
+            };
             match result {
-                Ok(bytes) => {
+                Ok((bytes, report)) => {
                     let size = bytes.len() as u64;
                     let stored = self
                         .storage
@@ -163,16 +177,21 @@ impl Tools {
                         attempt_ms = started.elapsed().as_millis() as u64,
                         "file written"
                     );
+                    let mut text = format!(
+                        "{} {verb}: [{}]({})\n\n{} ({}), file id `{}`; attempt {attempt} of {MAX_ATTEMPTS}.",
+                        task.file_type.label(),
+                        stored.name,
+                        stored.url,
+                        stored.name,
+                        human_size(size),
+                        stored.id,
+                    );
+                    if let Some(report) = report {
+                        text.push_str("\n\n");
+                        text.push_str(&report);
+                    }
                     return Ok(ToolOutput {
-                        text: format!(
-                            "{} {verb}: [{}]({})\n\n{} ({}), file id `{}`; attempt {attempt} of {MAX_ATTEMPTS}.",
-                            task.file_type.label(),
-                            stored.name,
-                            stored.url,
-                            stored.name,
-                            human_size(size),
-                            stored.id,
-                        ),
+                        text,
                         attempts: attempt,
                     });
                 }
@@ -260,5 +279,53 @@ impl Tools {
                 task.file_type.label()
             ))),
         }
+    }
+
+    /// Compares a modified copy with its original in the sandbox. `Ok(Err(..))` when the copy
+    /// is unchanged (a failed attempt, for the model to fix); otherwise the copy and the report
+    /// for the answer, which says so when no report could be made (the copy is still good).
+    async fn compare(
+        &self,
+        task: &FileTask,
+        original: &InputSource,
+        bytes: Vec<u8>,
+        cancel: &CancellationToken,
+    ) -> Result<Result<(Vec<u8>, String), String>, ToolError> {
+        let out_dir = tempfile::tempdir()
+            .map_err(local_io("cannot create a temporary folder for the outputs"))?;
+        let job = changes::report_job(task.file_type, original.clone(), bytes.clone());
+        let outcome = self
+            .run_attempt(job, Author::FileAgent, out_dir.path(), cancel)
+            .await?;
+        let compared = changes::judge(
+            outcome.status,
+            failure_reason(&outcome, self.sandbox.config()),
+            &outcome.stdout.text(),
+            &outcome.stderr.text(),
+        );
+        let text = match compared {
+            Compared::Changed(report) => format!(
+                "**Changes** (computed by file-agent from the original and the result):\n{}",
+                report.render()
+            ),
+            Compared::Unchanged => {
+                return Ok(Err(format!(
+                    "Your script saved the file unchanged: file-agent compared {} with the original and found no difference in content or formatting. Make the requested changes before saving to `file_path`.",
+                    task.output_name
+                )));
+            }
+            Compared::ResultUnreadable(why) => {
+                return Ok(Err(format!(
+                    "The saved file passed the structure check but its library cannot open it: {why}"
+                )));
+            }
+            Compared::Unavailable(why) => {
+                tracing::warn!(error = %why, "no change report");
+                format!(
+                    "**Changes**: file-agent could not compare the files ({why}); open the copy to check it."
+                )
+            }
+        };
+        Ok(Ok((bytes, text)))
     }
 }

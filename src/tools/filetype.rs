@@ -1,12 +1,13 @@
-//! The office formats the file tools produce and accept: naming them, recognising them by
-//! their bytes (never by name alone), and checking that an output really opens.
+//! The formats the file tools produce and accept: naming them, recognising them by their bytes
+//! (never by name alone), and checking that an output really opens.
 //!
-//! Both read untrusted bytes inside the server, so both go through the bounded zip reader
-//! ([`untrusted_zip`](super::untrusted_zip)) and check structure ([`ooxml`]);
-//! neither loads a sheet's cells or a document's text into memory.
+//! Both read untrusted bytes inside the server, so both go through bounded readers: Office
+//! packages through the zip reader ([`untrusted_zip`](super::untrusted_zip)) and a structure
+//! check ([`ooxml`]), PDFs through [`pdf`](super::pdf); none loads a sheet's cells, a
+//! document's text or a page's content into memory.
 
-use super::ooxml;
 use super::untrusted_zip::{Archive, ZipLimits};
+use super::{ooxml, pdf};
 
 /// A file type `generate_file` makes and `modify_file` changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,14 +16,21 @@ pub enum FileType {
     Excel,
     /// A Word document (.docx).
     Docx,
+    /// A PowerPoint presentation (.pptx).
+    Pptx,
+    /// A PDF document (made, never modified).
+    Pdf,
 }
 
 impl FileType {
-    /// The `file_type` argument: `excel` or `docx` (also `xlsx`, `word`).
+    /// The `file_type` argument: `excel`, `docx`, `pptx` or `pdf` (also `xlsx`, `word`,
+    /// `powerpoint`).
     pub fn parse(value: &str) -> Option<Self> {
         match value.trim().to_ascii_lowercase().as_str() {
             "excel" | "xlsx" => Some(Self::Excel),
             "docx" | "word" => Some(Self::Docx),
+            "pptx" | "powerpoint" => Some(Self::Pptx),
+            "pdf" => Some(Self::Pdf),
             _ => None,
         }
     }
@@ -32,6 +40,8 @@ impl FileType {
         match self {
             Self::Excel => "xlsx",
             Self::Docx => "docx",
+            Self::Pptx => "pptx",
+            Self::Pdf => "pdf",
         }
     }
 
@@ -40,6 +50,8 @@ impl FileType {
         match self {
             Self::Excel => "Excel workbook",
             Self::Docx => "Word document",
+            Self::Pptx => "PowerPoint presentation",
+            Self::Pdf => "PDF document",
         }
     }
 }
@@ -53,7 +65,7 @@ pub fn detect(bytes: &[u8], name: &str, content_type: Option<&str>) -> Result<Fi
     }
     if bytes.starts_with(b"%PDF-") {
         return Err(format!(
-            "{name:?} is a PDF; modify_file changes .xlsx and .docx files only (run_python can read PDFs' text only with the libraries it has, which do not include a PDF reader)"
+            "{name:?} is a PDF, which modify_file cannot change (a PDF's text is placed glyph by glyph, so an edit cannot keep its layout); ask generate_file for a new PDF with the changed content instead"
         ));
     }
     if bytes.starts_with(&[0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1]) {
@@ -63,7 +75,7 @@ pub fn detect(bytes: &[u8], name: &str, content_type: Option<&str>) -> Result<Fi
             "a legacy Excel .xls (or another old Office file)"
         };
         return Err(format!(
-            "{name:?} is {legacy}; save it as .xlsx or .docx and try again"
+            "{name:?} is {legacy}; save it as .xlsx, .docx or .pptx and try again"
         ));
     }
     if bytes.starts_with(b"PK\x03\x04") {
@@ -77,16 +89,14 @@ pub fn detect(bytes: &[u8], name: &str, content_type: Option<&str>) -> Result<Fi
             return Ok(FileType::Docx);
         }
         if has("ppt/presentation.xml") {
-            return Err(format!(
-                "{name:?} is a PowerPoint file; modify_file changes .xlsx and .docx files only"
-            ));
+            return Ok(FileType::Pptx);
         }
         return Err(format!(
-            "{name:?} is a zip archive, not an .xlsx or .docx file"
+            "{name:?} is a zip archive, not an .xlsx, .docx or .pptx file"
         ));
     }
     Err(format!(
-        "{name:?} ({hint}) is not an .xlsx or .docx file; modify_file changes only those"
+        "{name:?} ({hint}) is not an .xlsx, .docx or .pptx file; modify_file changes only those"
     ))
 }
 
@@ -96,6 +106,11 @@ pub fn detect(bytes: &[u8], name: &str, content_type: Option<&str>) -> Result<Fi
 pub fn validate(file_type: FileType, bytes: &[u8]) -> Result<(), String> {
     if bytes.is_empty() {
         return Err("the file is empty".into());
+    }
+    if file_type == FileType::Pdf {
+        return pdf::check(bytes)
+            .map(|_pages| ())
+            .map_err(|error| error.to_string());
     }
     ooxml::check(bytes, file_type).map_err(|error| {
         if error.is_limit() {
@@ -157,6 +172,7 @@ mod tests {
         assert!(validate(FileType::Excel, &docx).is_err());
         assert!(validate(FileType::Excel, b"not a workbook").is_err());
         assert_eq!(FileType::parse(" Excel "), Some(FileType::Excel));
-        assert_eq!(FileType::parse("pdf"), None);
+        assert_eq!(FileType::parse("pdf"), Some(FileType::Pdf));
+        assert_eq!(FileType::parse("odt"), None);
     }
 }

@@ -11,10 +11,12 @@
 pub mod admission;
 pub mod analysis;
 pub mod catalog;
+pub mod changes;
 pub mod filename;
 mod files;
 pub mod filetype;
 pub mod ooxml;
+pub mod pdf;
 mod python;
 pub mod research;
 pub mod untrusted_zip;
@@ -335,6 +337,10 @@ impl Tools {
                         .collect();
                     if outcome.status != Status::Ok {
                         record.error = Some(crate::text::tail(&outcome.message, 1000));
+                    }
+                    if author == Author::FileAgent {
+                        record.report_sha256 =
+                            Some(crate::audit::sha256_hex(&outcome.stdout.bytes));
                     }
                 }
                 Err(error) => record.error = Some(crate::error_chain(error)),

@@ -1,4 +1,4 @@
-//! Office Open XML packages (.xlsx, .docx) checked from untrusted bytes by their structure,
+//! Office Open XML packages (.xlsx, .docx, .pptx) checked from untrusted bytes by their structure,
 //! the way Excel and Word find their way into them, without ever loading a sheet's cells or a
 //! document's text into the server's memory:
 //!
@@ -6,10 +6,11 @@
 //! 2. `[Content_Types].xml` and `_rels/.rels` are parsed whole (each at most
 //!    [`MAX_PARSED_PART_BYTES`]) to find the main part and check its content type;
 //! 3. for a workbook, `workbook.xml` and its relationships are parsed whole the same way: at
-//!    least one sheet, and every sheet's part present;
+//!    least one sheet, and every sheet's part present; for a presentation, `presentation.xml`
+//!    likewise: at least one slide, and every slide's part present;
 //! 4. every entry is inflated once (CRC-32, sizes and caps checked, nothing kept) except the
-//!    first [`PART_HEAD_BYTES`] of each sheet part, or of the document part, whose root
-//!    element (and, for a document, its body) are checked.
+//!    first [`PART_HEAD_BYTES`] of each sheet or slide part, or of the document part, whose
+//!    root element (and, for a document, its body) are checked.
 //!
 //! XML is read with quick-xml, which expands no entities beyond the five predefined ones; a
 //! DTD is refused outright (Office files never have one).
@@ -38,16 +39,22 @@ const OFFICE_DOCUMENT: [&str; 2] = [
 ];
 /// Root elements a workbook's sheet part may have.
 const SHEET_ROOTS: [&str; 4] = ["worksheet", "chartsheet", "dialogsheet", "macrosheet"];
+/// The root element of a slide part.
+const SLIDE_ROOTS: [&str; 1] = ["sld"];
 
-/// The content type of the main part of a package of `kind`.
-fn main_content_type(kind: FileType) -> &'static str {
+/// The content type of the main part of a package of `kind` (`None`: not a package).
+fn main_content_type(kind: FileType) -> Option<&'static str> {
     match kind {
         FileType::Excel => {
-            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"
+            Some("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml")
         }
         FileType::Docx => {
-            "application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"
+            Some("application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml")
         }
+        FileType::Pptx => Some(
+            "application/vnd.openxmlformats-officedocument.presentationml.presentation.main+xml",
+        ),
+        FileType::Pdf => None,
     }
 }
 
@@ -56,8 +63,32 @@ fn application(kind: FileType) -> &'static str {
     match kind {
         FileType::Excel => "Excel",
         FileType::Docx => "Word",
+        FileType::Pptx => "PowerPoint",
+        FileType::Pdf => "a PDF reader",
     }
 }
+
+/// How a package's main part lists its parts: the root element, the listing element (whose
+/// relationship id names a part), the root elements the listed parts may have, and words.
+struct Listing {
+    root: &'static str,
+    item: &'static str,
+    part_roots: &'static [&'static str],
+    what: &'static str,
+}
+
+const SHEETS: Listing = Listing {
+    root: "workbook",
+    item: "sheet",
+    part_roots: &SHEET_ROOTS,
+    what: "sheet",
+};
+const SLIDES: Listing = Listing {
+    root: "presentation",
+    item: "sldId",
+    part_roots: &SLIDE_ROOTS,
+    what: "slide",
+};
 
 /// Why a package is not a usable file of its kind. The messages start with "it".
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -91,12 +122,13 @@ pub fn check(bytes: &[u8], kind: FileType) -> Result<(), PackageError> {
     )?;
     let types = ContentTypes::parse(&content_types)?;
     let main = main_part(&archive)?;
+    let expected = main_content_type(kind)
+        .ok_or_else(|| structure(format!("a {} is not an Office package", kind.label())))?;
     match types.of(&main) {
-        Some(found) if found == main_content_type(kind) => {}
+        Some(found) if found == expected => {}
         Some(found) => {
             return Err(structure(format!(
-                "its main part {main} is of type {found}, not {}; save it as a plain .{} file",
-                main_content_type(kind),
+                "its main part {main} is of type {found}, not {expected}; save it as a plain .{} file",
                 kind.extension()
             )));
         }
@@ -106,9 +138,14 @@ pub fn check(bytes: &[u8], kind: FileType) -> Result<(), PackageError> {
             )));
         }
     }
-    let heads: Vec<String> = match kind {
-        FileType::Excel => sheet_parts(&archive, &main)?,
-        FileType::Docx => vec![main.clone()],
+    let listing = match kind {
+        FileType::Excel => Some(&SHEETS),
+        FileType::Pptx => Some(&SLIDES),
+        FileType::Docx | FileType::Pdf => None,
+    };
+    let heads: Vec<String> = match listing {
+        Some(listing) => listed_parts(&archive, &main, listing)?,
+        None => vec![main.clone()],
     };
     let wanted: Vec<String> = heads.iter().map(|h| h.to_ascii_lowercase()).collect();
     let kept = archive.verify(
@@ -120,9 +157,9 @@ pub fn check(bytes: &[u8], kind: FileType) -> Result<(), PackageError> {
             .get(&part.to_ascii_lowercase())
             .map(Vec::as_slice)
             .unwrap_or_default();
-        match kind {
-            FileType::Excel => check_sheet_head(part, head)?,
-            FileType::Docx => check_document_head(part, head)?,
+        match listing {
+            Some(listing) => check_listed_head(part, head, listing)?,
+            None => check_document_head(part, head)?,
         }
     }
     Ok(())
@@ -267,21 +304,28 @@ fn main_part(archive: &Archive<'_>) -> Result<String, PackageError> {
     present_part(archive, "its main part", &main.target)
 }
 
-/// The sheet parts `workbook` lists, each present in the zip; at least one.
-fn sheet_parts(archive: &Archive<'_>, workbook: &str) -> Result<Vec<String>, PackageError> {
-    let xml = read_part(archive, workbook)?;
+/// The parts (sheets of a workbook, slides of a presentation) that the main part `main`
+/// lists, each present in the zip; at least one.
+fn listed_parts(
+    archive: &Archive<'_>,
+    main: &str,
+    listing: &Listing,
+) -> Result<Vec<String>, PackageError> {
+    let xml = read_part(archive, main)?;
     let mut root_seen = false;
-    let mut sheet_ids = Vec::new();
-    walk_xml(&xml, workbook, false, |element| {
+    let mut item_ids = Vec::new();
+    let what = listing.what;
+    walk_xml(&xml, main, false, |element| {
         if !root_seen {
             root_seen = true;
-            if element.local_name().as_ref() != "workbook" {
+            if element.local_name().as_ref() != listing.root {
                 return Err(structure(format!(
-                    "its main part {workbook} is not a workbook"
+                    "its main part {main} is not a {}",
+                    listing.root
                 )));
             }
         }
-        if element.local_name().as_ref() == "sheet" {
+        if element.local_name().as_ref() == listing.item {
             // `r:id`: the id attribute in the relationships namespace, whatever its prefix.
             let id = element
                 .attributes()
@@ -289,45 +333,52 @@ fn sheet_parts(archive: &Archive<'_>, workbook: &str) -> Result<Vec<String>, Pac
                 .find(|a| a.key.local_name().as_ref() == "id" && a.key.prefix().is_some())
                 .and_then(|a| a.normalized_value(XmlVersion::Implicit1_0).ok())
                 .map(|value| value.into_owned());
-            sheet_ids.push(id.ok_or_else(|| {
-                structure(format!("a sheet in {workbook} has no relationship id"))
-            })?);
+            item_ids.push(
+                id.ok_or_else(|| structure(format!("a {what} in {main} has no relationship id")))?,
+            );
         }
         Ok(true)
     })?;
-    if sheet_ids.is_empty() {
-        return Err(structure("the workbook has no sheets"));
+    if item_ids.is_empty() {
+        return Err(structure(format!("the {} has no {what}s", listing.root)));
     }
-    let (folder, file) = workbook.rsplit_once('/').unwrap_or(("", workbook));
+    let (folder, file) = main.rsplit_once('/').unwrap_or(("", main));
     let rels_name = if folder.is_empty() {
         format!("_rels/{file}.rels")
     } else {
         format!("{folder}/_rels/{file}.rels")
     };
-    let rels = read_required_part(archive, &rels_name, "its sheets cannot be found")?;
+    let rels = read_required_part(archive, &rels_name, &format!("its {what}s cannot be found"))?;
     let relations = relationships(&rels, &rels_name, folder)?;
-    sheet_ids
+    item_ids
         .iter()
         .map(|id| {
             let relation = relations
                 .iter()
                 .find(|relation| &relation.id == id)
-                .ok_or_else(|| structure(format!("sheet {id} is not in {rels_name}")))?;
-            present_part(archive, "the sheet part", &relation.target)
+                .ok_or_else(|| structure(format!("{what} {id} is not in {rels_name}")))?;
+            present_part(archive, &format!("the {what} part"), &relation.target)
         })
         .collect()
 }
 
-fn check_sheet_head(part: &str, head: &[u8]) -> Result<(), PackageError> {
+/// Checks that a listed part (a sheet, a slide) starts with one of its kind's root elements.
+fn check_listed_head(part: &str, head: &[u8], listing: &Listing) -> Result<(), PackageError> {
     let mut root = None;
     walk_xml(head, part, true, |element| {
         root = Some(element.local_name().as_ref().to_string());
         Ok(false)
     })?;
     match root {
-        Some(root) if SHEET_ROOTS.contains(&root.as_str()) => Ok(()),
+        Some(root) if listing.part_roots.contains(&root.as_str()) => Ok(()),
         _ => Err(structure(format!(
-            "its sheet part {part} is not a worksheet"
+            "its {} part {part} is not a {}",
+            listing.what,
+            if listing.what == "sheet" {
+                "worksheet"
+            } else {
+                listing.what
+            }
         ))),
     }
 }
@@ -490,6 +541,57 @@ mod tests {
                 .to_string()
                 .contains("no body")
         );
+    }
+
+    #[test]
+    fn a_presentation_needs_a_listed_slide_part() {
+        const TYPES_PPT: &str = r#"<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="xml" ContentType="application/xml"/><Override PartName="/ppt/presentation.xml" ContentType="application/vnd.openxmlformats-officedocument.presentationml.presentation.main+xml"/></Types>"#;
+        const ROOT_RELS_PPT: &str = r#"<Relationships><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="ppt/presentation.xml"/></Relationships>"#;
+        const PRESENTATION: &str = r#"<p:presentation xmlns:p="p" xmlns:r="r"><p:sldMasterIdLst><p:sldMasterId id="2147483648" r:id="rId1"/></p:sldMasterIdLst><p:sldIdLst><p:sldId id="256" r:id="rId2"/></p:sldIdLst></p:presentation>"#;
+        const RELS: &str = r#"<Relationships><Relationship Id="rId1" Type="x/slideMaster" Target="slideMasters/slideMaster1.xml"/><Relationship Id="rId2" Type="x/slide" Target="slides/slide1.xml"/></Relationships>"#;
+        let deck = |presentation: &str, slide: Option<&str>| {
+            let mut parts = vec![
+                ("[Content_Types].xml", TYPES_PPT),
+                ("_rels/.rels", ROOT_RELS_PPT),
+                ("ppt/presentation.xml", presentation),
+                ("ppt/_rels/presentation.xml.rels", RELS),
+            ];
+            if let Some(slide) = slide {
+                parts.push(("ppt/slides/slide1.xml", slide));
+            }
+            zip_with(&parts)
+        };
+        let slide = r#"<p:sld xmlns:p="p"><p:cSld/></p:sld>"#;
+        assert_eq!(
+            check(&deck(PRESENTATION, Some(slide)), FileType::Pptx),
+            Ok(())
+        );
+        assert!(check(&deck(PRESENTATION, Some(slide)), FileType::Docx).is_err());
+        for (presentation, slide, words) in [
+            (
+                PRESENTATION,
+                None,
+                "slide part ppt/slides/slide1.xml is missing",
+            ),
+            (
+                PRESENTATION,
+                Some("<p:sldMaster xmlns:p='p'/>"),
+                "is not a slide",
+            ),
+            (
+                r#"<p:presentation xmlns:p="p"><p:sldIdLst/></p:presentation>"#,
+                Some(slide),
+                "has no slides",
+            ),
+            (
+                r#"<p:sldIdLst xmlns:p="p"/>"#,
+                Some(slide),
+                "not a presentation",
+            ),
+        ] {
+            let error = check(&deck(presentation, slide), FileType::Pptx).unwrap_err();
+            assert!(error.to_string().contains(words), "{words}: {error}");
+        }
     }
 
     #[test]

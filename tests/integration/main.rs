@@ -14,6 +14,7 @@ mod hostile;
 mod lifecycle;
 mod load;
 mod mcp_server;
+mod office;
 mod operator;
 mod pool;
 mod reap;

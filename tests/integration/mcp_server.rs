@@ -187,6 +187,19 @@ pub fn llm_script(name: &str) -> String {
     .unwrap()
 }
 
+/// A fake model that answers with the fixture scripts `names` in turn, and a server using it.
+pub async fn scripted_server(names: &[&str]) -> (FakeOpenAi, TestServer) {
+    let llm = FakeOpenAi::start(
+        names
+            .iter()
+            .map(|name| Reply::Code(llm_script(name)))
+            .collect(),
+    )
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    (llm, server)
+}
+
 pub fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
@@ -229,7 +242,7 @@ fn docx_text(bytes: &[u8]) -> String {
     document
 }
 
-fn xlsx_fixture() -> Vec<u8> {
+pub fn xlsx_fixture() -> Vec<u8> {
     // A workbook made by the real sandbox in an earlier test would do; a tiny one written by
     // the generator below keeps this test independent.
     let mut buffer = std::io::Cursor::new(Vec::new());
@@ -602,8 +615,8 @@ async fn bad_arguments_and_inputs_are_clear_errors_and_leave_nothing() {
     let cases = [
         (
             "generate_file",
-            json!({"instructions": "x", "file_type": "pdf"}),
-            "use \"excel\" or \"docx\"",
+            json!({"instructions": "x", "file_type": "odt"}),
+            "use \"excel\", \"docx\", \"pptx\" or \"pdf\"",
         ),
         (
             "modify_file",

@@ -1,0 +1,647 @@
+//! The change report of a `modify_file`: what differs between the original and the result,
+//! computed by file-agent, never taken from the model's word.
+//!
+//! Both files are untrusted, so they are compared inside the sandbox by a fixed script of the
+//! image (`sandbox-image/change_report.py`, like the table inspection); it prints one JSON
+//! object, which this module reads into [`ChangeReport`] and renders as a short Markdown list
+//! for the tool's answer. Every string in it comes from a file: it is cut, and shown only as
+//! inline code, so a cell value cannot turn into a link or a heading in the chat.
+
+use serde::Deserialize;
+
+use super::filetype::FileType;
+use crate::sandbox::{Input, InputSource, Job, Status};
+use crate::text::excerpt;
+
+/// Where the image keeps the comparison script.
+const REPORT_SCRIPT: &str = "/opt/file-agent/change_report.py";
+/// Characters of the rendered report in a tool answer.
+pub const MAX_RENDERED_CHARS: usize = 3000;
+/// Characters of one value taken from a file.
+const MAX_VALUE_CHARS: usize = 80;
+/// Items of one list shown (the script caps them too).
+const MAX_LISTED: usize = 5;
+
+/// The report, by kind of file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ChangeReport {
+    /// A workbook.
+    Xlsx(WorkbookChanges),
+    /// A Word document.
+    Docx(DocumentChanges),
+    /// A presentation.
+    Pptx(DeckChanges),
+}
+
+/// What changed in a workbook.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct WorkbookChanges {
+    /// Whether anything differs, formatting included.
+    pub changed: bool,
+    /// Sheets only in the result.
+    pub sheets_added: Vec<String>,
+    /// Sheets only in the original.
+    pub sheets_removed: Vec<String>,
+    /// Sheets at the same position under a new name.
+    pub sheets_renamed: Vec<Renamed>,
+    /// Sheets in both files that changed.
+    pub sheets: Vec<SheetChanges>,
+    /// Workbook-level changes (defined names, ...).
+    pub other: Vec<String>,
+}
+
+/// A sheet's new name.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Renamed {
+    /// The name in the original.
+    pub before: String,
+    /// The name in the result.
+    pub after: String,
+}
+
+/// What changed in one sheet.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct SheetChanges {
+    /// Its name in the result.
+    pub name: String,
+    /// Cells whose value or formula differs.
+    pub cells_changed: u64,
+    /// The first few of them.
+    pub examples: Vec<CellChange>,
+    /// Cells with the same value and another style.
+    pub formatting_changed: u64,
+    /// The first few of them.
+    pub formatting_examples: Vec<String>,
+    /// Used rows and columns before and after.
+    pub rows_before: u64,
+    /// Used rows in the result.
+    pub rows_after: u64,
+    /// Used columns in the original.
+    pub columns_before: u64,
+    /// Used columns in the result.
+    pub columns_after: u64,
+    /// Sheet settings that differ (column widths, merged cells, ...).
+    pub other: Vec<String>,
+}
+
+/// One changed cell.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct CellChange {
+    /// Its reference, e.g. `B7`.
+    pub cell: String,
+    /// The value or formula in the original.
+    pub before: String,
+    /// The value or formula in the result.
+    pub after: String,
+}
+
+/// What changed in a Word document.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct DocumentChanges {
+    /// Whether anything differs, formatting included.
+    pub changed: bool,
+    /// Body paragraphs.
+    pub paragraphs: Counts,
+    /// Tables.
+    pub tables: Counts,
+    /// Headings only in the result.
+    pub headings_added: Vec<String>,
+    /// Headings only in the original.
+    pub headings_removed: Vec<String>,
+    /// The first few paragraph changes, in document order.
+    pub examples: Vec<ParagraphChange>,
+    /// Paragraphs with the same text and other formatting.
+    pub formatting_changed: u64,
+    /// Other parts that differ (headers or footers, images, ...).
+    pub other: Vec<String>,
+}
+
+/// Counts of items before and after, and how they moved.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Counts {
+    /// In the original.
+    pub before: u64,
+    /// In the result.
+    pub after: u64,
+    /// New.
+    pub added: u64,
+    /// Gone.
+    pub removed: u64,
+    /// In both, different.
+    pub changed: u64,
+}
+
+/// One paragraph change.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ParagraphChange {
+    /// `changed`, `added` or `removed`.
+    pub change: String,
+    /// The text of an added or removed paragraph.
+    pub text: String,
+    /// A changed paragraph before.
+    pub before: String,
+    /// A changed paragraph after.
+    pub after: String,
+    /// Word-level: removals as `[-...-]`, insertions as `{+...+}`.
+    pub diff: String,
+}
+
+/// What changed in a presentation.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct DeckChanges {
+    /// Whether anything differs, formatting included.
+    pub changed: bool,
+    /// Slides in the original.
+    pub slides_before: u64,
+    /// Slides in the result.
+    pub slides_after: u64,
+    /// New slides (numbered as in the result).
+    pub added: Vec<SlideChange>,
+    /// Slides gone (numbered as in the original).
+    pub removed: Vec<SlideChange>,
+    /// Slides in both that differ (numbered as in the result).
+    pub changed_slides: Vec<SlideChange>,
+}
+
+/// One slide of the report.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct SlideChange {
+    /// 1-based position.
+    pub number: u64,
+    /// Its title.
+    pub title: String,
+    /// For a changed slide: what kinds of change (text, pictures, ...).
+    pub what: Vec<String>,
+}
+
+impl ChangeReport {
+    /// Reads the script's stdout.
+    pub fn parse(stdout: &str) -> Result<Self, String> {
+        let value: serde_json::Value = serde_json::from_str(stdout.trim())
+            .map_err(|error| format!("the change report is not JSON ({error})"))?;
+        serde_json::from_value(value)
+            .map_err(|error| format!("the change report is unusable ({error})"))
+    }
+
+    /// Whether the result differs from the original at all.
+    pub fn changed(&self) -> bool {
+        match self {
+            Self::Xlsx(report) => report.changed,
+            Self::Docx(report) => report.changed,
+            Self::Pptx(report) => report.changed,
+        }
+    }
+
+    /// A Markdown list, at most [`MAX_RENDERED_CHARS`] characters.
+    pub fn render(&self) -> String {
+        let lines = match self {
+            Self::Xlsx(report) => workbook_lines(report),
+            Self::Docx(report) => document_lines(report),
+            Self::Pptx(report) => deck_lines(report),
+        };
+        let mut text = String::new();
+        for line in lines {
+            if text.chars().count() + line.chars().count() + 3 > MAX_RENDERED_CHARS {
+                text.push_str("- … (more changes not shown)\n");
+                break;
+            }
+            text.push_str("- ");
+            text.push_str(&line);
+            text.push('\n');
+        }
+        if text.is_empty() {
+            text.push_str("- the content is the same; only the file's packaging differs\n");
+        }
+        text
+    }
+}
+
+/// A value from a file as inline code: cut, one line, no backtick to break out of the span.
+fn code(value: &str) -> String {
+    let flat: String = value
+        .chars()
+        .map(|c| match c {
+            '`' => '\'',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect();
+    let cut = excerpt(flat.trim(), MAX_VALUE_CHARS);
+    if cut.is_empty() {
+        "(empty)".into()
+    } else {
+        format!("`{cut}`")
+    }
+}
+
+/// `a`, `b`, `c` for the first [`MAX_LISTED`] values.
+fn code_list<'a>(values: impl IntoIterator<Item = &'a String>) -> String {
+    values
+        .into_iter()
+        .take(MAX_LISTED)
+        .map(|value| code(value))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "3 things" / "1 thing".
+fn plural(count: u64, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
+}
+
+fn workbook_lines(report: &WorkbookChanges) -> Vec<String> {
+    let mut lines = Vec::new();
+    if !report.sheets_added.is_empty() {
+        lines.push(format!("sheets added: {}", code_list(&report.sheets_added)));
+    }
+    if !report.sheets_removed.is_empty() {
+        lines.push(format!(
+            "sheets removed: {}",
+            code_list(&report.sheets_removed)
+        ));
+    }
+    for renamed in report.sheets_renamed.iter().take(MAX_LISTED) {
+        lines.push(format!(
+            "sheet {} renamed to {}",
+            code(&renamed.before),
+            code(&renamed.after)
+        ));
+    }
+    for sheet in &report.sheets {
+        let mut parts = Vec::new();
+        if sheet.cells_changed > 0 {
+            let examples: Vec<String> = sheet
+                .examples
+                .iter()
+                .take(MAX_LISTED)
+                .map(|change| {
+                    format!(
+                        "{}!{}: {} -> {}",
+                        code(&sheet.name),
+                        change.cell.chars().take(12).collect::<String>(),
+                        code(&change.before),
+                        code(&change.after)
+                    )
+                })
+                .collect();
+            parts.push(format!(
+                "{} changed ({})",
+                plural(sheet.cells_changed, "cell", "cells"),
+                examples.join("; ")
+            ));
+        }
+        if sheet.formatting_changed > 0 {
+            parts.push(format!(
+                "{} reformatted ({})",
+                plural(sheet.formatting_changed, "cell", "cells"),
+                sheet
+                    .formatting_examples
+                    .iter()
+                    .take(MAX_LISTED)
+                    .map(|cell| cell.chars().take(12).collect::<String>())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if sheet.rows_before != sheet.rows_after {
+            parts.push(format!(
+                "rows {} -> {}",
+                sheet.rows_before, sheet.rows_after
+            ));
+        }
+        if sheet.columns_before != sheet.columns_after {
+            parts.push(format!(
+                "columns {} -> {}",
+                sheet.columns_before, sheet.columns_after
+            ));
+        }
+        if !sheet.other.is_empty() {
+            parts.push(format!("also changed: {}", plain_list(&sheet.other)));
+        }
+        if !parts.is_empty() {
+            lines.push(format!("sheet {}: {}", code(&sheet.name), parts.join("; ")));
+        }
+    }
+    if !report.other.is_empty() {
+        lines.push(format!("workbook: {}", plain_list(&report.other)));
+    }
+    lines
+}
+
+/// Words the script chose (never values from a file), cut all the same.
+fn plain_list(items: &[String]) -> String {
+    items
+        .iter()
+        .take(8)
+        .map(|item| excerpt(item, 60))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn counts_line(name: &str, counts: &Counts) -> Option<String> {
+    let mut moves = Vec::new();
+    for (count, word) in [
+        (counts.added, "added"),
+        (counts.removed, "removed"),
+        (counts.changed, "changed"),
+    ] {
+        if count > 0 {
+            moves.push(format!("{count} {word}"));
+        }
+    }
+    (!moves.is_empty() || counts.before != counts.after).then(|| {
+        format!(
+            "{name}: {} -> {} ({})",
+            counts.before,
+            counts.after,
+            if moves.is_empty() {
+                "moved".to_string()
+            } else {
+                moves.join(", ")
+            }
+        )
+    })
+}
+
+fn document_lines(report: &DocumentChanges) -> Vec<String> {
+    let mut lines = Vec::new();
+    lines.extend(counts_line("paragraphs", &report.paragraphs));
+    lines.extend(counts_line("tables", &report.tables));
+    if !report.headings_added.is_empty() {
+        lines.push(format!(
+            "headings added: {}",
+            code_list(&report.headings_added)
+        ));
+    }
+    if !report.headings_removed.is_empty() {
+        lines.push(format!(
+            "headings removed: {}",
+            code_list(&report.headings_removed)
+        ));
+    }
+    for example in report.examples.iter().take(MAX_LISTED) {
+        lines.push(match example.change.as_str() {
+            "changed" if !example.diff.is_empty() => format!("changed: {}", code(&example.diff)),
+            "changed" => format!(
+                "changed: {} -> {}",
+                code(&example.before),
+                code(&example.after)
+            ),
+            "added" => format!("added: {}", code(&example.text)),
+            _ => format!("removed: {}", code(&example.text)),
+        });
+    }
+    if report.formatting_changed > 0 {
+        lines.push(format!(
+            "{} with the same text reformatted",
+            plural(report.formatting_changed, "paragraph", "paragraphs")
+        ));
+    }
+    if !report.other.is_empty() {
+        lines.push(format!("also changed: {}", plain_list(&report.other)));
+    }
+    lines
+}
+
+fn deck_lines(report: &DeckChanges) -> Vec<String> {
+    let mut lines = Vec::new();
+    if report.slides_before != report.slides_after {
+        lines.push(format!(
+            "slides: {} -> {}",
+            report.slides_before, report.slides_after
+        ));
+    }
+    let slide = |change: &SlideChange| format!("slide {} {}", change.number, code(&change.title));
+    for added in report.added.iter().take(MAX_LISTED) {
+        lines.push(format!("added: {}", slide(added)));
+    }
+    for removed in report.removed.iter().take(MAX_LISTED) {
+        lines.push(format!(
+            "removed: {} (numbered as in the original)",
+            slide(removed)
+        ));
+    }
+    for changed in report.changed_slides.iter().take(MAX_LISTED) {
+        lines.push(format!(
+            "changed: {} ({})",
+            slide(changed),
+            plain_list(&changed.what)
+        ));
+    }
+    lines
+}
+
+/// How a comparison ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Compared {
+    /// Differences found: the report.
+    Changed(ChangeReport),
+    /// The result does not differ from the original: a failed attempt.
+    Unchanged,
+    /// The result cannot be opened by the library that reads it: a failed attempt.
+    ResultUnreadable(String),
+    /// No report (a limit was reached, or the original cannot be read): the copy stands.
+    Unavailable(String),
+}
+
+/// Reads how the comparison script ended: `failure` is why the attempt failed, if it did
+/// (the time or memory limit, in words), `stdout` and `stderr` what it printed.
+pub fn judge(status: Status, failure: Option<String>, stdout: &str, stderr: &str) -> Compared {
+    let said = stderr.trim();
+    match status {
+        Status::Ok => match ChangeReport::parse(stdout) {
+            Ok(report) if report.changed() => Compared::Changed(report),
+            Ok(_) => Compared::Unchanged,
+            Err(why) => Compared::Unavailable(why),
+        },
+        // The script's own one-sentence refusal (exit 2) names the file it could not read.
+        Status::Failed if said.starts_with("The result") => {
+            Compared::ResultUnreadable(excerpt(said, 400))
+        }
+        Status::Failed if !said.is_empty() && !said.contains("Traceback") => {
+            Compared::Unavailable(excerpt(said, 300))
+        }
+        _ => Compared::Unavailable(
+            failure
+                .unwrap_or_else(|| "it failed".into())
+                .lines()
+                .next()
+                .unwrap_or("it failed")
+                .to_string(),
+        ),
+    }
+}
+
+/// The job that compares `original` with `result` (both of `kind`) in the sandbox.
+pub fn report_job(kind: FileType, original: InputSource, result: Vec<u8>) -> Job {
+    let extension = kind.extension();
+    let before = format!("/work/in/original.{extension}");
+    let after = format!("/work/in/result.{extension}");
+    let script = format!(
+        "import runpy\nrunpy.run_path({REPORT_SCRIPT:?}, init_globals={{\"KIND\": {extension:?}, \"BEFORE\": {before:?}, \"AFTER\": {after:?}}}, run_name=\"__main__\")\n"
+    );
+    Job {
+        script,
+        inputs: vec![
+            Input {
+                name: format!("original.{extension}").into_bytes(),
+                source: original,
+            },
+            Input {
+                name: format!("result.{extension}").into_bytes(),
+                source: InputSource::Bytes(result),
+            },
+        ],
+        file_path: None,
+        input_file_path: Some(before),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workbook_report_renders_cells_as_code_and_hostile_values_stay_inert() {
+        let report = ChangeReport::parse(
+            r#"{"kind":"xlsx","changed":true,"sheets_added":["New"],"sheets_removed":[],
+                "sheets_renamed":[{"before":"Data","after":"Sales"}],
+                "sheets":[{"name":"Sales","cells_changed":2,
+                  "examples":[{"cell":"B7","before":"12","after":"15"},
+                              {"cell":"C1","before":"","after":"[click](http://evil)`\n# x"}],
+                  "formatting_changed":1,"formatting_examples":["A1"],
+                  "rows_before":10,"rows_after":12,"columns_before":4,"columns_after":4,"other":["column widths"]}],
+                "other":[]}"#,
+        )
+        .unwrap();
+        assert!(report.changed());
+        let text = report.render();
+        assert!(text.contains("- sheets added: `New`\n"), "{text}");
+        assert!(
+            text.contains("- sheet `Data` renamed to `Sales`\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 cells changed (`Sales`!B7: `12` -> `15`; `Sales`!C1: (empty) -> `[click](http://evil)' # x`)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 cell reformatted (A1); rows 10 -> 12; also changed: column widths"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 3, "{text}");
+    }
+
+    #[test]
+    fn document_and_deck_reports_render_and_the_unchanged_flag_is_read() {
+        let document = ChangeReport::parse(
+            r#"{"kind":"docx","changed":true,"paragraphs":{"before":12,"after":13,"added":1,"removed":0,"changed":1},
+                "tables":{"before":1,"after":1,"added":0,"removed":0,"changed":0},
+                "headings_added":["Risks"],"headings_removed":[],
+                "examples":[{"change":"changed","before":"a 12","after":"a 15","diff":"a [-12-] {+15+}"},{"change":"added","text":"Bye."}],
+                "formatting_changed":0,"other":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            document.render(),
+            "- paragraphs: 12 -> 13 (1 added, 1 changed)\n- headings added: `Risks`\n- changed: `a [-12-] {+15+}`\n- added: `Bye.`\n"
+        );
+        let deck = ChangeReport::parse(
+            r#"{"kind":"pptx","changed":true,"slides_before":3,"slides_after":3,
+                "added":[{"number":3,"title":"Next steps"}],"removed":[{"number":2,"title":"Old"}],
+                "changed_slides":[{"number":1,"title":"Q3","what":["text","pictures"]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            deck.render(),
+            "- added: slide 3 `Next steps`\n- removed: slide 2 `Old` (numbered as in the original)\n- changed: slide 1 `Q3` (text, pictures)\n"
+        );
+        let same = ChangeReport::parse(r#"{"kind":"pptx","changed":false,"slides_before":2,"slides_after":2,"added":[],"removed":[],"changed_slides":[]}"#).unwrap();
+        assert!(!same.changed());
+        assert!(ChangeReport::parse("Traceback").is_err());
+        assert!(ChangeReport::parse(r#"{"kind":"odt"}"#).is_err());
+    }
+
+    #[test]
+    fn a_long_report_is_capped() {
+        let sheets: Vec<String> = (0..400)
+            .map(|i| format!(r#"{{"name":"S{i}","cells_changed":1,"examples":[{{"cell":"A1","before":"{x}","after":"{x}"}}]}}"#, x = "y".repeat(80)))
+            .collect();
+        let report = ChangeReport::parse(&format!(
+            r#"{{"kind":"xlsx","changed":true,"sheets":[{}]}}"#,
+            sheets.join(",")
+        ))
+        .unwrap();
+        let text = report.render();
+        assert!(
+            text.chars().count() <= MAX_RENDERED_CHARS + 40,
+            "{}",
+            text.len()
+        );
+        assert!(text.ends_with("- … (more changes not shown)\n"));
+    }
+
+    #[test]
+    fn the_end_of_a_comparison_decides_between_report_retry_and_no_report() {
+        let same = r#"{"kind":"docx","changed":false}"#;
+        let differs = r#"{"kind":"docx","changed":true}"#;
+        assert_eq!(judge(Status::Ok, None, same, ""), Compared::Unchanged);
+        assert!(matches!(
+            judge(Status::Ok, None, differs, ""),
+            Compared::Changed(_)
+        ));
+        assert!(matches!(
+            judge(Status::Ok, None, "garbage", ""),
+            Compared::Unavailable(_)
+        ));
+        let unreadable =
+            "The result cannot be read as a Word document (KeyError: word/document.xml).";
+        assert_eq!(
+            judge(Status::Failed, Some("exit 2".into()), "", unreadable),
+            Compared::ResultUnreadable(unreadable.into())
+        );
+        let original = "The original cannot be read as a Word document (x).";
+        assert_eq!(
+            judge(Status::Failed, Some("exit 2".into()), "", original),
+            Compared::Unavailable(original.into())
+        );
+        assert_eq!(
+            judge(
+                Status::Timeout,
+                Some("The script ran longer than the 90 s time limit and was killed.".into()),
+                "",
+                ""
+            ),
+            Compared::Unavailable(
+                "The script ran longer than the 90 s time limit and was killed.".into()
+            )
+        );
+    }
+
+    #[test]
+    fn the_job_quotes_fixed_names_and_carries_both_files() {
+        let job = report_job(
+            FileType::Pptx,
+            InputSource::Bytes(b"a".to_vec()),
+            b"b".to_vec(),
+        );
+        assert!(
+            job.script.contains(r#""BEFORE": "/work/in/original.pptx""#),
+            "{}",
+            job.script
+        );
+        assert!(job.script.contains(r#""AFTER": "/work/in/result.pptx""#));
+        assert_eq!(job.inputs.len(), 2);
+        assert_eq!(job.file_path, None);
+    }
+}
