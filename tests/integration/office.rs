@@ -219,6 +219,11 @@ async fn every_modification_comes_with_the_change_file_agent_computed() {
         .filter(|line| line["author"] == "file-agent")
         .collect();
     assert_eq!(reports.len(), 3);
+    let took: Vec<u64> = reports
+        .iter()
+        .map(|line| line["duration_ms"].as_u64().unwrap())
+        .collect();
+    eprintln!("xlsx, docx, pptx comparisons took (ms, cold containers): {took:?}");
     for line in reports {
         assert_eq!(line["report_sha256"].as_str().unwrap().len(), 64, "{line}");
     }
