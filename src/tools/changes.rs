@@ -256,7 +256,24 @@ fn code_list<'a>(values: impl IntoIterator<Item = &'a String>) -> String {
 
 /// "3 things" / "1 thing".
 fn plural(count: u64, one: &str, many: &str) -> String {
-    format!("{count} {}", if count == 1 { one } else { many })
+    format!(
+        "{} {}",
+        thousands(count),
+        if count == 1 { one } else { many }
+    )
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(count: u64) -> String {
+    let digits = count.to_string();
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }
 
 fn workbook_lines(report: &WorkbookChanges) -> Vec<String> {
@@ -316,13 +333,15 @@ fn workbook_lines(report: &WorkbookChanges) -> Vec<String> {
         if sheet.rows_before != sheet.rows_after {
             parts.push(format!(
                 "rows {} -> {}",
-                sheet.rows_before, sheet.rows_after
+                thousands(sheet.rows_before),
+                thousands(sheet.rows_after)
             ));
         }
         if sheet.columns_before != sheet.columns_after {
             parts.push(format!(
                 "columns {} -> {}",
-                sheet.columns_before, sheet.columns_after
+                thousands(sheet.columns_before),
+                thousands(sheet.columns_after)
             ));
         }
         if !sheet.other.is_empty() {
@@ -356,14 +375,14 @@ fn counts_line(name: &str, counts: &Counts) -> Option<String> {
         (counts.changed, "changed"),
     ] {
         if count > 0 {
-            moves.push(format!("{count} {word}"));
+            moves.push(format!("{} {word}", thousands(count)));
         }
     }
     (!moves.is_empty() || counts.before != counts.after).then(|| {
         format!(
             "{name}: {} -> {} ({})",
-            counts.before,
-            counts.after,
+            thousands(counts.before),
+            thousands(counts.after),
             if moves.is_empty() {
                 "moved".to_string()
             } else {
@@ -570,6 +589,14 @@ mod tests {
         assert!(!same.changed());
         assert!(ChangeReport::parse("Traceback").is_err());
         assert!(ChangeReport::parse(r#"{"kind":"odt"}"#).is_err());
+    }
+
+    #[test]
+    fn counts_have_thousands_separators() {
+        assert_eq!(plural(1, "cell", "cells"), "1 cell");
+        assert_eq!(plural(999, "cell", "cells"), "999 cells");
+        assert_eq!(plural(1000, "cell", "cells"), "1,000 cells");
+        assert_eq!(plural(1_000_000, "cell", "cells"), "1,000,000 cells");
     }
 
     #[test]
