@@ -231,8 +231,9 @@ impl ServerHandler for FileAgentServer {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("file-agent", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "Makes Excel and Word files from plain-language instructions (generate_file, \
-                 modify_file), answers questions about data files by computing them \
+                "Makes Excel, Word, PowerPoint and PDF files from plain-language instructions \
+                 (generate_file) and changed copies of Office files with a report of what \
+                 changed (modify_file), answers questions about data files by computing them \
                  (analyze_file; data_analysis_tool for a document URL), researches topics on \
                  the web (conduct_deep_research) and runs Python in a network-less sandbox \
                  (run_python). Files come back as markdown download links: show them to the \
