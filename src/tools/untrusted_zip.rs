@@ -1,5 +1,5 @@
-//! The one way the server reads a zip it did not write (an .xlsx, .docx or .pptx a script produced,
-//! or one a user uploaded): a strict central-directory reader and a bounded inflater.
+//! The one way the server reads a zip it did not write (an .xlsx, .docx or .pptx a script
+//! produced, or one a user uploaded): a strict central-directory reader and a bounded inflater.
 //!
 //! A zip is a compression bomb waiting to happen: 3 MB can inflate to gigabytes, the sizes
 //! it declares can lie, entries can overlap, and the entry count can be huge. So this reader:
