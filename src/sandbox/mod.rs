@@ -84,6 +84,41 @@ pub struct Job {
     pub input_file_path: Option<String>,
 }
 
+impl Job {
+    /// A job that runs the image's fixed script `/opt/file-agent/<name>` as `__main__`, with
+    /// `globals` preset as Python strings (quoted, so a hostile file name stays a string), on
+    /// `inputs`; `input_file_path` is the first of them. Used for file-agent's own scripts (the
+    /// table inspection, the change report), never for model-written code.
+    pub fn image_script(name: &str, globals: &[(&str, &str)], inputs: Vec<Input>) -> Self {
+        let globals: Vec<String> = globals
+            .iter()
+            .map(|(key, value)| format!("{}: {}", python_string(key), python_string(value)))
+            .collect();
+        let script = format!(
+            "import runpy\nrunpy.run_path({}, init_globals={{{}}}, run_name=\"__main__\")\n",
+            python_string(&format!("{IMAGE_SCRIPTS}/{name}")),
+            globals.join(", ")
+        );
+        let input_file_path = inputs
+            .first()
+            .map(|input| format!("/work/in/{}", String::from_utf8_lossy(&input.name)));
+        Self {
+            script,
+            inputs,
+            file_path: None,
+            input_file_path,
+        }
+    }
+}
+
+/// Where the image keeps file-agent's own scripts.
+const IMAGE_SCRIPTS: &str = "/opt/file-agent";
+
+/// A Python string literal for `text` (JSON's escapes are valid Python).
+fn python_string(text: &str) -> String {
+    serde_json::Value::String(text.to_string()).to_string()
+}
+
 /// A way to run jobs: Docker today, perhaps Kubernetes later.
 pub trait Runner {
     /// Runs `job`, writing its outputs under `out_dir`, until done or `cancel` fires.

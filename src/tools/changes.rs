@@ -13,8 +13,8 @@ use super::filetype::FileType;
 use crate::sandbox::{Input, InputSource, Job, Status};
 use crate::text::excerpt;
 
-/// Where the image keeps the comparison script.
-const REPORT_SCRIPT: &str = "/opt/file-agent/change_report.py";
+/// The comparison script, in the image's folder of file-agent's own scripts.
+const REPORT_SCRIPT: &str = "change_report.py";
 /// Characters of the rendered report in a tool answer.
 pub const MAX_RENDERED_CHARS: usize = 3000;
 /// Characters of one value taken from a file.
@@ -504,26 +504,22 @@ pub fn judge(status: Status, failure: Option<String>, stdout: &str, stderr: &str
 /// The job that compares `original` with `result` (both of `kind`) in the sandbox.
 pub fn report_job(kind: FileType, original: InputSource, result: Vec<u8>) -> Job {
     let extension = kind.extension();
-    let before = format!("/work/in/original.{extension}");
-    let after = format!("/work/in/result.{extension}");
-    let script = format!(
-        "import runpy\nrunpy.run_path({REPORT_SCRIPT:?}, init_globals={{\"KIND\": {extension:?}, \"BEFORE\": {before:?}, \"AFTER\": {after:?}}}, run_name=\"__main__\")\n"
-    );
-    Job {
-        script,
-        inputs: vec![
-            Input {
-                name: format!("original.{extension}").into_bytes(),
-                source: original,
-            },
-            Input {
-                name: format!("result.{extension}").into_bytes(),
-                source: InputSource::Bytes(result),
-            },
+    let input = |side: &str, source| Input {
+        name: format!("{side}.{extension}").into_bytes(),
+        source,
+    };
+    Job::image_script(
+        REPORT_SCRIPT,
+        &[
+            ("KIND", extension),
+            ("BEFORE", &format!("/work/in/original.{extension}")),
+            ("AFTER", &format!("/work/in/result.{extension}")),
         ],
-        file_path: None,
-        input_file_path: Some(before),
-    }
+        vec![
+            input("original", original),
+            input("result", InputSource::Bytes(result)),
+        ],
+    )
 }
 
 #[cfg(test)]
@@ -668,6 +664,16 @@ mod tests {
             job.script
         );
         assert!(job.script.contains(r#""AFTER": "/work/in/result.pptx""#));
+        assert!(
+            job.script
+                .starts_with("import runpy\nrunpy.run_path(\"/opt/file-agent/change_report.py\""),
+            "{}",
+            job.script
+        );
+        assert_eq!(
+            job.input_file_path.as_deref(),
+            Some("/work/in/original.pptx")
+        );
         assert_eq!(job.inputs.len(), 2);
         assert_eq!(job.file_path, None);
     }

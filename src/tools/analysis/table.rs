@@ -5,8 +5,8 @@
 use crate::sandbox::{Input, InputSource, Job};
 use crate::tools::untrusted_zip::{Archive, ZipLimits};
 
-/// Where the image keeps the inspection script.
-const INSPECT_SCRIPT: &str = "/opt/file-agent/inspect_table.py";
+/// The inspection script, in the image's folder of file-agent's own scripts.
+const INSPECT_SCRIPT: &str = "inspect_table.py";
 
 /// The kinds of table the analysis tools read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,22 +114,15 @@ pub fn detect(bytes: &[u8], name: &str) -> Result<Detected, String> {
     })
 }
 
-/// The job that runs the inspection script on `name` (already in `/work/in`).
+/// The job that runs the inspection script on `input`.
 pub fn inspection_job(input: Input, kind: TableKind) -> Job {
     let name = String::from_utf8_lossy(&input.name).into_owned();
     let path = format!("/work/in/{name}");
-    let script = format!(
-        "import runpy\nrunpy.run_path({INSPECT_SCRIPT:?}, init_globals={{\"KIND\": {kind:?}, \"PATH\": {path}, \"NAME\": {name}}}, run_name=\"__main__\")\n",
-        kind = kind.code(),
-        path = python_string(&path),
-        name = python_string(&name),
-    );
-    Job {
-        script,
-        inputs: vec![input],
-        file_path: None,
-        input_file_path: Some(path),
-    }
+    Job::image_script(
+        INSPECT_SCRIPT,
+        &[("KIND", kind.code()), ("PATH", &path), ("NAME", &name)],
+        vec![input],
+    )
 }
 
 /// An input for the sandbox from fetched bytes.
@@ -138,11 +131,6 @@ pub fn input(name: &str, bytes: Vec<u8>) -> Input {
         name: name.as_bytes().to_vec(),
         source: InputSource::Bytes(bytes),
     }
-}
-
-/// A Python string literal for `text` (JSON's escapes are valid Python).
-fn python_string(text: &str) -> String {
-    serde_json::Value::String(text.to_string()).to_string()
 }
 
 fn name_disagrees(name: &str, kind: TableKind) -> Option<String> {
