@@ -187,9 +187,7 @@ pub struct SlideChange {
 impl ChangeReport {
     /// Reads the script's stdout.
     pub fn parse(stdout: &str) -> Result<Self, String> {
-        let value: serde_json::Value = serde_json::from_str(stdout.trim())
-            .map_err(|error| format!("the change report is not JSON ({error})"))?;
-        serde_json::from_value(value)
+        serde_json::from_str(stdout.trim())
             .map_err(|error| format!("the change report is unusable ({error})"))
     }
 
@@ -242,6 +240,12 @@ fn code(value: &str) -> String {
     } else {
         format!("`{cut}`")
     }
+}
+
+/// A cell reference such as `B7`, which the script wrote from coordinates (not file text):
+/// cut all the same.
+fn cell_ref(cell: &str) -> String {
+    cell.chars().take(12).collect()
 }
 
 /// `a`, `b`, `c` for the first [`MAX_LISTED`] values.
@@ -305,7 +309,7 @@ fn workbook_lines(report: &WorkbookChanges) -> Vec<String> {
                     format!(
                         "{}!{}: {} -> {}",
                         code(&sheet.name),
-                        change.cell.chars().take(12).collect::<String>(),
+                        cell_ref(&change.cell),
                         code(&change.before),
                         code(&change.after)
                     )
@@ -325,7 +329,7 @@ fn workbook_lines(report: &WorkbookChanges) -> Vec<String> {
                     .formatting_examples
                     .iter()
                     .take(MAX_LISTED)
-                    .map(|cell| cell.chars().take(12).collect::<String>())
+                    .map(|cell| cell_ref(cell))
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
