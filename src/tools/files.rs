@@ -105,8 +105,13 @@ impl Tools {
             FileType::Excel => self.prompts.modify_excel.clone(),
             FileType::Docx => self.prompts.modify_docx.clone(),
             FileType::Pptx => self.prompts.modify_pptx.clone(),
-            // `detect` never says PDF: it refuses one with its reason.
-            FileType::Pdf => unreachable!("detect refuses PDFs"),
+            // `detect` refuses a PDF with its reason before this; no panic on a request path.
+            FileType::Pdf => {
+                return Err(ToolError::UnsupportedInput(format!(
+                    "{:?} is a PDF, which modify_file cannot change",
+                    original.name
+                )));
+            }
         };
         let output_name = output_name(filename_hint, "modified", file_type.extension());
         let request = format!(
@@ -154,9 +159,9 @@ impl Tools {
             };
             let result = match (result, &task.input) {
                 (Ok(bytes), Some(original)) => self
-                    .compare(&task, &original.source, bytes, cancel)
+                    .compare(&task, &original.source, &bytes, cancel)
                     .await?
-                    .map(|(bytes, report)| (bytes, Some(report))),
+                    .map(|report| (bytes, Some(report))),
                 (other, _) => other.map(|bytes| (bytes, None)),
             };
             match result {
@@ -281,19 +286,20 @@ impl Tools {
         }
     }
 
-    /// Compares a modified copy with its original in the sandbox. `Ok(Err(..))` when the copy
-    /// is unchanged (a failed attempt, for the model to fix); otherwise the copy and the report
-    /// for the answer, which says so when no report could be made (the copy is still good).
+    /// Compares a modified copy (`result`) with its original in the sandbox. `Ok(Err(..))` when
+    /// the copy is unchanged or unreadable (a failed attempt, for the model to fix); otherwise
+    /// the report for the answer, which says so when no report could be made (the copy is
+    /// still good).
     async fn compare(
         &self,
         task: &FileTask,
         original: &InputSource,
-        bytes: Vec<u8>,
+        result: &[u8],
         cancel: &CancellationToken,
-    ) -> Result<Result<(Vec<u8>, String), String>, ToolError> {
+    ) -> Result<Result<String, String>, ToolError> {
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
-        let job = changes::report_job(task.file_type, original.clone(), bytes.clone());
+        let job = changes::report_job(task.file_type, original.clone(), result.to_vec());
         let outcome = self
             .run_attempt(job, Author::FileAgent, out_dir.path(), cancel)
             .await?;
@@ -326,6 +332,6 @@ impl Tools {
                 )
             }
         };
-        Ok(Ok((bytes, text)))
+        Ok(Ok(text))
     }
 }
