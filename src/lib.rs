@@ -1,6 +1,7 @@
 //! file-agent: an MCP tool server that turns plain-language requests into Excel, Word,
-//! PowerPoint and PDF files and data analyses. A language model writes Python; file-agent runs every attempt in a fresh,
-//! network-less, locked-down Docker container and hands back what it produced.
+//! PowerPoint and PDF files and data analyses. A language model writes Python; file-agent runs
+//! every attempt in a fresh, network-less, locked-down Docker container and hands back what it
+//! produced.
 //!
 //! The crate is one library with a thin `main.rs`. Modules, by domain:
 //! - [`sandbox`]: one hardened, single-use container per attempt; the only module that talks to

@@ -74,7 +74,10 @@ struct Listing {
     root: &'static str,
     item: &'static str,
     part_roots: &'static [&'static str],
+    /// What a listed part is called ("sheet").
     what: &'static str,
+    /// What a listed part must be ("worksheet"), for the error when it is not.
+    must_be: &'static str,
 }
 
 const SHEETS: Listing = Listing {
@@ -82,12 +85,14 @@ const SHEETS: Listing = Listing {
     item: "sheet",
     part_roots: &SHEET_ROOTS,
     what: "sheet",
+    must_be: "worksheet",
 };
 const SLIDES: Listing = Listing {
     root: "presentation",
     item: "sldId",
     part_roots: &SLIDE_ROOTS,
     what: "slide",
+    must_be: "slide",
 };
 
 /// Why a package is not a usable file of its kind. The messages start with "it".
@@ -373,12 +378,7 @@ fn check_listed_head(part: &str, head: &[u8], listing: &Listing) -> Result<(), P
         Some(root) if listing.part_roots.contains(&root.as_str()) => Ok(()),
         _ => Err(structure(format!(
             "its {} part {part} is not a {}",
-            listing.what,
-            if listing.what == "sheet" {
-                "worksheet"
-            } else {
-                listing.what
-            }
+            listing.what, listing.must_be
         ))),
     }
 }
