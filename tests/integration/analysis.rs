@@ -42,10 +42,7 @@ async fn analyze(server: &TestServer, name: &str, bytes: Vec<u8>, question: &str
 
 /// The first user message of the analysis: the question and the inspection.
 fn inspection_message(llm: &FakeOpenAi) -> String {
-    llm.requests()[0]["messages"][1]["content"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    llm.message(0, 1)
 }
 
 const SALES_CSV: &str =
@@ -93,10 +90,7 @@ async fn a_csv_question_is_answered_checked_and_explained() {
         review.contains("total 600") && review.contains("the total is **600**"),
         "{review}"
     );
-    let checker_prompt = llm.requests()[2]["messages"][0]["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let checker_prompt = llm.message(2, 0);
     assert!(checker_prompt.contains("\"verdict\""), "{checker_prompt}");
     server.assert_nothing_left().await;
 }

@@ -476,10 +476,7 @@ async fn modify_xlsx_in_open_webui_with_the_users_own_token_keeps_the_original()
         original,
         "the original is untouched"
     );
-    let request = llm.requests()[0]["messages"][1]["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let request = llm.message(0, 1);
     assert!(request.contains("/work/in/Sales_März.xlsx"), "{request}");
 
     // Without Bob's token the server's key (Alice) cannot read Bob's file.
@@ -525,10 +522,7 @@ async fn modify_docx_in_the_local_store_keeps_the_original() {
     assert!(document.contains("Quarterly Report") && document.contains("Approved by the board."));
     assert_eq!(server.download(&first_link(&created)).await, original);
     assert!(first_link(&text).contains("/approved_"));
-    let system = llm.requests()[1]["messages"][0]["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let system = llm.message(1, 0);
     assert!(
         system.contains("input_file_path"),
         "the modify prompt was used"

@@ -93,10 +93,7 @@ async fn a_deck_and_a_pdf_are_made_checked_and_read_back() {
     assert!(slides[0].contains("Q3 Sales Review"), "{slides:?}");
     assert!(slides[1].contains("Revenue up 12 percent"), "{slides:?}");
     assert!(slides[2].contains("Sales by Region"), "{slides:?}");
-    let system = llm.requests()[0]["messages"][0]["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let system = llm.message(0, 0);
     assert!(system.contains("python-pptx"), "{system}");
 
     // A file that starts like a PDF but is not one goes back to the model.
@@ -113,15 +110,9 @@ async fn a_deck_and_a_pdf_are_made_checked_and_read_back() {
         text.contains("PDF document created") && text.contains("attempt 2 of 3"),
         "{text}"
     );
-    let requests = llm.requests();
-    let retry = requests[2]["messages"][3]["content"].as_str().unwrap();
+    let retry = llm.message(2, 3);
     assert!(retry.contains("not a valid PDF document"), "{retry}");
-    assert!(
-        requests[1]["messages"][0]["content"]
-            .as_str()
-            .unwrap()
-            .contains("reportlab")
-    );
+    assert!(llm.message(1, 0).contains("reportlab"));
     let pdf = server.download(&first_link(&text)).await;
     let words = poppler("pdftotext", &pdf);
     assert!(
@@ -136,6 +127,20 @@ async fn a_deck_and_a_pdf_are_made_checked_and_read_back() {
         "{info}"
     );
     server.assert_nothing_left().await;
+}
+
+/// Calls `generate_file` for a file of `file_type` (the fake model's next script makes it) and
+/// returns its id.
+async fn generate(server: &TestServer, file_type: &str) -> String {
+    let (is_error, text) = server
+        .call(
+            None,
+            "generate_file",
+            json!({"instructions": "make it", "file_type": file_type}),
+        )
+        .await;
+    assert!(!is_error, "{text}");
+    file_id(&text)
 }
 
 /// Calls `modify_file` on `id` and returns the answer's change report (from "**Changes**").
@@ -172,14 +177,8 @@ async fn every_modification_comes_with_the_change_file_agent_computed() {
          - sheet `Sales`: 2 cells changed (`Sales`!C1: (empty) -> `Target`; `Sales`!C2: (empty) -> `150`); columns 2 -> 3\n"
     );
 
-    let (_, created) = server
-        .call(
-            None,
-            "generate_file",
-            json!({"instructions": "report", "file_type": "docx"}),
-        )
-        .await;
-    let (_, report) = modify(&server, &file_id(&created)).await;
+    let created = generate(&server, "docx").await;
+    let (_, report) = modify(&server, &created).await;
     assert_eq!(
         report,
         "**Changes** (computed by file-agent from the original and the result):\n\
@@ -187,14 +186,8 @@ async fn every_modification_comes_with_the_change_file_agent_computed() {
          - added: `Approved by the board.`\n"
     );
 
-    let (_, created) = server
-        .call(
-            None,
-            "generate_file",
-            json!({"instructions": "deck", "file_type": "pptx"}),
-        )
-        .await;
-    let (text, report) = modify(&server, &file_id(&created)).await;
+    let created = generate(&server, "pptx").await;
+    let (text, report) = modify(&server, &created).await;
     assert!(
         text.starts_with("PowerPoint presentation modified"),
         "{text}"
@@ -236,10 +229,7 @@ async fn a_copy_saved_unchanged_goes_back_to_the_model() {
     let workbook = server.upload("sales.xlsx", xlsx_fixture()).await;
     let (text, _) = modify(&server, &workbook).await;
     assert!(text.contains("attempt 2 of 3"), "{text}");
-    let retry = llm.requests()[1]["messages"][3]["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let retry = llm.message(1, 3);
     assert!(retry.contains("saved the file unchanged"), "{retry}");
     server.assert_nothing_left().await;
 }

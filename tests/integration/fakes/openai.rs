@@ -102,6 +102,14 @@ impl FakeOpenAi {
         self.inner.lock().unwrap().requests.clone()
     }
 
+    /// The text of message `message` of chat request `request` (both counted from 0).
+    pub fn message(&self, request: usize, message: usize) -> String {
+        self.requests()[request]["messages"][message]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
     /// The text of the last message of each chat request.
     pub fn last_messages(&self) -> Vec<String> {
         self.requests()
