@@ -1,6 +1,8 @@
 """file-agent sandbox runner: PID 1 of every sandbox container; runs one script, once.
 
 Invoked as ``python3 -I -B /opt/file-agent/runner.py [--warm --max-idle SECONDS] /work/script.py``.
+``--work DIR`` moves ``/work`` elsewhere: file-agent's tests run this runner with the host's Python
+in a temporary folder (their local runner); containers always use ``/work``.
 
 A container is either *cold* (created for an attempt that is already waiting) or *warm* (created
 ahead by file-agent's pool: ``--warm``). A warm runner first imports what nearly every attempt
@@ -463,21 +465,36 @@ def _send_outputs(boundary):
 
 
 def _parse_args(argv):
-    """(warm, max_idle seconds or None, script path), or None when the arguments are wrong."""
+    """(warm, max_idle seconds or None, work folder, script path), or None when the arguments
+    are wrong."""
     args = argv[1:]
     warm = "--warm" in args
     args = [arg for arg in args if arg != "--warm"]
-    max_idle = None
-    if "--max-idle" in args:
-        at = args.index("--max-idle")
-        try:
-            max_idle = float(args[at + 1])
-        except (IndexError, ValueError):
-            return None
-        del args[at : at + 2]
+    options = {"--max-idle": None, "--work": WORK_DIR}
+    for flag in options:
+        if flag in args:
+            at = args.index(flag)
+            if at + 1 >= len(args):
+                return None
+            options[flag] = args[at + 1]
+            del args[at : at + 2]
     if len(args) != 1:
         return None
-    return warm, max_idle, args[0]
+    max_idle = options["--max-idle"]
+    if max_idle is not None:
+        try:
+            max_idle = float(max_idle)
+        except ValueError:
+            return None
+    return warm, max_idle, options["--work"], args[0]
+
+
+def _use_work_dir(work):
+    """Moves /work (and its in/ and out/) to ``work``."""
+    global WORK_DIR, OUTPUT_DIR, INPUT_DIR
+    WORK_DIR = work
+    OUTPUT_DIR = os.path.join(work, "out")
+    INPUT_DIR = os.path.join(work, "in")
 
 
 def _read_request(stdin, max_idle):
@@ -500,9 +517,10 @@ def _read_request(stdin, max_idle):
 def main(argv):
     parsed = _parse_args(argv)
     if parsed is None:
-        print("usage: runner.py [--warm] [--max-idle SECONDS] SCRIPT", file=sys.stderr)
+        print("usage: runner.py [--warm] [--max-idle SECONDS] [--work DIR] SCRIPT", file=sys.stderr)
         return 2
-    warm, max_idle, script = parsed
+    warm, max_idle, work, script = parsed
+    _use_work_dir(work)
     _set_dumpable(False)
     _limit_threads()
     _seed_matplotlib_cache()

@@ -282,7 +282,7 @@ async fn drain(pump: JoinHandle<Pumped>) -> Result<Pumped, SandboxError> {
 
 /// How the wait for the container ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
+pub enum End {
     /// It exited, with this code if Docker knew one.
     Exited(Option<i64>),
     /// The time limit (or the copy-out grace) ran out and it was killed.
@@ -313,23 +313,24 @@ impl Ended {
 
 /// The facts [`classify`] judges an attempt by.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Ending<'a> {
+pub struct Ending<'a> {
     /// How the wait ended.
-    end: End,
-    /// Docker's OOM flag.
-    oom_killed: bool,
+    pub end: End,
+    /// Whether the kernel killed the script for its memory (the runner's report, else
+    /// Docker's flag).
+    pub oom_killed: bool,
     /// Whether the runner's boundary came (the script finished and outputs followed).
-    boundary_seen: bool,
+    pub boundary_seen: bool,
     /// Whether the runner's closing line came (it saw its script end and said how).
-    runner_reported: bool,
+    pub runner_reported: bool,
     /// The cap that stopped the unpacking, if one did.
-    limit: Option<&'a str>,
+    pub limit: Option<&'a str>,
     /// What was wrong with the output archive, if anything.
-    malformed: Option<&'a str>,
+    pub malformed: Option<&'a str>,
 }
 
 /// How an attempt ended, as a status, an exit code and one sentence a person can act on.
-pub(super) fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, String) {
+pub fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, String) {
     let code = match ending.end {
         End::TimedOut if ending.boundary_seen => {
             return (

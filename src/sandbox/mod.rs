@@ -40,12 +40,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use archive::{Input, InputSource};
+pub use attempt::{End, Ending, classify};
 pub use guard::ContainerGuard;
 pub use outcome::{Captured, Outcome, OutputFile, SandboxError, Skipped, Status, Timings};
 pub use pool::PoolStats;
 
 use crate::config::SandboxConfig;
-use attempt::classify;
 use launch::{Launcher, Started};
 use policy::Kind;
 use pool::WarmPool;
@@ -119,8 +119,15 @@ fn python_string(text: &str) -> String {
     serde_json::Value::String(text.to_string()).to_string()
 }
 
-/// A way to run jobs: Docker today, perhaps Kubernetes later.
-pub trait Runner {
+/// A way to run jobs. The server's is [`Sandbox`] (Docker); the tests add one that runs the
+/// image's runner with the host's Python, compiled only into the test binary, so that the
+/// flows above this seam (`tools`) can be tested without Docker. Whatever runs a job must give
+/// the same [`Outcome`] for the same script: the runner's protocol ([`request`], [`stream`],
+/// [`archive`]) and the judgement of how it ended ([`classify`]) are public for that.
+pub trait Runner: std::fmt::Debug + Send + Sync + 'static {
+    /// The settings every job runs with (limits, image, runtime).
+    fn config(&self) -> &SandboxConfig;
+
     /// Runs `job`, writing its outputs under `out_dir`, until done or `cancel` fires.
     fn run(
         &self,
@@ -465,6 +472,10 @@ impl Sandbox {
 }
 
 impl Runner for Sandbox {
+    fn config(&self) -> &SandboxConfig {
+        &self.launcher.config
+    }
+
     async fn run(
         &self,
         job: Job,

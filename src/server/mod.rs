@@ -32,7 +32,7 @@ use crate::config::Config;
 use crate::llm::Llm;
 use crate::mcp::FileAgentServer;
 use crate::prompts::Prompts;
-use crate::sandbox::{ReapFilter, ReapScope, Sandbox};
+use crate::sandbox::{ReapFilter, ReapScope, Runner, Sandbox};
 use crate::storage::Storage;
 use crate::storage::url::UrlFetcher;
 use crate::tools::Tools;
@@ -143,10 +143,7 @@ pub fn stable_instance(data_dir: &std::path::Path) -> String {
 /// Connects to Docker, opens the store, loads the prompts, builds the model client, and
 /// removes leftover containers. A missing image is only warned about (`/health` reports it).
 pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
-    let prompts = Prompts::load(config.prompts_dir.as_deref())?;
-    let storage = Storage::new(&config.storage, config.transfer)?;
-    let llm = Llm::new(config.llm.clone())?;
-    let fetcher = UrlFetcher::new(config.url_fetch.clone(), config.transfer)?;
+    let parts = ToolParts::load(config)?;
     let mut sandbox_config = config.sandbox.clone();
     let mut instance_lock = None;
     if sandbox_config.instance.is_none() {
@@ -168,36 +165,72 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
             "the sandbox image is missing; build it with `file-agent image build` (tools fail until then)"
         );
     }
-    if !llm.is_configured() {
-        tracing::warn!(
-            "OPENAI_API_KEY is not set: every tool but run_python will answer with an error"
-        );
-    }
     let warm = config
         .sandbox
         .warm
         .unwrap_or(config.admission.max_concurrent);
     let sandbox = sandbox.with_warm_pool(warm, config.sandbox.warm_max_idle);
-    let tools = Tools::new(
-        Arc::new(sandbox),
-        llm,
-        storage,
-        fetcher,
-        Arc::new(prompts),
-        config.research.clone(),
-        config.admission.clone(),
-    );
-    Ok(match &config.audit.path {
-        Some(path) => {
-            let audit = AuditLog::open(path, config.audit.clone())?;
-            tracing::info!(file = %path.display(), "audit trail");
-            tools.with_audit(Arc::new(audit))
+    Ok(parts.with_runner(config, Arc::new(sandbox)))
+}
+
+/// Everything of the tools but what runs the attempts, read from the configuration (no
+/// Docker): [`build_tools`] adds the sandbox; the tests' fast tier adds a local runner.
+pub struct ToolParts {
+    prompts: Prompts,
+    storage: Storage,
+    llm: Llm,
+    fetcher: UrlFetcher,
+    audit: Option<AuditLog>,
+}
+
+impl ToolParts {
+    /// Loads the prompts, opens the store and the audit trail, builds the model client and
+    /// the URL fetcher.
+    pub fn load(config: &Config) -> Result<Self, StartError> {
+        let prompts = Prompts::load(config.prompts_dir.as_deref())?;
+        let storage = Storage::new(&config.storage, config.transfer)?;
+        let llm = Llm::new(config.llm.clone())?;
+        let fetcher = UrlFetcher::new(config.url_fetch.clone(), config.transfer)?;
+        let audit = match &config.audit.path {
+            Some(path) => {
+                tracing::info!(file = %path.display(), "audit trail");
+                Some(AuditLog::open(path, config.audit.clone())?)
+            }
+            None => {
+                tracing::warn!("the audit trail is off (FILE_AGENT_AUDIT_FILE=off)");
+                None
+            }
+        };
+        if !llm.is_configured() {
+            tracing::warn!(
+                "OPENAI_API_KEY is not set: every tool but run_python will answer with an error"
+            );
         }
-        None => {
-            tracing::warn!("the audit trail is off (FILE_AGENT_AUDIT_FILE=off)");
-            tools
+        Ok(Self {
+            prompts,
+            storage,
+            llm,
+            fetcher,
+            audit,
+        })
+    }
+
+    /// The tools, running their attempts with `runner`.
+    pub fn with_runner<R: Runner>(self, config: &Config, runner: Arc<R>) -> Tools<R> {
+        let tools = Tools::new(
+            runner,
+            self.llm,
+            self.storage,
+            self.fetcher,
+            Arc::new(self.prompts),
+            config.research.clone(),
+            config.admission.clone(),
+        );
+        match self.audit {
+            Some(audit) => tools.with_audit(Arc::new(audit)),
+            None => tools,
         }
-    })
+    }
 }
 
 /// The HTTP application: `/mcp`, `/health`, and `/files` when the local store is in use.
@@ -295,14 +328,22 @@ pub async fn serve_http(
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled_owned().await })
         .await;
-    // A call whose client left may still be cleaning up: stop what is left and wait for it.
-    tools.stop_calls(CALLS_STOP_WAIT).await;
     killer.abort();
     if let Some(reaper) = reaper {
         reaper.abort();
     }
-    tools.sandbox().shutdown().await;
+    drain(&tools).await;
     result
+}
+
+/// The last stage of every shutdown, whatever the transport: stop the calls still running
+/// (their containers are killed and removed) and wait for them, then drain the warm pool and
+/// wait for the removals under way. The stages before it are the signal (`cli::shutdown_token`,
+/// a token: what mini-redis's `Shutdown` is, with "already fired" built in) and, over HTTP, the
+/// grace period in [`serve_http`].
+async fn drain(tools: &Tools) {
+    tools.stop_calls(CALLS_STOP_WAIT).await;
+    tools.sandbox().shutdown().await;
 }
 
 /// Serves MCP on stdin/stdout until the client closes it or `shutdown` fires.
@@ -313,8 +354,7 @@ pub async fn serve_stdio(tools: Tools, shutdown: CancellationToken) -> std::io::
         .await
         .map_err(|error| std::io::Error::other(error.to_string()))?;
     let result = running.waiting().await;
-    tools.stop_calls(CALLS_STOP_WAIT).await;
-    tools.sandbox().shutdown().await;
+    drain(&tools).await;
     result
         .map(|_| ())
         .map_err(|error| std::io::Error::other(error.to_string()))

@@ -19,7 +19,7 @@ use super::{
 use crate::llm::Message;
 use crate::llm::code::extract_code;
 use crate::prompts::render;
-use crate::sandbox::{Input, InputSource, Job};
+use crate::sandbox::{Input, InputSource, Job, Runner};
 use crate::storage::{Caller, content_type_for};
 use crate::text::tail;
 
@@ -37,7 +37,7 @@ struct FileTask {
     input: Option<Input>,
 }
 
-impl Tools {
+impl<R: Runner> Tools<R> {
     /// Makes a new Excel, Word, PowerPoint or PDF file from plain-language instructions.
     pub async fn generate_file(
         &self,
@@ -245,7 +245,7 @@ impl Tools {
             .run_attempt(job, Author::Model, out_dir.path(), cancel)
             .await?;
         let stderr = outcome.stderr.text();
-        let reason = failure_reason(&outcome, self.sandbox.config());
+        let reason = failure_reason(&outcome, self.runner.config());
         if let Some(reason) = reason {
             return Ok(Err(reason));
         }
@@ -305,7 +305,7 @@ impl Tools {
             .await?;
         let compared = changes::judge(
             outcome.status,
-            failure_reason(&outcome, self.sandbox.config()),
+            failure_reason(&outcome, self.runner.config()),
             &outcome.stdout.text(),
             &outcome.stderr.text(),
         );

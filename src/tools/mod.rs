@@ -128,10 +128,13 @@ pub struct ToolOutput {
     pub attempts: usize,
 }
 
-/// Everything the tools use, shared by all calls.
+/// Everything the tools use, shared by all calls. `R` runs the attempts: the Docker
+/// [`Sandbox`] in the server; the tests add a runner that executes the image's scripts with the
+/// host's Python (`tests/integration/local/`), so the flows above the sandbox can be tested
+/// without Docker.
 #[derive(Debug, Clone)]
-pub struct Tools {
-    sandbox: Arc<Sandbox>,
+pub struct Tools<R = Sandbox> {
+    runner: Arc<R>,
     llm: Llm,
     storage: Storage,
     fetcher: UrlFetcher,
@@ -164,10 +167,10 @@ tokio::task_local! {
     pub static CALL: CallInfo;
 }
 
-impl Tools {
+impl<R: Runner> Tools<R> {
     /// Bundles the parts; `admission` bounds the containers running and waiting.
     pub fn new(
-        sandbox: Arc<Sandbox>,
+        runner: Arc<R>,
         llm: Llm,
         storage: Storage,
         fetcher: UrlFetcher,
@@ -176,7 +179,7 @@ impl Tools {
         admission: AdmissionConfig,
     ) -> Self {
         Self {
-            sandbox,
+            runner,
             llm,
             storage,
             fetcher,
@@ -241,11 +244,6 @@ impl Tools {
         &self.storage
     }
 
-    /// The sandbox.
-    pub fn sandbox(&self) -> &Sandbox {
-        &self.sandbox
-    }
-
     /// The model client.
     pub fn llm(&self) -> &Llm {
         &self.llm
@@ -284,7 +282,7 @@ impl Tools {
         let record = self.audit.as_ref().map(|_| self.audit_record(&job, author));
         let result = match self.admission.enter(cancel).await {
             Err(error) => Err(error),
-            Ok(_slot) => match self.sandbox.run(job, out_dir, cancel).await {
+            Ok(_slot) => match self.runner.run(job, out_dir, cancel).await {
                 Err(SandboxError::Cancelled) => Err(ToolError::Cancelled),
                 other => other.map_err(ToolError::from),
             },
@@ -355,7 +353,7 @@ impl Tools {
     /// The part of an attempt's audit line known before it runs.
     fn audit_record(&self, job: &Job, author: Author) -> Record {
         let caller = CALL.try_with(Clone::clone).unwrap_or_default();
-        let config = self.sandbox.config();
+        let config = self.runner.config();
         let limits = &config.limits;
         let include_code = self
             .audit
@@ -408,6 +406,13 @@ impl Tools {
             }),
             ..Record::default()
         }
+    }
+}
+
+impl Tools<Sandbox> {
+    /// The sandbox (its pool, its containers, its engine).
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.runner
     }
 }
 

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
 use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, unique_name};
-use crate::sandbox::{Input, InputSource, Job, Status};
+use crate::sandbox::{Input, InputSource, Job, Runner, Status};
 use crate::storage::{Caller, content_type_for};
 use crate::text::tail;
 
@@ -17,7 +17,7 @@ const OUTPUT_CHARS: usize = 20_000;
 /// Inputs per call.
 const MAX_INPUTS: usize = 20;
 
-impl Tools {
+impl<R: Runner> Tools<R> {
     /// Runs `code` with the files `file_ids` in `/work/in`.
     pub async fn run_python(
         &self,

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ToolError, ToolOutput, Tools, non_empty};
 use crate::llm::LlmError;
 use crate::llm::research::{Citation, ResearchRun, RunStatus};
+use crate::sandbox::Runner;
 
 /// Where a run stands, for progress notifications.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,7 +27,7 @@ pub struct Progress {
     pub message: String,
 }
 
-impl Tools {
+impl<R: Runner> Tools<R> {
     /// Researches `instructions` on the web; `progress` hears about the run while it is polled.
     pub async fn deep_research(
         &self,

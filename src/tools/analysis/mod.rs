@@ -28,7 +28,7 @@ use super::{Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, 
 use crate::llm::code::extract_code;
 use crate::llm::{LlmError, Message};
 use crate::prompts::render;
-use crate::sandbox::{Job, Status};
+use crate::sandbox::{Job, Runner, Status};
 use crate::storage::{Caller, Download};
 use crate::text::{fenced, head, tail};
 use table::TableKind;
@@ -184,7 +184,7 @@ struct Clock {
     attempts: usize,
 }
 
-impl Tools {
+impl<R: Runner> Tools<R> {
     /// `analyze_file`: answers `instructions` about a stored file.
     pub async fn analyze_file(
         &self,
@@ -362,7 +362,7 @@ impl Tools {
             _ => Err(ToolError::UnsupportedInput(format!(
                 "the inspection of {file_name:?} ({}) failed: {}",
                 kind.label(),
-                failure_reason(&outcome, self.sandbox.config())
+                failure_reason(&outcome, self.runner.config())
                     .unwrap_or_else(|| "it printed nothing".into())
             ))),
         }
@@ -490,7 +490,7 @@ impl Tools {
             .await?;
         clock.sandbox += outcome.timings.total;
         clock.attempts += 1;
-        if let Some(reason) = failure_reason(&outcome, self.sandbox.config()) {
+        if let Some(reason) = failure_reason(&outcome, self.runner.config()) {
             return Ok(StepRun::Failed(reason));
         }
         let mut output = outcome.stdout.text();
