@@ -5,7 +5,9 @@
 #   3. the official MCP Python SDK (2.x), which a test uses to check compatibility, and
 #      poppler-utils (pdftotext, pdfinfo), with which tests read back the PDFs file-agent makes;
 #   4. gVisor (Debian's runsc), registered with the engine as the runtime `runsc`;
-#   5. the sandbox image this checkout expects (built only if its tag is missing).
+#   5. the image's Python libraries in a venv on this host, for the tests' local runner
+#      (scripts/sandbox-python.sh: the fast tier, which needs no Docker);
+#   6. the sandbox image this checkout expects (built only if its tag is missing).
 # Needs root (or sudo) for steps 1, 2 and 4 on a fresh machine; later runs change nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +81,8 @@ PY
   for _ in $(seq 1 30); do has_runsc && break; sleep 1; done
   has_runsc || { echo "bootstrap: the engine did not pick up runsc from $daemon_json (restart dockerd?)" >&2; exit 1; }
 fi
+
+scripts/sandbox-python.sh
 
 # cargo run (not ./target/...) so a CARGO_TARGET_DIR elsewhere works too.
 cargo run --quiet -- image build

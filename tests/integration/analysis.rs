@@ -9,20 +9,16 @@ use serde_json::{Value, json};
 use crate::fakes::openai::{FakeOpenAi, Reply};
 use crate::mcp_server::{TestServer, env, file_id, first_link};
 
-fn code(text: &str) -> Reply {
+pub fn code(text: &str) -> Reply {
     Reply::Code(text.to_string())
 }
 
-fn text(text: &str) -> Reply {
+pub fn text(text: &str) -> Reply {
     Reply::Text(text.to_string())
 }
 
-fn pass() -> Reply {
+pub fn pass() -> Reply {
     text(r#"{"verdict": "pass", "feedback": "The figures match the output."}"#)
-}
-
-fn fail(feedback: &str) -> Reply {
-    Reply::Text(json!({"verdict": "fail", "feedback": feedback}).to_string())
 }
 
 /// Uploads `bytes` as `name`, asks `question` with `analyze_file`, and returns the answer,
@@ -41,14 +37,14 @@ async fn analyze(server: &TestServer, name: &str, bytes: Vec<u8>, question: &str
 }
 
 /// The first user message of the analysis: the question and the inspection.
-fn inspection_message(llm: &FakeOpenAi) -> String {
+pub fn inspection_message(llm: &FakeOpenAi) -> String {
     llm.message(0, 1)
 }
 
-const SALES_CSV: &str =
+pub const SALES_CSV: &str =
     "region,product,amount\nNorth,Widget,100\nSouth,Widget,200\nNorth,Gadget,300\n";
 
-const SUM_BY_REGION: &str = "import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df.groupby('region')['amount'].sum().to_string())\nprint('total', df['amount'].sum())\n";
+pub const SUM_BY_REGION: &str = "import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df.groupby('region')['amount'].sum().to_string())\nprint('total', df['amount'].sum())\n";
 
 #[tokio::test]
 async fn a_csv_question_is_answered_checked_and_explained() {
@@ -136,259 +132,6 @@ async fn title_rows_above_the_header_are_found_and_a_chart_is_linked() {
     assert!(answer.contains("Charts: revenue"), "{answer}");
     // A "chart" past the size cap is not read into the server, nor linked.
     assert!(!answer.contains("/huge.png"), "{answer}");
-    server.assert_nothing_left().await;
-}
-
-#[tokio::test]
-async fn a_windows_1252_csv_with_semicolons_is_read_as_such() {
-    let llm = FakeOpenAi::start(vec![
-        code(
-            "import pandas as pd\ndf = pd.read_csv(input_file_path, encoding='cp1252', sep=';', decimal=',')\nprint(df.loc[df['Stadt'] == 'Köln', 'Umsatz'].sum())\n",
-        ),
-        text("ANALYSIS_COMPLETE\nKöln: 1234.5 €."),
-        pass(),
-    ])
-    .await;
-    let server = TestServer::start(&llm.env()).await;
-    // "Köln" and "€" in Windows-1252: ö = F6, € = 80; decimal commas.
-    let mut csv = b"Stadt;Umsatz;W\xe4hrung\n".to_vec();
-    csv.extend_from_slice(b"K\xf6ln;1234,5;\x80\nM\xfcnchen;99,5;\x80\nD\xfcsseldorf;10,0;\x80\n");
-    let answer = analyze(&server, "umsatz.csv", csv, "Umsatz in Köln?").await;
-    let first = inspection_message(&llm);
-    assert!(first.contains("cp1252"), "{first}");
-    assert!(first.contains("sep=\";\""), "{first}");
-    assert!(first.contains("Köln"), "{first}");
-    assert!(answer.contains("1234.5"), "{answer}");
-    server.assert_nothing_left().await;
-}
-
-#[tokio::test]
-async fn a_hundred_thousand_rows_are_inspected_and_summed() {
-    let llm = FakeOpenAi::start(vec![
-        code("import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint('rows', len(df), 'sum', df['value'].sum())\n"),
-        text("ANALYSIS_COMPLETE\n100,000 rows; the values sum to 4,999,950,000."),
-        pass(),
-    ])
-    .await;
-    let server = TestServer::start(&llm.env()).await;
-    let mut csv = String::from("id,group,value\n");
-    for i in 0..100_000u64 {
-        csv.push_str(&format!("{i},g{},{}\n", i % 7, i * 10 / 10));
-    }
-    let answer = analyze(&server, "big.csv", csv.into_bytes(), "Sum of value?").await;
-    let first = inspection_message(&llm);
-    assert!(
-        first.contains("100000") || first.contains("100,000"),
-        "{first}"
-    );
-    assert!(answer.contains("rows 100000 sum 4999950000"), "{answer}");
-    server.assert_nothing_left().await;
-}
-
-#[tokio::test]
-async fn a_failed_step_is_fixed_with_the_inspection_in_the_prompt() {
-    let llm = FakeOpenAi::start(vec![
-        code("import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df['Amount'].sum())\n"),
-        code("import warnings\nimport pandas as pd\ndf = pd.read_csv(input_file_path)\nwarnings.warn('this API changes', FutureWarning)\nwarnings.warn('amounts look like cents', UserWarning)\nprint(df['amount'].sum())\n"),
-        text("ANALYSIS_COMPLETE\nThe total is 600."),
-        pass(),
-    ])
-    .await;
-    let server = TestServer::start(&llm.env()).await;
-    let answer = analyze(
-        &server,
-        "sales.csv",
-        SALES_CSV.as_bytes().to_vec(),
-        "Total amount?",
-    )
-    .await;
-    let fix = llm.last_messages()[1].clone();
-    assert!(fix.contains("KeyError: 'Amount'"), "{fix}");
-    assert!(fix.contains("Attempt 1 of 3"), "{fix}");
-    assert!(
-        fix.contains("pd.read_csv(input_file_path"),
-        "the inspection is missing: {fix}"
-    );
-    assert!(answer.contains("attempt 2"), "{answer}");
-    assert!(
-        answer.contains("Attempt 1 failed: `KeyError: 'Amount'`"),
-        "{answer}"
-    );
-    // A meaningful warning stays in the output; deprecation noise does not.
-    assert!(
-        answer.contains("UserWarning: amounts look like cents"),
-        "{answer}"
-    );
-    assert!(
-        !answer.contains("FutureWarning: this API changes"),
-        "{answer}"
-    );
-    server.assert_nothing_left().await;
-}
-
-#[tokio::test]
-async fn a_failed_review_leads_to_one_redo_that_passes() {
-    let llm = FakeOpenAi::start(vec![
-        code(
-            "import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df['amount'].mean())\n",
-        ),
-        text("ANALYSIS_COMPLETE\nThe total is 200."),
-        fail("The question asks for the total; the code printed the mean."),
-        code("import pandas as pd\ndf = pd.read_csv(input_file_path)\nprint(df['amount'].sum())\n"),
-        text("ANALYSIS_COMPLETE\nThe total is 600."),
-        pass(),
-    ])
-    .await;
-    let server = TestServer::start(&llm.env()).await;
-    let answer = analyze(
-        &server,
-        "sales.csv",
-        SALES_CSV.as_bytes().to_vec(),
-        "Total amount?",
-    )
-    .await;
-    let redo = llm.last_messages()[3].clone();
-    assert!(redo.contains("printed the mean"), "{redo}");
-    let results = answer.split("## Quality Assurance").next().unwrap();
-    assert!(
-        results.contains("The total is 600.") && !results.contains("200"),
-        "{answer}"
-    );
-    for part in [
-        "**Checker verdict: passed after correction**",
-        "First review: failed: The question asks for the total",
-        "Second review: passed",
-        "### The first pass, before the checker's correction",
-        "> The total is 200.",
-    ] {
-        assert!(answer.contains(part), "missing {part:?} in:\n{answer}");
-    }
-    server.assert_nothing_left().await;
-}
-
-#[tokio::test]
-async fn a_redo_that_breaks_down_is_recorded_and_the_first_result_kept_with_a_caveat() {
-    let broken = "raise RuntimeError('still broken')\n";
-    let llm = FakeOpenAi::start(vec![
-        code(SUM_BY_REGION),
-        text("ANALYSIS_COMPLETE\nThe total is 600."),
-        fail("Also report the product split."),
-        code(broken),
-        code(broken),
-        code(broken),
-    ])
-    .await;
-    let server = TestServer::start(&llm.env()).await;
-    let answer = analyze(
-        &server,
-        "sales.csv",
-        SALES_CSV.as_bytes().to_vec(),
-        "Total amount?",
-    )
-    .await;
-    for part in [
-        "The total is 600.",
-        "**Checker verdict: accepted with caveats**",
-        "A redo was attempted and failed: step 1 of the redo failed 3 times",
-        "still broken",
-        "which the checker did not pass",
-    ] {
-        assert!(answer.contains(part), "missing {part:?} in:\n{answer}");
-    }
-    server.assert_nothing_left().await;
-}
-
-#[tokio::test]
-async fn the_step_limit_ends_the_loop_and_says_so() {
-    let step = "import pandas as pd\nprint(len(pd.read_csv(input_file_path)))\n";
-    let llm = FakeOpenAi::start(vec![
-        code(step),
-        code(step),
-        code(step),
-        text("ANALYSIS_COMPLETE\nThere are 3 rows."),
-        text("The analysis looks right to me."),
-    ])
-    .await;
-    let server = TestServer::start(&llm.env()).await;
-    let answer = analyze(
-        &server,
-        "sales.csv",
-        SALES_CSV.as_bytes().to_vec(),
-        "How many rows?",
-    )
-    .await;
-    assert!(
-        llm.last_messages()[3].contains("last step allowed"),
-        "{:?}",
-        llm.last_messages()
-    );
-    for part in [
-        "There are 3 rows.",
-        "the step limit (3) was reached",
-        "Steps: 3 of at most 3",
-        // A checker reply that is not the agreed JSON is no verdict, not a pass.
-        "**Checker verdict: accepted with caveats**",
-        "no verdict (the checker's reply is not the agreed JSON",
-    ] {
-        assert!(answer.contains(part), "missing {part:?} in:\n{answer}");
-    }
-    server.assert_nothing_left().await;
-}
-
-#[tokio::test]
-async fn empty_and_misnamed_files_get_clear_errors_or_a_note() {
-    let llm = FakeOpenAi::start(vec![
-        code("import pandas as pd\nprint(pd.read_excel(input_file_path).shape)\n"),
-        text("ANALYSIS_COMPLETE\n2 rows."),
-        pass(),
-    ])
-    .await;
-    let server = TestServer::start(&llm.env()).await;
-    for (name, bytes, words) in [
-        ("empty.csv", Vec::new(), "is empty"),
-        (
-            "data.csv",
-            b"%PDF-1.7\n%\xe2\xe3\n1 0 obj\n".to_vec(),
-            "is a PDF",
-        ),
-        (
-            "junk.csv",
-            vec![0x00, 0xff, 0x13, 0x37, 0x00, 0x42],
-            "binary data",
-        ),
-    ] {
-        let id = server.upload(name, bytes).await;
-        let (is_error, answer) = server
-            .call(
-                None,
-                "analyze_file",
-                json!({"file_id": id, "instructions": "Summarise"}),
-            )
-            .await;
-        assert!(is_error, "{name}: {answer}");
-        assert!(answer.contains(words), "{name}: {answer}");
-    }
-    // An .xlsx that calls itself .csv is read as the workbook it is, with a note.
-    let (_, made) = server
-        .call(
-            None,
-            "run_python",
-            json!({"code": "import pandas as pd\npd.DataFrame({'a': [1, 2]}).to_excel('/work/out/table.xlsx', index=False)\n"}),
-        )
-        .await;
-    let workbook = server.download(&first_link(&made)).await;
-    let answer = analyze(&server, "table.csv", workbook, "Shape?").await;
-    assert!(answer.contains("(2, 1)"), "the workbook was read: {answer}");
-    let first = inspection_message(&llm);
-    assert!(
-        first.contains("named \"table.csv\", but its content is a Excel workbook"),
-        "{first}"
-    );
-    assert_eq!(
-        llm.requests().len(),
-        3,
-        "the refused files never reached the model"
-    );
     server.assert_nothing_left().await;
 }
 
@@ -520,57 +263,5 @@ async fn data_analysis_tool_refuses_internal_addresses_and_redirects_to_them() {
         "{answer}"
     );
     assert!(llm.requests().is_empty(), "nothing reached the model");
-    server.assert_nothing_left().await;
-}
-
-#[tokio::test]
-async fn a_legacy_xls_is_inspected_and_read() {
-    let llm = FakeOpenAi::start(vec![
-        code("import pandas as pd\nprint(pd.read_excel(input_file_path).to_string())\n"),
-        text("ANALYSIS_COMPLETE\nTwo cities."),
-        pass(),
-    ])
-    .await;
-    let server = TestServer::start(&llm.env()).await;
-    let xls = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tables/cities.xls"),
-    )
-    .unwrap();
-    let answer = analyze(&server, "cities.xls", xls, "Which cities?").await;
-    let first = inspection_message(&llm);
-    assert!(first.contains("pd.read_excel(input_file_path"), "{first}");
-    assert!(first.contains("Lyon"), "{first}");
-    assert!(answer.contains("Two cities."), "{answer}");
-    assert!(
-        answer.contains("Graz") && answer.contains("298479"),
-        "{answer}"
-    );
-    server.assert_nothing_left().await;
-}
-
-#[tokio::test]
-async fn a_step_that_fails_every_attempt_is_one_clear_error() {
-    let broken = "import pandas as pd\nprint(pd.read_csv(input_file_path)['nope'].sum())\n";
-    let llm = FakeOpenAi::start(vec![code(broken), code(broken), code(broken)]).await;
-    let server = TestServer::start(&llm.env()).await;
-    let id = server
-        .upload("sales.csv", SALES_CSV.as_bytes().to_vec())
-        .await;
-    let (is_error, answer) = server
-        .call(
-            None,
-            "analyze_file",
-            json!({"file_id": id, "instructions": "Sum of nope?"}),
-        )
-        .await;
-    assert!(is_error, "{answer}");
-    assert!(
-        answer.contains("no valid analysis after 3 attempts"),
-        "{answer}"
-    );
-    assert!(answer.contains("step 1 failed 3 times"), "{answer}");
-    assert!(answer.contains("KeyError: 'nope'"), "{answer}");
-    // No checker was asked about a result that does not exist.
-    assert_eq!(llm.requests().len(), 3);
     server.assert_nothing_left().await;
 }

@@ -13,6 +13,7 @@ mod fakes;
 mod hostile;
 mod lifecycle;
 mod load;
+mod local;
 mod mcp_server;
 mod office;
 mod operator;

@@ -1,0 +1,275 @@
+//! The fast tier's [`Runner`]: `sandbox-image/runner.py`, the very script that is PID 1 of
+//! every container, run as a local process with the host's Python (the image's wheels, from
+//! `scripts/sandbox-python.sh`) in a temporary folder. It speaks the same protocol as a
+//! container (the header line and the tar on stdin; the boundary, the output archive and the
+//! closing line back), and its result goes through the same splitters, unpacker and
+//! [`classify`] as the Docker sandbox's, so the tool flows above see the same [`Outcome`].
+//!
+//! It contains nothing: no namespace, no limit but the time limit, the host's network. It
+//! exists only in this test binary, so no setting of a release build can reach it, and it runs
+//! only scripts the tests wrote (the fake model's fixtures and file-agent's own scripts).
+//!
+//! Paths: a container's `/work` is the temporary folder here (`runner.py --work`), and the
+//! image's `/opt/file-agent/` is `sandbox-image/`. Both are rewritten in the job's script and
+//! preset paths before it is sent, so fixtures and file-agent's jobs keep their real paths.
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use file_agent::config::SandboxConfig;
+use file_agent::sandbox::archive::{self, UnpackLimits};
+use file_agent::sandbox::request::Request;
+use file_agent::sandbox::stream::{Piece, StderrSplitter, StdoutSplitter, capture};
+use file_agent::sandbox::{
+    Captured, End, Ending, Job, Outcome, Runner, SandboxError, Timings, classify,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// The repository's root (where `sandbox-image/` is).
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// Where the image keeps its scripts, as file-agent's jobs name them.
+const IMAGE_SCRIPTS: &str = "/opt/file-agent/";
+/// The container's work folder, as scripts and preset paths name it.
+const WORK: &str = "/work/";
+
+/// Runs jobs with `runner.py` and the host's Python; see the module's comment.
+#[derive(Debug)]
+pub struct LocalRunner {
+    config: SandboxConfig,
+    python: PathBuf,
+    /// Jobs run so far (their "container" ids).
+    runs: AtomicUsize,
+}
+
+impl LocalRunner {
+    /// A runner with `config`'s limits (only the time limit and the output caps apply). Panics
+    /// with what to do when the venv of `scripts/sandbox-python.sh` is missing.
+    pub fn new(config: SandboxConfig) -> Self {
+        let python = python_env().join("bin/python3");
+        assert!(
+            python.exists(),
+            "{} is missing: run scripts/sandbox-python.sh (or scripts/bootstrap.sh) first",
+            python.display()
+        );
+        Self {
+            config,
+            python,
+            runs: AtomicUsize::new(0),
+        }
+    }
+
+    /// How many jobs it has run.
+    pub fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+}
+
+/// The venv with the image's wheels.
+fn python_env() -> PathBuf {
+    std::env::var_os("FILE_AGENT_TEST_PYTHON_ENV")
+        .map(PathBuf::from)
+        .map(|path| {
+            if path.is_absolute() {
+                path
+            } else {
+                Path::new(ROOT).join(path)
+            }
+        })
+        .unwrap_or_else(|| Path::new(ROOT).join("target/sandbox-python"))
+}
+
+/// `job` with the container's paths moved to `work` and `sandbox-image/`.
+fn relocate(mut job: Job, work: &Path) -> Job {
+    let work = format!("{}/", work.display());
+    let scripts = format!("{ROOT}/sandbox-image/");
+    // `/work/` first: the checkout's own path may contain it (`/work/main/sandbox-image/`).
+    let moved = |text: &str| text.replace(WORK, &work).replace(IMAGE_SCRIPTS, &scripts);
+    let script = moved(&job.script);
+    job.script = script;
+    job.file_path = job.file_path.as_deref().map(moved);
+    job.input_file_path = job.input_file_path.as_deref().map(moved);
+    job
+}
+
+fn io_error(action: &str) -> impl FnOnce(std::io::Error) -> SandboxError + '_ {
+    move |source| SandboxError::Io {
+        action: action.to_string(),
+        source,
+    }
+}
+
+impl Runner for LocalRunner {
+    fn config(&self) -> &SandboxConfig {
+        &self.config
+    }
+
+    async fn run(
+        &self,
+        job: Job,
+        out_dir: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<Outcome, SandboxError> {
+        let started = Instant::now();
+        let number = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        let limits = &self.config.limits;
+        let work = tempfile::tempdir().map_err(io_error("making the work folder"))?;
+        let job = relocate(job, work.path());
+        let request = Request::build(&job, limits.timeout)?;
+        // The image has /work/out (the runner makes /work read-only before the script runs).
+        std::fs::create_dir(work.path().join("out")).map_err(io_error("making out/"))?;
+        let home = work.path().join("home");
+        std::fs::create_dir(&home).map_err(io_error("making the home folder"))?;
+        let mut child = tokio::process::Command::new(&self.python)
+            .arg("-I")
+            .arg("-B")
+            .arg(Path::new(ROOT).join("sandbox-image/runner.py"))
+            .arg("--work")
+            .arg(work.path())
+            .arg(work.path().join("script.py"))
+            // The image's environment, with the host's folders.
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home)
+            .env("MPLBACKEND", "Agg")
+            .env("MPLCONFIGDIR", python_env().join("matplotlib"))
+            .env("LANG", "C.UTF-8")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io_error("starting the host's Python"))?;
+        let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(io_error("opening the runner's pipes")(
+                std::io::Error::other("a pipe is missing"),
+            ));
+        };
+        let phase = Instant::now();
+        // The runner takes the end of stdin for "the server is gone": keep it open until the
+        // runner has exited, as a container's attach connection stays open.
+        stdin
+            .write_all(&request.header)
+            .await
+            .map_err(io_error("sending the header"))?;
+        stdin
+            .write_all(&request.upload)
+            .await
+            .map_err(io_error("sending the upload"))?;
+        let copy_in = phase.elapsed();
+        let read_out = tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            stdout.read_to_end(&mut bytes).await.map(|_| bytes)
+        });
+        let read_err = tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            stderr.read_to_end(&mut bytes).await.map(|_| bytes)
+        });
+        let end = tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(io_error("waiting for the runner"))?;
+                End::Exited(status.code().map(i64::from))
+            }
+            () = tokio::time::sleep(limits.timeout) => End::TimedOut,
+            () = cancel.cancelled() => {
+                let _ = child.kill().await;
+                make_removable(work.path());
+                return Err(SandboxError::Cancelled);
+            }
+        };
+        if end == End::TimedOut {
+            let _ = child.kill().await;
+        }
+        drop(stdin);
+        let run = phase.elapsed();
+        let join = |joined: Result<std::io::Result<Vec<u8>>, tokio::task::JoinError>| {
+            joined
+                .map_err(std::io::Error::other)
+                .and_then(|read| read)
+                .map_err(io_error("reading the runner's output"))
+        };
+        let stdout = join(read_out.await)?;
+        let stderr = join(read_err.await)?;
+
+        let cap = limits.stdio_max_bytes;
+        let mut splitter = StdoutSplitter::new(request.boundary.into_bytes());
+        let (mut script_stdout, mut tar) = (Captured::default(), Vec::new());
+        for piece in splitter.push(Bytes::from(stdout)) {
+            match piece {
+                Piece::Stdout(bytes) => capture(&mut script_stdout, cap, &bytes),
+                Piece::Archive(bytes) => tar.extend_from_slice(&bytes),
+                Piece::Boundary => {}
+            }
+        }
+        if let Some(rest) = splitter.finish() {
+            capture(&mut script_stdout, cap, &rest);
+        }
+        let mut trailer_splitter = StderrSplitter::new(request.exit_marker.into_bytes());
+        let mut script_stderr = Captured::default();
+        for bytes in trailer_splitter.push(Bytes::from(stderr)) {
+            capture(&mut script_stderr, cap, &bytes);
+        }
+        if let Some(rest) = trailer_splitter.finish() {
+            capture(&mut script_stderr, cap, &rest);
+        }
+        let trailer = trailer_splitter.trailer();
+        let unpacked = archive::unpack(
+            Cursor::new(tar),
+            out_dir,
+            UnpackLimits {
+                max_bytes: limits.output_max_bytes,
+                max_entries: limits.output_max_files,
+            },
+        )
+        .map_err(io_error("writing the outputs"))?;
+        make_removable(work.path());
+
+        let end = match (end, trailer) {
+            (End::Exited(_), Some(trailer)) => End::Exited(Some(trailer.exit_code)),
+            (end, _) => end,
+        };
+        let ending = Ending {
+            end,
+            oom_killed: trailer.and_then(|t| t.oom_killed).unwrap_or(false),
+            boundary_seen: splitter.found(),
+            runner_reported: trailer.is_some(),
+            limit: unpacked.limit.as_deref(),
+            malformed: unpacked.malformed.as_deref(),
+        };
+        let (status, exit_code, message) = classify(&ending, limits);
+        Ok(Outcome {
+            status,
+            exit_code,
+            stdout: script_stdout,
+            stderr: script_stderr,
+            outputs: unpacked.files,
+            skipped: unpacked.skipped,
+            timings: Timings {
+                copy_in,
+                run,
+                total: started.elapsed(),
+                ..Timings::default()
+            },
+            message,
+            container_id: format!("local-{number}"),
+            image_id: "local".to_string(),
+            warm: false,
+            container_created: SystemTime::now(),
+        })
+    }
+}
+
+/// The runner makes `/work` and `/work/in` read-only, as in a container; give the owner back
+/// the right to remove them (a non-root user could not delete the folder otherwise).
+fn make_removable(work: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for folder in [work.join("in"), work.to_path_buf()] {
+        let _ = std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o755));
+    }
+}
