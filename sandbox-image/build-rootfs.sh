@@ -88,6 +88,7 @@ chown 10001:10001 "$root/work/out"
 install -m 0644 "$context/runner.py" "$root/opt/file-agent/runner.py"
 install -m 0644 "$context/inspect_table.py" "$root/opt/file-agent/inspect_table.py"
 install -m 0644 "$context/change_report.py" "$root/opt/file-agent/change_report.py"
+install -m 0644 "$context/model_tool.py" "$root/opt/file-agent/model_tool.py"
 # Byte-code for the wheels, the standard library and the runner, compiled by the image's own
 # interpreter: attempts run with -B on a read-only root, so a missing or stale .pyc would mean
 # compiling that module again in every attempt. unchecked-hash .pyc files are used whatever the

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 pub use analysis::{Network, ResearchConfig, UrlFetchConfig};
 pub use service::{
-    AdmissionConfig, AuditConfig, Config, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned,
-    Secret, ServerConfig, StorageConfig, TransferLimits,
+    AdmissionConfig, AuditConfig, Config, DynamicTools, LlmConfig, LocalStoreConfig,
+    OpenWebUiConfig, Pinned, Secret, ServerConfig, StorageConfig, TransferLimits,
 };
 
 use thiserror::Error;

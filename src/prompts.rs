@@ -9,7 +9,7 @@ use std::path::Path;
 use thiserror::Error;
 
 /// The built-in prompts, by their path under `prompts/`.
-const BUILT_IN: [(&str, &str); 21] = [
+const BUILT_IN: [(&str, &str); 26] = [
     (
         "create_excel.md",
         include_str!("../prompts/create_excel.md"),
@@ -43,6 +43,7 @@ const BUILT_IN: [(&str, &str); 21] = [
         include_str!("../prompts/analysis_redo.md"),
     ),
     ("research.md", include_str!("../prompts/research.md")),
+    ("create_tool.md", include_str!("../prompts/create_tool.md")),
     (
         "tools/generate_file.md",
         include_str!("../prompts/tools/generate_file.md"),
@@ -66,6 +67,22 @@ const BUILT_IN: [(&str, &str); 21] = [
     (
         "tools/conduct_deep_research.md",
         include_str!("../prompts/tools/conduct_deep_research.md"),
+    ),
+    (
+        "tools/create_tool.md",
+        include_str!("../prompts/tools/create_tool.md"),
+    ),
+    (
+        "tools/generate_tool.md",
+        include_str!("../prompts/tools/generate_tool.md"),
+    ),
+    (
+        "tools/list_tools.md",
+        include_str!("../prompts/tools/list_tools.md"),
+    ),
+    (
+        "tools/delete_tool.md",
+        include_str!("../prompts/tools/delete_tool.md"),
     ),
 ];
 
@@ -138,6 +155,16 @@ pub struct Prompts {
     pub tool_data_analysis: String,
     /// Description of the `conduct_deep_research` tool.
     pub tool_research: String,
+    /// System prompt of `generate_tool`: a reusable tool's code and schema.
+    pub create_tool: String,
+    /// Description of the `create_tool` tool.
+    pub tool_create_tool: String,
+    /// Description of the `generate_tool` tool.
+    pub tool_generate_tool: String,
+    /// Description of the `list_tools` tool.
+    pub tool_list_tools: String,
+    /// Description of the `delete_tool` tool.
+    pub tool_delete_tool: String,
 }
 
 impl Default for Prompts {
@@ -202,6 +229,11 @@ impl Prompts {
             tool_analyze_file: get("tools/analyze_file.md")?,
             tool_data_analysis: get("tools/data_analysis_tool.md")?,
             tool_research: get("tools/conduct_deep_research.md")?,
+            create_tool: get("create_tool.md")?,
+            tool_create_tool: get("tools/create_tool.md")?,
+            tool_generate_tool: get("tools/generate_tool.md")?,
+            tool_list_tools: get("tools/list_tools.md")?,
+            tool_delete_tool: get("tools/delete_tool.md")?,
         })
     }
 }

@@ -55,7 +55,33 @@ pub struct CallInfo {
     pub chat: Option<String>,
 }
 
-/// One attempt, as written. `seq` and `prev` are set by the log.
+/// What a line says about a saved tool (`create_tool`, `generate_tool`, a `my_<name>` call).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ToolMark {
+    /// `check` (the check and test call before saving), `created`, `updated`, `saved again`,
+    /// `deleted`, `call`, or `refused call` (arguments that do not fit the schema: nothing ran).
+    pub action: String,
+    /// The tool's name (without `my_`).
+    pub name: String,
+    /// Its version: the hex SHA-256 of its code and schema.
+    pub version: String,
+    /// Who saved it (for a call: who saved the version called), when known.
+    pub owner: Option<String>,
+}
+
+impl ToolMark {
+    /// A mark of `action` on version `version` of the tool `name`.
+    pub fn new(action: &str, name: &str, version: &str, owner: Option<String>) -> Self {
+        Self {
+            action: action.to_string(),
+            name: name.to_string(),
+            version: version.to_string(),
+            owner,
+        }
+    }
+}
+
+/// One attempt, or one change of a saved tool, as written. `seq` and `prev` are set by the log.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Record {
     /// UTC, RFC 3339 with milliseconds.
@@ -103,6 +129,10 @@ pub struct Record {
     pub duration_ms: u64,
     /// The error, when there was one.
     pub error: Option<String>,
+    /// The saved tool this line is about, if any: its check, its saving or deletion (then
+    /// no container ran: `status` is the action), or a call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_tool: Option<ToolMark>,
     /// The hex SHA-256 of the line before.
     pub prev: String,
 }
@@ -414,6 +444,18 @@ pub fn describe(record: &Record) -> String {
         text.push_str(&format!(
             " ({kind}, created {})",
             record.container_created.as_deref().unwrap_or("?")
+        ));
+    }
+    if let Some(tool) = &record.saved_tool {
+        text.push_str(&format!(
+            "\n  saved tool {} {}, version {}…{}",
+            printable(&tool.name),
+            printable(&tool.action),
+            printable(tool.version.get(..12).unwrap_or(&tool.version)),
+            tool.owner
+                .as_deref()
+                .map(|owner| format!(", saved by {}", printable(owner)))
+                .unwrap_or_default()
         ));
     }
     if !record.inputs.is_empty() {

@@ -92,9 +92,44 @@ pub struct Config {
     pub url_fetch: UrlFetchConfig,
     /// How `conduct_deep_research` runs.
     pub research: ResearchConfig,
-    /// `FILE_AGENT_DATA_DIR`: the server's folder (the local store, the audit trail); with the
-    /// host's name it also makes the default `SANDBOX_INSTANCE`.
+    /// `FILE_AGENT_DYNAMIC_TOOLS`: who sees the tools that models and callers create.
+    pub dynamic_tools: DynamicTools,
+    /// `FILE_AGENT_DATA_DIR`: the server's folder (the local store, the audit trail, saved
+    /// tools); with the host's name it also makes the default `SANDBOX_INSTANCE`.
     pub data_dir: PathBuf,
+}
+
+/// `FILE_AGENT_DYNAMIC_TOOLS`: whether tools can be created (`create_tool`, `generate_tool`)
+/// and who sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DynamicTools {
+    /// `off`: no tool can be created, listed or called; the four tools that manage them are
+    /// not listed.
+    Off,
+    /// `per-user` (the default): each owner (the Open WebUI user, or the access token, or, with
+    /// neither, the one local user) sees and calls only its own tools.
+    #[default]
+    PerUser,
+    /// `shared`: every caller sees, calls, replaces and deletes every tool. Only for a team
+    /// that trusts each other: a tool runs with the arguments, not the data, of whoever calls it.
+    Shared,
+}
+
+impl DynamicTools {
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        let value = vars.get("FILE_AGENT_DYNAMIC_TOOLS");
+        match value.as_deref().map(|v| v.trim().to_ascii_lowercase()) {
+            None => Ok(Self::default()),
+            Some(v) if v == "off" => Ok(Self::Off),
+            Some(v) if v == "per-user" => Ok(Self::PerUser),
+            Some(v) if v == "shared" => Ok(Self::Shared),
+            Some(_) => Err(ConfigError {
+                var: "FILE_AGENT_DYNAMIC_TOOLS",
+                value: value.unwrap_or_default(),
+                expected: "off, per-user or shared".into(),
+            }),
+        }
+    }
 }
 
 /// The audit trail.
@@ -248,6 +283,7 @@ impl Config {
             audit: AuditConfig::from_vars(&vars, &data_dir)?,
             url_fetch: UrlFetchConfig::from_vars(&vars)?,
             research: ResearchConfig::from_vars(&vars)?,
+            dynamic_tools: DynamicTools::from_vars(&vars)?,
             data_dir,
         };
         // The public URL, hosts and origins not set follow the address served.

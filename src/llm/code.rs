@@ -22,6 +22,14 @@ pub fn extract_code(reply: &str) -> Option<String> {
     (!code.trim().is_empty()).then_some(code)
 }
 
+/// The body of the first block fenced as one of `languages` (lower case), if any.
+pub fn extract_block(reply: &str, languages: &[&str]) -> Option<String> {
+    fenced_blocks(reply)
+        .into_iter()
+        .find(|(lang, _)| languages.contains(&lang.as_str()))
+        .map(|(_, body)| body)
+}
+
 /// `(language, body)` of each fenced block, in order.
 fn fenced_blocks(reply: &str) -> Vec<(String, String)> {
     let mut blocks = Vec::new();

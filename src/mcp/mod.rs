@@ -8,9 +8,15 @@
 
 use std::time::Instant;
 
+use rmcp::ErrorData;
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
+};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
@@ -18,7 +24,8 @@ use serde::Deserialize;
 use crate::config::Secret;
 use crate::prompts::Prompts;
 use crate::storage::Caller;
-use crate::tools::catalog::Tool;
+use crate::tools::catalog::{SAVED_TOOL_PREFIX, Tool};
+use crate::tools::dynamic::{AccessTokenId, Identity, NewTool};
 use crate::tools::research::Progress;
 use crate::tools::{CALL, CallInfo, ToolError, ToolOutput, Tools};
 
@@ -83,6 +90,39 @@ pub struct DataAnalysisArgs {
 pub struct ResearchArgs {
     /// What to research, with the scope, period, region or angle that matters.
     pub instructions: String,
+}
+
+/// Arguments of `create_tool`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct CreateToolArgs {
+    /// The tool's name, `[a-z][a-z0-9_]{0,47}`; it is called as `my_<name>`.
+    pub name: String,
+    /// What the tool does and returns, for the model that decides to call it.
+    pub description: String,
+    /// Python 3.11 defining `run(...)`, whose parameters are the schema's properties.
+    pub code: String,
+    /// The JSON Schema of the arguments: `{"type": "object", "properties": {...}, "required": [...]}`.
+    pub input_schema: serde_json::Value,
+    /// Arguments for the test call before saving (default: the schema's first `examples` entry).
+    #[serde(default)]
+    pub example_arguments: Option<serde_json::Value>,
+}
+
+/// Arguments of `generate_tool`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct GenerateToolArgs {
+    /// What the tool should do: what it takes and what it returns.
+    pub instructions: String,
+    /// The tool's name, `[a-z][a-z0-9_]{0,47}` (default: the model chooses one).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Arguments of `delete_tool`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct DeleteToolArgs {
+    /// The name of the saved tool (without `my_`).
+    pub name: String,
 }
 
 /// The MCP server: the tools, and the router rmcp dispatches with.
@@ -223,12 +263,187 @@ impl FileAgentServer {
         }
         result
     }
+
+    #[tool(name = "create_tool")]
+    async fn create_tool(
+        &self,
+        Parameters(args): Parameters<CreateToolArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
+        let identity = identity_of(&context);
+        let tool = NewTool {
+            name: args.name,
+            description: args.description,
+            code: args.code,
+            input_schema: args.input_schema,
+            example_arguments: args.example_arguments,
+        };
+        let call = self.tools.create_tool(&identity, tool, &cancel);
+        let result = self.finish(Tool::CreateTool, &context, call).await;
+        tools_changed(&context, &result).await;
+        result
+    }
+
+    #[tool(name = "generate_tool")]
+    async fn generate_tool(
+        &self,
+        Parameters(args): Parameters<GenerateToolArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
+        let identity = identity_of(&context);
+        let call =
+            self.tools
+                .generate_tool(&identity, &args.instructions, args.name.as_deref(), &cancel);
+        let result = self.finish(Tool::GenerateTool, &context, call).await;
+        tools_changed(&context, &result).await;
+        result
+    }
+
+    #[tool(name = "list_tools")]
+    async fn list_saved_tools(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        let identity = identity_of(&context);
+        let listed = self.tools.list_saved_tools(&identity);
+        self.finish(Tool::ListTools, &context, async { listed })
+            .await
+    }
+
+    #[tool(name = "delete_tool")]
+    async fn delete_tool(
+        &self,
+        Parameters(args): Parameters<DeleteToolArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        let identity = identity_of(&context);
+        let deleted = self.tools.delete_tool(&identity, &args.name);
+        let result = self
+            .finish(Tool::DeleteTool, &context, async { deleted })
+            .await;
+        tools_changed(&context, &result).await;
+        result
+    }
 }
 
+/// After a saved tool was created, replaced or deleted: tells a client with a session (stdio)
+/// that the list changed. Over stateless HTTP there is no session to tell: clients see the
+/// change on their next `tools/list`.
+async fn tools_changed(context: &RequestContext<RoleServer>, result: &Result<String, String>) {
+    if result.is_err() || context.extensions.get::<http::request::Parts>().is_some() {
+        return;
+    }
+    let sent = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        context.peer.notify_tool_list_changed(),
+    )
+    .await;
+    if !matches!(sent, Ok(Ok(()))) {
+        tracing::debug!("could not send notifications/tools/list_changed");
+    }
+}
+
+/// Who is calling, for saved tools: Open WebUI's user id and the access token the request
+/// came with (both absent over stdio).
+fn identity_of(context: &RequestContext<RoleServer>) -> Identity {
+    let parts = context.extensions.get::<http::request::Parts>();
+    Identity {
+        user: parts
+            .and_then(|parts| parts.headers.get("x-openwebui-user-id"))
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+            .filter(|user| !user.is_empty())
+            .map(|user| user.chars().take(CALLER_FIELD_MAX_CHARS).collect()),
+        token: parts
+            .and_then(|parts| parts.extensions.get::<AccessTokenId>())
+            .map(|id| id.0.clone()),
+    }
+}
+
+// `#[tool_handler]` writes only the methods not written here: `list_tools` and `call_tool` add
+// the caller's saved tools (`my_<name>`) to the built-in ones.
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for FileAgentServer {
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let saved_on = self.tools.saved_tools_on();
+        let mut tools: Vec<rmcp::model::Tool> = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .filter(|tool| {
+                saved_on || Tool::named(&tool.name).is_none_or(|tool| !tool.manages_saved_tools())
+            })
+            .collect();
+        let identity = identity_of(&context);
+        tools.extend(
+            self.tools
+                .saved_tools_for(&identity)
+                .into_iter()
+                .map(|tool| {
+                    rmcp::model::Tool::new(
+                        format!("{SAVED_TOOL_PREFIX}{}", tool.name),
+                        tool.description,
+                        std::sync::Arc::new(tool.input_schema),
+                    )
+                }),
+        );
+        // The list depends on the caller: a client may cache it for itself only.
+        let hints = context
+            .protocol_version()
+            .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28);
+        Ok(ListToolsResult {
+            result_type: Some(ResultType::COMPLETE),
+            tools,
+            meta: None,
+            next_cursor: None,
+            ttl_ms: hints.then_some(0),
+            cache_scope: hints.then_some(CacheScope::Private),
+        })
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(name) = request.name.strip_prefix(SAVED_TOOL_PREFIX) else {
+            let call = ToolCallContext::new(self, request, context);
+            return self.tool_router.call(call).await;
+        };
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
+        let identity = identity_of(&context);
+        let caller = caller_of(&context);
+        let arguments = serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
+        let call = self
+            .tools
+            .call_saved_tool(&identity, name, arguments, &caller, &cancel);
+        let deadline = self.tools.call_deadline(Tool::RunPython);
+        let result = self
+            .finish_as(&request.name, deadline, &context, call)
+            .await;
+        Ok(match result {
+            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+            Err(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
+        }
+        .into())
+    }
+
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = if self.tools.saved_tools_on() {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("file-agent", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Makes Excel, Word, PowerPoint and PDF files from plain-language instructions \
@@ -236,8 +451,9 @@ impl ServerHandler for FileAgentServer {
                  changed (modify_file), answers questions about data files by computing them \
                  (analyze_file; data_analysis_tool for a document URL), researches topics on \
                  the web (conduct_deep_research) and runs Python in a network-less sandbox \
-                 (run_python). Files come back as markdown download links: show them to the \
-                 user.",
+                 (run_python). Tools you save with create_tool or generate_tool are listed and \
+                 called as my_<name>. Files come back as markdown download links: show them \
+                 to the user.",
             )
     }
 }
@@ -330,7 +546,17 @@ impl FileAgentServer {
         call: impl Future<Output = Result<ToolOutput, ToolError>>,
     ) -> Result<String, String> {
         let deadline = self.tools.call_deadline(tool);
-        let tool = tool.name();
+        self.finish_as(tool.name(), deadline, context, call).await
+    }
+
+    /// [`Self::finish`] for the tool called `tool` (a built-in or a saved `my_<name>`).
+    async fn finish_as(
+        &self,
+        tool: &str,
+        deadline: std::time::Duration,
+        context: &RequestContext<RoleServer>,
+        call: impl Future<Output = Result<ToolOutput, ToolError>>,
+    ) -> Result<String, String> {
         let started = Instant::now();
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         // The JSON-RPC id as JSON: a number stays a number, a string a string.
@@ -342,8 +568,14 @@ impl FileAgentServer {
             Err(_) => Err(ToolError::Deadline(deadline.as_secs())),
         };
         let duration_ms = started.elapsed().as_millis() as u64;
+        // Saved tools share one label: their names are the callers' to choose.
+        let label = if tool.starts_with(SAVED_TOOL_PREFIX) {
+            "saved_tool"
+        } else {
+            tool
+        };
         crate::metrics::metrics()
-            .tool_call(tool, result.as_ref().map_or_else(outcome_name, |_| "ok"));
+            .tool_call(label, result.as_ref().map_or_else(outcome_name, |_| "ok"));
         match result {
             Ok(output) => {
                 tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");

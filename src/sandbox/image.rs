@@ -16,7 +16,7 @@ use thiserror::Error;
 pub const IMAGE_REPOSITORY: &str = "file-agent-sandbox";
 
 /// The files of `sandbox-image/`, compiled in. A unit test checks that none is missing.
-pub const CONTEXT: [(&str, &[u8]); 7] = [
+pub const CONTEXT: [(&str, &[u8]); 8] = [
     (
         "Dockerfile",
         include_bytes!("../../sandbox-image/Dockerfile"),
@@ -32,6 +32,10 @@ pub const CONTEXT: [(&str, &[u8]); 7] = [
     (
         "inspect_table.py",
         include_bytes!("../../sandbox-image/inspect_table.py"),
+    ),
+    (
+        "model_tool.py",
+        include_bytes!("../../sandbox-image/model_tool.py"),
     ),
     (
         "packages.txt",

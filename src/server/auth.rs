@@ -19,6 +19,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Secret, ServerConfig};
+use crate::tools::dynamic::AccessTokenId;
 
 /// The header that carries a server token next to a user's bearer token.
 pub const KEY_HEADER: &str = "x-file-agent-key";
@@ -94,6 +95,12 @@ impl AccessTokens {
     }
 }
 
+/// Which token a request came with, as saved tools tell owners apart: the first 16 hex digits
+/// of its SHA-256 (not the token, which is never kept).
+fn token_id(token: &str) -> AccessTokenId {
+    AccessTokenId(hex::encode(digest(token))[..16].to_string())
+}
+
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -116,11 +123,15 @@ pub async fn require_token(
     let bearer = crate::bearer_token(headers);
     match (key, bearer) {
         (Some(key), _) if tokens.accepts(key) => {
+            let id = token_id(key);
             request.headers_mut().remove(KEY_HEADER);
+            request.extensions_mut().insert(id);
             next.run(request).await
         }
         (None, Some(bearer)) if tokens.accepts(&bearer) => {
+            let id = token_id(&bearer);
             request.headers_mut().remove(header::AUTHORIZATION);
+            request.extensions_mut().insert(id);
             next.run(request).await
         }
         (None, None) => unauthorized(

@@ -36,6 +36,7 @@ use crate::sandbox::{ReapFilter, ReapScope, Runner, Sandbox};
 use crate::storage::Storage;
 use crate::storage::url::UrlFetcher;
 use crate::tools::Tools;
+use crate::tools::dynamic::SavedTools;
 use auth::AccessTokens;
 
 /// Largest MCP request body (a `run_python` script is the biggest thing sent).
@@ -67,6 +68,9 @@ pub enum StartError {
     /// The audit trail cannot be written.
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),
+    /// The folder of saved tools cannot be written.
+    #[error("{0}; check FILE_AGENT_DATA_DIR, or set FILE_AGENT_DYNAMIC_TOOLS=off")]
+    SavedTools(#[from] crate::tools::dynamic::RegistryError),
 }
 
 /// Removes leftover containers: what belongs to no live server (stopped a while ago, or running
@@ -181,6 +185,7 @@ pub struct ToolParts {
     llm: Llm,
     fetcher: UrlFetcher,
     audit: Option<AuditLog>,
+    saved_tools: Option<SavedTools>,
 }
 
 impl ToolParts {
@@ -206,12 +211,14 @@ impl ToolParts {
                 "OPENAI_API_KEY is not set: every tool but run_python will answer with an error"
             );
         }
+        let saved_tools = SavedTools::open(config.dynamic_tools, &config.data_dir.join("tools"))?;
         Ok(Self {
             prompts,
             storage,
             llm,
             fetcher,
             audit,
+            saved_tools,
         })
     }
 
@@ -225,7 +232,8 @@ impl ToolParts {
             Arc::new(self.prompts),
             config.research.clone(),
             config.admission.clone(),
-        );
+        )
+        .with_saved_tools(self.saved_tools);
         match self.audit {
             Some(audit) => tools.with_audit(Arc::new(audit)),
             None => tools,

@@ -21,17 +21,33 @@ pub enum Tool {
     DataAnalysis,
     /// `conduct_deep_research`: a polled research run.
     DeepResearch,
+    /// `create_tool`: save a tool the caller wrote.
+    CreateTool,
+    /// `generate_tool`: save a tool the model writes from a description.
+    GenerateTool,
+    /// `list_tools`: the caller's saved tools.
+    ListTools,
+    /// `delete_tool`: remove one of them.
+    DeleteTool,
 }
+
+/// What every saved tool's MCP name starts with; no built-in tool's name does, so a saved
+/// tool can never stand in for one.
+pub const SAVED_TOOL_PREFIX: &str = "my_";
 
 impl Tool {
     /// Every tool, in the order clients list them.
-    pub const ALL: [Tool; 6] = [
+    pub const ALL: [Tool; 10] = [
         Tool::GenerateFile,
         Tool::ModifyFile,
         Tool::RunPython,
         Tool::AnalyzeFile,
         Tool::DataAnalysis,
         Tool::DeepResearch,
+        Tool::CreateTool,
+        Tool::GenerateTool,
+        Tool::ListTools,
+        Tool::DeleteTool,
     ];
 
     /// The name clients call it by.
@@ -43,7 +59,19 @@ impl Tool {
             Tool::AnalyzeFile => "analyze_file",
             Tool::DataAnalysis => "data_analysis_tool",
             Tool::DeepResearch => "conduct_deep_research",
+            Tool::CreateTool => "create_tool",
+            Tool::GenerateTool => "generate_tool",
+            Tool::ListTools => "list_tools",
+            Tool::DeleteTool => "delete_tool",
         }
+    }
+
+    /// Whether it manages saved tools (not listed when `FILE_AGENT_DYNAMIC_TOOLS=off`).
+    pub fn manages_saved_tools(self) -> bool {
+        matches!(
+            self,
+            Tool::CreateTool | Tool::GenerateTool | Tool::ListTools | Tool::DeleteTool
+        )
     }
 
     /// The tool named `name`, if there is one.
@@ -60,6 +88,10 @@ impl Tool {
             Tool::AnalyzeFile => &prompts.tool_analyze_file,
             Tool::DataAnalysis => &prompts.tool_data_analysis,
             Tool::DeepResearch => &prompts.tool_research,
+            Tool::CreateTool => &prompts.tool_create_tool,
+            Tool::GenerateTool => &prompts.tool_generate_tool,
+            Tool::ListTools => &prompts.tool_list_tools,
+            Tool::DeleteTool => &prompts.tool_delete_tool,
         }
     }
 
@@ -83,6 +115,17 @@ mod tests {
             assert_eq!(Tool::named(tool.name()), Some(tool));
         }
         assert_eq!(Tool::named("generate_files"), None);
+    }
+
+    #[test]
+    fn no_built_in_name_can_be_taken_by_a_saved_tool() {
+        for tool in Tool::ALL {
+            assert!(
+                !tool.name().starts_with(SAVED_TOOL_PREFIX),
+                "{}",
+                tool.name()
+            );
+        }
     }
 
     #[test]

@@ -18,7 +18,6 @@ use super::{
 };
 use crate::llm::Message;
 use crate::llm::code::extract_code;
-use crate::prompts::render;
 use crate::sandbox::{Input, InputSource, Job, Runner};
 use crate::storage::{Caller, content_type_for};
 use crate::text::tail;
@@ -203,14 +202,7 @@ impl<R: Runner> Tools<R> {
                 Err(error) => {
                     tracing::info!(attempt, error = %tail(&error, 300), "attempt failed");
                     last_error = tail(&error, ERROR_TAIL_CHARS);
-                    conversation.push(Message::User(render(
-                        &self.prompts.retry,
-                        &[
-                            ("attempt", &attempt.to_string()),
-                            ("max_attempts", &MAX_ATTEMPTS.to_string()),
-                            ("error", &last_error),
-                        ],
-                    )));
+                    conversation.push(self.retry_message(attempt, &last_error));
                 }
             }
         }

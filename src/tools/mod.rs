@@ -12,6 +12,7 @@ pub mod admission;
 pub mod analysis;
 pub mod catalog;
 pub mod changes;
+pub mod dynamic;
 pub mod filename;
 mod files;
 pub mod filetype;
@@ -144,6 +145,8 @@ pub struct Tools<R = Sandbox> {
     admission: Arc<Admission>,
     /// Where every attempt is recorded, when the trail is on.
     audit: Option<Arc<AuditLog>>,
+    /// The tools callers and the model saved; `None` when `FILE_AGENT_DYNAMIC_TOOLS=off`.
+    saved_tools: Option<Arc<dynamic::SavedTools>>,
     /// The calls under way, so that shutdown can wait for them.
     calls: TaskTracker,
     /// Cancelled when shutdown stops the calls still running.
@@ -155,10 +158,21 @@ pub struct Tools<R = Sandbox> {
 pub enum Author {
     /// The model (`MODEL_NAME`).
     Model,
-    /// The MCP caller (`run_python`).
+    /// The MCP caller (`run_python`, `create_tool`).
     Caller,
-    /// file-agent itself (the table inspection).
+    /// file-agent itself (the table inspection, the change report).
     FileAgent,
+}
+
+impl Author {
+    /// As the audit trail writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Author::Model => "model",
+            Author::Caller => "caller",
+            Author::FileAgent => "file-agent",
+        }
+    }
 }
 
 tokio::task_local! {
@@ -187,6 +201,7 @@ impl<R: Runner> Tools<R> {
             research,
             admission: Admission::new(admission),
             audit: None,
+            saved_tools: None,
             calls: TaskTracker::new(),
             stopping: CancellationToken::new(),
         }
@@ -228,6 +243,12 @@ impl<R: Runner> Tools<R> {
         }
     }
 
+    /// Serves the tools in `saved` (`None`: saved tools are off).
+    pub fn with_saved_tools(mut self, saved: Option<dynamic::SavedTools>) -> Self {
+        self.saved_tools = saved.map(Arc::new);
+        self
+    }
+
     /// Records every attempt in `audit`.
     pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
         self.audit = Some(audit);
@@ -247,6 +268,18 @@ impl<R: Runner> Tools<R> {
     /// The model client.
     pub fn llm(&self) -> &Llm {
         &self.llm
+    }
+
+    /// The message that tells the model its attempt `attempt` failed, and why (`error`).
+    fn retry_message(&self, attempt: usize, error: &str) -> crate::llm::Message {
+        crate::llm::Message::User(crate::prompts::render(
+            &self.prompts.retry,
+            &[
+                ("attempt", &attempt.to_string()),
+                ("max_attempts", &MAX_ATTEMPTS.to_string()),
+                ("error", error),
+            ],
+        ))
     }
 
     /// `NotConfigured` unless a model key is set: the tools that ask a model check this
@@ -278,8 +311,24 @@ impl<R: Runner> Tools<R> {
         out_dir: &Path,
         cancel: &CancellationToken,
     ) -> Result<Outcome, ToolError> {
+        self.run_attempt_for(job, author, None, out_dir, cancel)
+            .await
+    }
+
+    /// [`Self::run_attempt`] for a saved tool (its check or a call), marked so in the trail.
+    async fn run_attempt_for(
+        &self,
+        job: Job,
+        author: Author,
+        saved_tool: Option<crate::audit::ToolMark>,
+        out_dir: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<Outcome, ToolError> {
         let started = std::time::Instant::now();
-        let record = self.audit.as_ref().map(|_| self.audit_record(&job, author));
+        let record = self.audit.as_ref().map(|_| Record {
+            saved_tool,
+            ..self.audit_record(&job, author)
+        });
         let result = match self.admission.enter(cancel).await {
             Err(error) => Err(error),
             Ok(_slot) => match self.runner.run(job, out_dir, cancel).await {
@@ -350,6 +399,24 @@ impl<R: Runner> Tools<R> {
         result
     }
 
+    /// A line of the audit trail for a change of a saved tool, when no container ran (saving,
+    /// deleting): `status` is the action.
+    fn audit_event(&self, author: Author, mark: crate::audit::ToolMark) {
+        let Some(audit) = &self.audit else { return };
+        let record = Record {
+            time: crate::time::rfc3339_now(),
+            caller: CALL.try_with(Clone::clone).unwrap_or_default(),
+            author: author.as_str().into(),
+            status: mark.action.clone(),
+            runtime: String::new(),
+            saved_tool: Some(mark),
+            ..Record::default()
+        };
+        if let Err(error) = audit.append(record) {
+            tracing::error!(error = %error, "could not write the audit trail");
+        }
+    }
+
     /// The part of an attempt's audit line known before it runs.
     fn audit_record(&self, job: &Job, author: Author) -> Record {
         let caller = CALL.try_with(Clone::clone).unwrap_or_default();
@@ -362,12 +429,7 @@ impl<R: Runner> Tools<R> {
         Record {
             time: crate::time::rfc3339_now(),
             caller,
-            author: match author {
-                Author::Model => "model",
-                Author::Caller => "caller",
-                Author::FileAgent => "file-agent",
-            }
-            .into(),
+            author: author.as_str().into(),
             model: (author == Author::Model).then(|| self.llm.model().to_string()),
             code_sha256: crate::audit::sha256_hex(job.script.as_bytes()),
             code: include_code.then(|| job.script.clone()),

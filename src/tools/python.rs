@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
 use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, unique_name};
-use crate::sandbox::{Input, InputSource, Job, Runner, Status};
+use crate::sandbox::{Input, InputSource, Job, Outcome, Runner, Status};
 use crate::storage::{Caller, content_type_for};
 use crate::text::tail;
 
@@ -73,8 +73,25 @@ impl<R: Runner> Tools<R> {
         let mut text = String::from("The code ran successfully.\n");
         push_block(&mut text, "stdout", &stdout);
         push_block(&mut text, "stderr", &stderr);
+        let links = self.store_outputs(&outcome, caller).await?;
+        if links.is_empty() {
+            text.push_str("\nNo files were written to /work/out.");
+        } else {
+            text.push_str("\nFiles:\n");
+            text.push_str(&links.join("\n"));
+        }
+        Ok(ToolOutput { text, attempts: 1 })
+    }
+
+    /// Stores every file an attempt wrote to `/work/out`; one Markdown line for each (a link),
+    /// and one for each entry that was skipped.
+    pub(super) async fn store_outputs(
+        &self,
+        outcome: &Outcome,
+        caller: &Caller,
+    ) -> Result<Vec<String>, ToolError> {
         let mut used = HashSet::new();
-        let mut links = Vec::new();
+        let mut lines = Vec::new();
         for output in &outcome.outputs {
             let name = unique_name(
                 safe_name(&output.path.replace('/', "_"), "output"),
@@ -87,7 +104,7 @@ impl<R: Runner> Tools<R> {
                 .storage
                 .store(&name, content_type_for(&name), bytes, caller)
                 .await?;
-            links.push(format!(
+            lines.push(format!(
                 "- [{}]({}) ({}, from /work/out/{}, file id `{}`)",
                 stored.name,
                 stored.url,
@@ -96,19 +113,13 @@ impl<R: Runner> Tools<R> {
                 stored.id
             ));
         }
-        if links.is_empty() {
-            text.push_str("\nNo files were written to /work/out.");
-        } else {
-            text.push_str("\nFiles:\n");
-            text.push_str(&links.join("\n"));
-        }
         for skipped in &outcome.skipped {
-            text.push_str(&format!(
-                "\n(skipped /work/out/{}: {})",
+            lines.push(format!(
+                "- (skipped /work/out/{}: {})",
                 skipped.path, skipped.reason
             ));
         }
-        Ok(ToolOutput { text, attempts: 1 })
+        Ok(lines)
     }
 }
 

@@ -22,3 +22,4 @@ mod reap;
 mod research;
 mod runner;
 mod sandbox;
+mod saved_tools;

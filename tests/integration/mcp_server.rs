@@ -31,7 +31,11 @@ pub struct TestServer {
 impl TestServer {
     /// Starts the server with `env` on top of a unique instance and a fresh data folder.
     pub async fn start(env: &[(String, String)]) -> Self {
-        let data = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), env).await
+    }
+
+    /// [`Self::start`] over the data folder `data` (a restart, when it held an earlier one's).
+    pub async fn start_in(data: tempfile::TempDir, env: &[(String, String)]) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let mut vars: HashMap<String, String> = HashMap::from([
@@ -65,6 +69,14 @@ impl TestServer {
             shutdown,
             _data: data,
         }
+    }
+
+    /// Stops the server, once nothing of it is left on the engine, and gives back its data
+    /// folder (to start another server over it).
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        self.assert_nothing_left().await;
+        self.shutdown.cancel();
+        std::mem::replace(&mut self._data, tempfile::tempdir().unwrap())
     }
 
     /// The server's data folder (local store, audit trail).
@@ -799,8 +811,12 @@ async fn tools_are_listed_with_descriptions_from_prompts_and_health_tells_no_sec
         [
             "analyze_file",
             "conduct_deep_research",
+            "create_tool",
             "data_analysis_tool",
+            "delete_tool",
             "generate_file",
+            "generate_tool",
+            "list_tools",
             "modify_file",
             "run_python"
         ]
@@ -891,7 +907,7 @@ async fn the_stdio_transport_initializes_lists_and_calls() {
     let info = client.peer_info().unwrap();
     assert_eq!(info.server_info.as_ref().unwrap().name, "file-agent");
     let tools = with_timeout(client.list_all_tools()).await.unwrap();
-    assert_eq!(tools.len(), 6);
+    assert_eq!(tools.len(), 10);
     let (is_error, text) = call(&client, "run_python", json!({"code": "print(6 * 7)"})).await;
     assert!(!is_error, "{text}");
     assert!(text.contains("42"), "{text}");
@@ -929,7 +945,7 @@ pub async fn python_sdk(url: &str, args: &[&str]) -> std::process::Output {
 #[tokio::test]
 async fn the_official_python_sdk_lists_and_calls_the_tools() {
     let server = TestServer::start(&[]).await;
-    let output = python_sdk(&server.url, &[]).await;
+    let output = python_sdk(&server.url, &["--saved-tool"]).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -937,9 +953,18 @@ async fn the_official_python_sdk_lists_and_calls_the_tools() {
         "the MCP Python SDK client failed (is `mcp` installed? scripts/bootstrap.sh installs it)\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(
-        stdout.contains("tools: analyze_file,conduct_deep_research,data_analysis_tool,generate_file,modify_file,run_python"),
+        stdout.contains("tools: analyze_file,conduct_deep_research,create_tool,data_analysis_tool,delete_tool,generate_file,generate_tool,list_tools,modify_file,run_python"),
         "{stdout}"
     );
     assert!(stdout.contains("result: 4"), "{stdout}");
+    // A tool saved with create_tool is listed with its schema and called, as `my_add`.
+    assert!(
+        stdout.contains("saved tool listed: my_add properties: a,b"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("saved tool result: { \"sum\": 5 }"),
+        "{stdout}"
+    );
     server.assert_nothing_left().await;
 }

@@ -1,9 +1,11 @@
 """Checks file-agent with the official MCP Python SDK (2.x, the client Open WebUI uses).
 
-Usage: python3 tests/sdk/python_client.py http://127.0.0.1:8000/mcp [--client-name NAME]
+Usage: python3 tests/sdk/python_client.py http://127.0.0.1:8000/mcp [--client-name NAME] [--saved-tool]
 
 Like Open WebUI's "auto" mode it first tries `server/discover` (protocol 2026-07-28) and falls
-back to `initialize`; then it lists the tools and calls run_python. Prints one line per step;
+back to `initialize`; then it lists the tools and calls run_python. With --saved-tool it also
+saves a tool with create_tool, finds it in a new tools/list as `my_add` with its input schema,
+and calls it. Prints one line per step;
 exits non-zero on any failure. Run by the integration test
 `the_official_python_sdk_lists_and_calls_the_tools`; `scripts/bootstrap.sh` installs the SDK.
 """
@@ -15,7 +17,7 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 
-async def main(url: str, client_name: str | None) -> None:
+async def main(url: str, client_name: str | None, saved_tool: bool) -> None:
     # With --client-name the session introduces itself as NAME/9.9.9 (the audit test looks for
     # it); otherwise as the SDK's default.
     client_info = types.Implementation(name=client_name, version="9.9.9") if client_name else None
@@ -35,11 +37,43 @@ async def main(url: str, client_name: str | None) -> None:
             if result.is_error:
                 raise SystemExit("run_python failed: " + text)
             print("result:", text.split("```")[1].strip())
+            if saved_tool:
+                await check_saved_tool(session)
+
+
+ADD = "def run(a, b):\n    \"\"\"Adds two integers.\"\"\"\n    return {'sum': a + b}\n"
+ADD_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+    "examples": [{"a": 1, "b": 2}],
+}
+
+
+async def check_saved_tool(session: ClientSession) -> None:
+    """create_tool, then the tool in tools/list with its schema, then a call of it."""
+    created = await session.call_tool(
+        "create_tool",
+        {"name": "add", "description": "Adds two integers.", "code": ADD, "input_schema": ADD_SCHEMA},
+    )
+    if created.is_error:
+        raise SystemExit("create_tool failed: " + "".join(getattr(i, "text", "") for i in created.content))
+    tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+    add = tools.get("my_add")
+    if add is None:
+        raise SystemExit("my_add is not listed: " + ",".join(sorted(tools)))
+    print("saved tool listed:", add.name, "properties:", ",".join(sorted(add.input_schema["properties"])))
+    result = await session.call_tool("my_add", {"a": 2, "b": 3})
+    text = "".join(getattr(item, "text", "") for item in result.content)
+    if result.is_error:
+        raise SystemExit("my_add failed: " + text)
+    print("saved tool result:", " ".join(text.split()))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("--client-name")
+    parser.add_argument("--saved-tool", action="store_true")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.url, arguments.client_name))
+    asyncio.run(main(arguments.url, arguments.client_name, arguments.saved_tool))

@@ -10,6 +10,7 @@ mod analysis;
 mod files;
 mod inspection;
 pub mod runner;
+mod saved_tools;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +35,11 @@ pub struct LocalTools {
 impl LocalTools {
     /// The tools configured by `env` (on top of a fresh data folder), asking `llm`.
     pub fn start(llm: &FakeOpenAi, env: &[(&str, &str)]) -> Self {
-        let data = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), llm, env)
+    }
+
+    /// [`Self::start`] over the data folder `data` (a restart, when it held an earlier one's).
+    pub fn start_in(data: tempfile::TempDir, llm: &FakeOpenAi, env: &[(&str, &str)]) -> Self {
         let mut vars: HashMap<String, String> = HashMap::from([
             (
                 "FILE_AGENT_DATA_DIR".into(),
@@ -54,6 +59,11 @@ impl LocalTools {
             runner,
             _data: data,
         }
+    }
+
+    /// Stops these tools and gives back their data folder.
+    pub fn stop(self) -> tempfile::TempDir {
+        self._data
     }
 
     /// Jobs the runner has run.

@@ -142,8 +142,12 @@ impl Runner for LocalRunner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
+            // Its own process group, so that a timeout or a cancellation kills what the script
+            // started too, as removing a container does.
+            .process_group(0)
             .spawn()
             .map_err(io_error("starting the host's Python"))?;
+        let group = child.id();
         let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -178,12 +182,14 @@ impl Runner for LocalRunner {
             }
             () = tokio::time::sleep(limits.timeout) => End::TimedOut,
             () = cancel.cancelled() => {
+                kill_group(group);
                 let _ = child.kill().await;
                 make_removable(work.path());
                 return Err(SandboxError::Cancelled);
             }
         };
         if end == End::TimedOut {
+            kill_group(group);
             let _ = child.kill().await;
         }
         drop(stdin);
@@ -262,6 +268,15 @@ impl Runner for LocalRunner {
             warm: false,
             container_created: SystemTime::now(),
         })
+    }
+}
+
+/// Kills the process group `group` (the runner and whatever the script started).
+fn kill_group(group: Option<u32>) {
+    if let Some(group) = group {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{group}")])
+            .status();
     }
 }
 

@@ -1,0 +1,682 @@
+//! Saved tools: Python that a caller (`create_tool`) or the model (`generate_tool`) writes
+//! once, with a JSON Schema for its arguments, and that anyone allowed may then call many times
+//! as `my_<name>`. The alternative agent systems use, `exec()` in their own process after a
+//! regular-expression clean-up, is what this replaces: the code is checked with Python's `ast`
+//! by a fixed script in the sandbox (`sandbox-image/model_tool.py`: no top-level side effects,
+//! `run`'s parameters exactly the schema's properties), tried once with example arguments,
+//! saved with a version hash ([`registry`]), and every call validates its arguments against
+//! the schema here ([`schema`]) and then runs `run(**arguments)` in a fresh container, like
+//! every attempt. Creation, replacement, deletion and every call are lines of the audit trail,
+//! each with the tool's version.
+//!
+//! Who sees what ([`DynamicTools`]): per owner by default, where the owner is the Open WebUI
+//! user the request names, within the access token it came with ([`Identity`]).
+//!
+//! This module does not know MCP: `mcp` lists the tools it is given and routes `my_<name>`
+//! calls here.
+
+pub mod registry;
+pub mod schema;
+
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::{Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, local_io};
+use crate::audit::ToolMark;
+use crate::config::DynamicTools;
+use crate::llm::Message;
+use crate::llm::code::{extract_block, extract_code};
+use crate::sandbox::{Input, InputSource, Job, Outcome, Runner, Status};
+use crate::storage::Caller;
+use crate::text::tail;
+pub use registry::{Registry, RegistryError, Saved, SavedTool};
+
+/// The image's script that checks and calls saved tools.
+const TOOL_SCRIPT: &str = "model_tool.py";
+/// The largest code a tool may have.
+pub const MAX_CODE_BYTES: usize = 64 * 1024;
+/// The longest description.
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+/// The largest arguments of one call, as JSON.
+pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
+/// Characters of a tool's result, or of its failure, put into the answer.
+const RESULT_CHARS: usize = 20_000;
+/// The owner of calls that carry no identity (stdio, or HTTP without tokens or user ids).
+pub const LOCAL_OWNER: &str = "local";
+/// The space every tool is in when tools are shared.
+const SHARED_SPACE: &str = "shared";
+
+/// Who is calling, as far as saved tools care: both parts as the request carried them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// Open WebUI's user id (`X-OpenWebUI-User-Id`), when sent.
+    pub user: Option<String>,
+    /// The access token the request was accepted with ([`AccessTokenId`]), when tokens are on.
+    pub token: Option<String>,
+}
+
+impl Identity {
+    /// The owner this identity stands for: the user within its token, either alone, or
+    /// [`LOCAL_OWNER`] when the request carried neither (one user: stdio, a local server).
+    pub fn owner(&self) -> String {
+        match (&self.token, &self.user) {
+            (Some(token), Some(user)) => format!("token:{token}/user:{user}"),
+            (None, Some(user)) => format!("user:{user}"),
+            (Some(token), None) => format!("token:{token}"),
+            (None, None) => LOCAL_OWNER.to_string(),
+        }
+    }
+}
+
+/// The access token an HTTP request was accepted with, as an id that is not the token: the
+/// first 16 hex digits of its SHA-256. The server's token check puts it in the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessTokenId(pub String);
+
+/// The saved tools and who sees them.
+#[derive(Debug)]
+pub struct SavedTools {
+    mode: DynamicTools,
+    registry: Registry,
+}
+
+impl SavedTools {
+    /// The tools under `root`, seen as `mode` says (`None` when `mode` is off).
+    pub fn open(mode: DynamicTools, root: &std::path::Path) -> Result<Option<Self>, RegistryError> {
+        if mode == DynamicTools::Off {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            mode,
+            registry: Registry::open(root)?,
+        }))
+    }
+
+    /// The space `identity` works in.
+    fn space(&self, identity: &Identity) -> String {
+        match self.mode {
+            DynamicTools::Shared => SHARED_SPACE.to_string(),
+            _ => identity.owner(),
+        }
+    }
+}
+
+/// A tool to check and save, as given.
+#[derive(Debug, Clone)]
+pub struct NewTool {
+    /// `[a-z][a-z0-9_]{0,47}`.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// The Python, defining `run`.
+    pub code: String,
+    /// The JSON Schema of `run`'s arguments.
+    pub input_schema: Value,
+    /// Arguments for the test call; else the schema's first `examples` entry.
+    pub example_arguments: Option<Value>,
+}
+
+/// A tool that passed the checks on this side, ready for the sandbox's.
+struct Checked {
+    name: String,
+    description: String,
+    code: String,
+    input_schema: Map<String, Value>,
+    example: Map<String, Value>,
+    version: String,
+}
+
+/// Checks what can be checked without running anything: sizes, the name, the schema and the
+/// example arguments against it. The error is a sentence for whoever wrote the tool.
+fn check(tool: NewTool) -> Result<Checked, String> {
+    let NewTool {
+        name,
+        description,
+        code,
+        input_schema,
+        example_arguments,
+    } = tool;
+    let name = name.trim().to_string();
+    schema::check_name(&name)?;
+    let description = description.trim().to_string();
+    if description.is_empty() {
+        return Err("description is empty; say what the tool does and returns".into());
+    }
+    if description.chars().count() > MAX_DESCRIPTION_CHARS {
+        return Err(format!(
+            "description is longer than {MAX_DESCRIPTION_CHARS} characters; shorten it"
+        ));
+    }
+    if code.trim().is_empty() {
+        return Err("code is empty; pass the Python that defines run(...)".into());
+    }
+    if code.len() > MAX_CODE_BYTES {
+        return Err(format!(
+            "code is {} bytes, more than the {} KiB a tool may have",
+            code.len(),
+            MAX_CODE_BYTES / 1024
+        ));
+    }
+    let input_schema = schema::check_schema(&input_schema)?;
+    let example = match example_arguments {
+        Some(Value::Object(example)) => example,
+        Some(_) => return Err("example_arguments must be a JSON object".into()),
+        None => schema::first_example(&input_schema)?,
+    };
+    schema::check_arguments(&input_schema, &Value::Object(example.clone()))
+        .map_err(|error| format!("the example arguments do not fit the schema: {error}"))?;
+    let version = registry::version_of(&code, &input_schema);
+    Ok(Checked {
+        name,
+        description,
+        code,
+        input_schema,
+        example,
+        version,
+    })
+}
+
+/// The inputs of a check or a call: the code, the schema and the arguments.
+fn tool_inputs(
+    code: &str,
+    input_schema: &Map<String, Value>,
+    arguments: &Map<String, Value>,
+) -> Vec<Input> {
+    let file = |name: &str, bytes: Vec<u8>| Input {
+        name: name.as_bytes().to_vec(),
+        source: InputSource::Bytes(bytes),
+    };
+    vec![
+        file("tool.py", code.as_bytes().to_vec()),
+        file(
+            "schema.json",
+            serde_json::to_vec(input_schema).unwrap_or_default(),
+        ),
+        file(
+            "arguments.json",
+            serde_json::to_vec(arguments).unwrap_or_default(),
+        ),
+    ]
+}
+
+/// The job that runs `model_tool.py` in `mode` (`check` or `call`).
+fn tool_job(mode: &str, inputs: Vec<Input>) -> Job {
+    let mut job = Job::image_script(
+        TOOL_SCRIPT,
+        &[
+            ("MODE", mode),
+            ("CODE", "/work/in/tool.py"),
+            ("SCHEMA", "/work/in/schema.json"),
+            ("ARGUMENTS", "/work/in/arguments.json"),
+        ],
+        inputs,
+    );
+    job.input_file_path = None;
+    job
+}
+
+/// What a check or a call came to.
+enum Ran {
+    /// `run` returned this JSON value.
+    Returned(Value, Box<Outcome>),
+    /// The code was refused by the check (one problem per line), or the call failed.
+    Failed(String),
+}
+
+/// Reads the outcome of `model_tool.py`.
+fn ran(outcome: Outcome, config: &crate::config::SandboxConfig) -> Ran {
+    if let Some(reason) = failure_reason(&outcome, config) {
+        let reason = if outcome.exit_code == Some(2) {
+            format!(
+                "The code was refused:\n{}",
+                outcome.stderr.text().trim_end()
+            )
+        } else {
+            reason
+        };
+        return Ran::Failed(tail(&reason, RESULT_CHARS));
+    }
+    let stdout = outcome.stdout.text();
+    let line = stdout.lines().rev().find(|line| !line.trim().is_empty());
+    match line.and_then(|line| serde_json::from_str::<Value>(line).ok()) {
+        Some(Value::Object(mut reply)) if reply.get("ok") == Some(&Value::Bool(true)) => {
+            let result = reply.remove("result").unwrap_or(Value::Null);
+            Ran::Returned(result, Box::new(outcome))
+        }
+        _ => Ran::Failed(format!(
+            "The tool's result could not be read (it printed to stdout in a way that hid it?): {}",
+            tail(&stdout, 500)
+        )),
+    }
+}
+
+impl<R: Runner> Tools<R> {
+    fn saved_tools(&self) -> Result<&SavedTools, ToolError> {
+        self.saved_tools.as_deref().ok_or_else(|| {
+            ToolError::InvalidArgument(
+                "saved tools are turned off on this server (FILE_AGENT_DYNAMIC_TOOLS=off)".into(),
+            )
+        })
+    }
+
+    /// Whether saved tools are on.
+    pub fn saved_tools_on(&self) -> bool {
+        self.saved_tools.is_some()
+    }
+
+    /// The saved tools `identity` sees (none when they are off), for listing over MCP.
+    pub fn saved_tools_for(&self, identity: &Identity) -> Vec<SavedTool> {
+        match &self.saved_tools {
+            Some(saved) => saved.registry.list(&saved.space(identity)),
+            None => Vec::new(),
+        }
+    }
+
+    /// `create_tool`: checks, tries and saves a tool the caller wrote.
+    pub async fn create_tool(
+        &self,
+        identity: &Identity,
+        tool: NewTool,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        self.saved_tools()?;
+        let checked = check(tool).map_err(ToolError::InvalidArgument)?;
+        match self.try_tool(&checked, Author::Caller, cancel).await? {
+            Err(error) => Err(ToolError::ScriptFailed(format!(
+                "The tool was not saved: {error}\nFix the code or the schema and call create_tool again."
+            ))),
+            Ok(result) => self.save_tool(identity, checked, Author::Caller, &result, 1),
+        }
+    }
+
+    /// `generate_tool`: the model writes a tool from `instructions`; its errors go back to it,
+    /// up to [`MAX_ATTEMPTS`] attempts.
+    pub async fn generate_tool(
+        &self,
+        identity: &Identity,
+        instructions: &str,
+        name: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        self.saved_tools()?;
+        let instructions = super::non_empty(instructions, "instructions")?;
+        let name = name.map(str::trim).filter(|name| !name.is_empty());
+        if let Some(name) = name {
+            schema::check_name(name).map_err(ToolError::InvalidArgument)?;
+        }
+        self.require_llm()?;
+        let mut request = format!("Write this tool.\n\nDescription:\n{instructions}");
+        if let Some(name) = name {
+            request.push_str(&format!("\n\nName it `{name}`."));
+        }
+        let mut conversation = vec![
+            Message::System(self.prompts.create_tool.clone()),
+            Message::User(request),
+        ];
+        let mut last_error = String::new();
+        for attempt in 1..=MAX_ATTEMPTS {
+            let reply = self.llm.complete(&conversation, cancel).await?;
+            conversation.push(Message::Assistant(reply.text.clone()));
+            let outcome = match parse_reply(&reply.text, name).and_then(check) {
+                Err(error) => Err(error),
+                Ok(checked) => match self.try_tool(&checked, Author::Model, cancel).await? {
+                    Ok(result) => Ok((checked, result)),
+                    Err(error) => Err(error),
+                },
+            };
+            match outcome {
+                Ok((checked, result)) => {
+                    return self.save_tool(identity, checked, Author::Model, &result, attempt);
+                }
+                Err(error) => {
+                    last_error = tail(&error, super::ERROR_TAIL_CHARS);
+                    conversation.push(self.retry_message(attempt, &last_error));
+                }
+            }
+        }
+        Err(ToolError::AttemptsExhausted {
+            what: "tool",
+            attempts: MAX_ATTEMPTS,
+            last_error,
+        })
+    }
+
+    /// The sandbox's check and the test call. `Ok(Err(..))` is a refusal or a failed test call,
+    /// in words for whoever wrote the tool.
+    async fn try_tool(
+        &self,
+        tool: &Checked,
+        author: Author,
+        cancel: &CancellationToken,
+    ) -> Result<Result<Value, String>, ToolError> {
+        let out_dir = tempfile::tempdir()
+            .map_err(local_io("cannot create a temporary folder for the outputs"))?;
+        let job = tool_job(
+            "check",
+            tool_inputs(&tool.code, &tool.input_schema, &tool.example),
+        );
+        let mark = ToolMark::new("check", &tool.name, &tool.version, None);
+        let outcome = self
+            .run_attempt_for(job, author, Some(mark), out_dir.path(), cancel)
+            .await?;
+        Ok(match ran(outcome, self.runner.config()) {
+            Ran::Returned(result, _) => Ok(result),
+            Ran::Failed(error) => Err(format!(
+                "{error}\n(The test call used the arguments {}.)",
+                Value::Object(tool.example.clone())
+            )),
+        })
+    }
+
+    /// Saves a checked tool and words the answer.
+    fn save_tool(
+        &self,
+        identity: &Identity,
+        tool: Checked,
+        author: Author,
+        result: &Value,
+        attempts: usize,
+    ) -> Result<ToolOutput, ToolError> {
+        let saved_tools = self.saved_tools()?;
+        let now = crate::time::rfc3339_now();
+        let space = saved_tools.space(identity);
+        let owner = identity.owner();
+        let (saved, stored) = saved_tools
+            .registry
+            .save(SavedTool {
+                name: tool.name,
+                description: tool.description,
+                code: tool.code,
+                input_schema: tool.input_schema,
+                space,
+                owner: owner.clone(),
+                author: author.as_str().to_string(),
+                model: (author == Author::Model).then(|| self.llm.model().to_string()),
+                version: tool.version,
+                created: now.clone(),
+                updated: now,
+                revision: 1,
+            })
+            .map_err(|error| ToolError::InvalidArgument(error.to_string()))?;
+        let action = match &saved {
+            Saved::Created => "created",
+            Saved::Updated { .. } => "updated",
+            Saved::Unchanged => "saved again",
+        };
+        self.audit_event(
+            author,
+            ToolMark::new(action, &stored.name, &stored.version, Some(owner)),
+        );
+        let mut text = format!(
+            "Tool `{}{}` {action} (version `{}`, revision {}). Call it as `{}{}` with arguments that fit its schema.\n\nTest call with {} returned:\n```json\n{}\n```",
+            super::catalog::SAVED_TOOL_PREFIX,
+            stored.name,
+            &stored.version[..12],
+            stored.revision,
+            super::catalog::SAVED_TOOL_PREFIX,
+            stored.name,
+            Value::Object(tool.example),
+            tail(
+                &serde_json::to_string_pretty(result).unwrap_or_default(),
+                RESULT_CHARS
+            ),
+        );
+        if let Saved::Updated { previous } = saved {
+            text.push_str(&format!("\n\nIt replaces version `{}`.", &previous[..12]));
+        }
+        if author == Author::Model {
+            text.push_str(&format!(
+                "\n\nSchema:\n```json\n{}\n```\n\nCode:\n```python\n{}\n```",
+                serde_json::to_string_pretty(&stored.input_schema).unwrap_or_default(),
+                stored.code.trim_end()
+            ));
+        }
+        Ok(ToolOutput { text, attempts })
+    }
+
+    /// `list_tools`: the saved tools `identity` sees, as Markdown.
+    pub fn list_saved_tools(&self, identity: &Identity) -> Result<ToolOutput, ToolError> {
+        let saved_tools = self.saved_tools()?;
+        let tools = saved_tools.registry.list(&saved_tools.space(identity));
+        if tools.is_empty() {
+            return Ok(ToolOutput {
+                text: "No saved tools yet: make one with create_tool or generate_tool.".into(),
+                attempts: 0,
+            });
+        }
+        let mut text = format!("{} saved tool(s):\n", tools.len());
+        for tool in &tools {
+            text.push_str(&format!(
+                "\n### `{}{}`\n{}\n\n- version `{}`, revision {}, written by the {}{}, saved {}\n- arguments:\n```json\n{}\n```\n",
+                super::catalog::SAVED_TOOL_PREFIX,
+                tool.name,
+                tool.description,
+                &tool.version[..12],
+                tool.revision,
+                tool.author,
+                tool.model
+                    .as_deref()
+                    .map(|model| format!(" ({model})"))
+                    .unwrap_or_default(),
+                tool.updated,
+                serde_json::to_string_pretty(&tool.input_schema).unwrap_or_default()
+            ));
+        }
+        Ok(ToolOutput { text, attempts: 0 })
+    }
+
+    /// `delete_tool`.
+    pub fn delete_tool(&self, identity: &Identity, name: &str) -> Result<ToolOutput, ToolError> {
+        let saved_tools = self.saved_tools()?;
+        let name = name.trim();
+        let name = name
+            .strip_prefix(super::catalog::SAVED_TOOL_PREFIX)
+            .filter(|_| {
+                saved_tools
+                    .registry
+                    .get(&saved_tools.space(identity), name)
+                    .is_none()
+            })
+            .unwrap_or(name);
+        let deleted = saved_tools
+            .registry
+            .delete(&saved_tools.space(identity), name)
+            .map_err(|error| ToolError::InvalidArgument(error.to_string()))?;
+        match deleted {
+            None => Err(ToolError::InvalidArgument(format!(
+                "you have no saved tool named {name:?}; list_tools shows yours"
+            ))),
+            Some(tool) => {
+                self.audit_event(
+                    Author::Caller,
+                    ToolMark::new("deleted", &tool.name, &tool.version, Some(identity.owner())),
+                );
+                Ok(ToolOutput {
+                    text: format!(
+                        "Tool `{}{}` (version `{}`) deleted.",
+                        super::catalog::SAVED_TOOL_PREFIX,
+                        tool.name,
+                        &tool.version[..12]
+                    ),
+                    attempts: 0,
+                })
+            }
+        }
+    }
+
+    /// Calls the saved tool `name` with `arguments`, after checking them against its schema.
+    pub async fn call_saved_tool(
+        &self,
+        identity: &Identity,
+        name: &str,
+        arguments: Value,
+        caller: &Caller,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let saved_tools = self.saved_tools()?;
+        let tool = saved_tools
+            .registry
+            .get(&saved_tools.space(identity), name)
+            .ok_or_else(|| {
+                ToolError::InvalidArgument(format!(
+                    "there is no tool {}{name} for you; list_tools shows your saved tools",
+                    super::catalog::SAVED_TOOL_PREFIX
+                ))
+            })?;
+        let arguments = match arguments {
+            Value::Null => Value::Object(Map::new()),
+            other => other,
+        };
+        if serde_json::to_vec(&arguments).map_or(0, |json| json.len()) > MAX_ARGUMENTS_BYTES {
+            return Err(ToolError::InvalidArgument(format!(
+                "the arguments are larger than {} KiB; pass less, or a file",
+                MAX_ARGUMENTS_BYTES / 1024
+            )));
+        }
+        if let Err(error) = schema::check_arguments(&tool.input_schema, &arguments) {
+            self.audit_event(
+                Author::Caller,
+                ToolMark::new(
+                    "refused call",
+                    &tool.name,
+                    &tool.version,
+                    Some(tool.owner.clone()),
+                ),
+            );
+            return Err(ToolError::InvalidArgument(format!(
+                "the arguments of {}{name} do not fit its schema: {error}",
+                super::catalog::SAVED_TOOL_PREFIX
+            )));
+        }
+        let Value::Object(arguments) = arguments else {
+            return Err(ToolError::InvalidArgument(
+                "the arguments must be a JSON object".into(),
+            ));
+        };
+        self.storage.require_credential(caller)?;
+        let started = Instant::now();
+        let out_dir = tempfile::tempdir()
+            .map_err(local_io("cannot create a temporary folder for the outputs"))?;
+        let job = tool_job(
+            "call",
+            tool_inputs(&tool.code, &tool.input_schema, &arguments),
+        );
+        let author = if tool.author == "model" {
+            Author::Model
+        } else {
+            Author::Caller
+        };
+        let mark = ToolMark::new("call", &tool.name, &tool.version, Some(tool.owner.clone()));
+        let outcome = self
+            .run_attempt_for(job, author, Some(mark), out_dir.path(), cancel)
+            .await?;
+        let (result, outcome) = match ran(outcome, self.runner.config()) {
+            Ran::Failed(error) => {
+                return Err(ToolError::ScriptFailed(format!(
+                    "{}{name} failed: {error}",
+                    super::catalog::SAVED_TOOL_PREFIX
+                )));
+            }
+            Ran::Returned(result, outcome) => (result, outcome),
+        };
+        let mut text = tail(
+            &serde_json::to_string_pretty(&result).unwrap_or_default(),
+            RESULT_CHARS,
+        );
+        if outcome.status == Status::Ok && !outcome.outputs.is_empty() {
+            let links = self.store_outputs(&outcome, caller).await?;
+            text.push_str("\n\nFiles:\n");
+            text.push_str(&links.join("\n"));
+        }
+        tracing::debug!(
+            tool = name,
+            ms = started.elapsed().as_millis() as u64,
+            "saved tool called"
+        );
+        Ok(ToolOutput { text, attempts: 1 })
+    }
+}
+
+/// The tool in a `generate_tool` reply: a `json` block with the name, description and schema,
+/// and a `python` block with the code. `name`, when the caller fixed it, wins.
+fn parse_reply(reply: &str, name: Option<&str>) -> Result<NewTool, String> {
+    let meta = extract_block(reply, &["json"])
+        .ok_or("your reply has no ```json block with the name, description and input_schema")?;
+    let meta: Value = serde_json::from_str(&meta)
+        .map_err(|error| format!("the ```json block is not valid JSON: {error}"))?;
+    let code = extract_block(reply, &["python", "py", "python3"])
+        .or_else(|| extract_code(reply).filter(|code| !code.trim_start().starts_with('{')))
+        .ok_or("your reply has no ```python block with the code")?;
+    let text = |key: &str| meta.get(key).and_then(Value::as_str).map(str::to_string);
+    Ok(NewTool {
+        name: match name {
+            Some(name) => name.to_string(),
+            None => text("name").ok_or("the ```json block has no \"name\"")?,
+        },
+        description: text("description").ok_or("the ```json block has no \"description\"")?,
+        code,
+        input_schema: meta
+            .get("input_schema")
+            .cloned()
+            .ok_or("the ```json block has no \"input_schema\"")?,
+        example_arguments: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn owners_keep_users_of_different_tokens_apart() {
+        let user = |token: Option<&str>, user: Option<&str>| Identity {
+            user: user.map(str::to_string),
+            token: token.map(str::to_string),
+        };
+        assert_eq!(user(None, None).owner(), LOCAL_OWNER);
+        assert_eq!(user(None, Some("7")).owner(), "user:7");
+        assert_eq!(user(Some("ab"), None).owner(), "token:ab");
+        assert_ne!(
+            user(Some("ab"), Some("7")).owner(),
+            user(Some("cd"), Some("7")).owner()
+        );
+    }
+
+    #[test]
+    fn a_generated_reply_gives_name_description_schema_and_code() {
+        let reply = "Here it is.\n```json\n{\"name\": \"double\", \"description\": \"Doubles x.\", \"input_schema\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\"}}, \"required\": [\"x\"], \"examples\": [{\"x\": 2}]}}\n```\n```python\ndef run(x):\n    return 2 * x\n```\n";
+        let tool = parse_reply(reply, None).unwrap();
+        assert_eq!(tool.name, "double");
+        assert_eq!(tool.code, "def run(x):\n    return 2 * x\n");
+        assert_eq!(parse_reply(reply, Some("twice")).unwrap().name, "twice");
+        let checked = check(tool).unwrap();
+        assert_eq!(Value::Object(checked.example), json!({"x": 2}));
+        let error = parse_reply("```python\ndef run(): pass\n```", None).unwrap_err();
+        assert!(error.contains("no ```json block"), "{error}");
+    }
+
+    #[test]
+    fn what_can_be_refused_before_running_is_refused_with_the_reason() {
+        let tool = |name: &str, schema: Value, example: Option<Value>| NewTool {
+            name: name.into(),
+            description: "d".into(),
+            code: "def run(x):\n    return x\n".into(),
+            input_schema: schema,
+            example_arguments: example,
+        };
+        let schema =
+            json!({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]});
+        let error = check(tool("Bad-Name", schema.clone(), None)).err().unwrap();
+        assert!(error.contains("[a-z][a-z0-9_]"), "{error}");
+        let error = check(tool("ok", schema.clone(), None)).err().unwrap();
+        assert!(error.contains("example"), "{error}");
+        let error = check(tool("ok", schema.clone(), Some(json!({"x": "one"}))))
+            .err()
+            .unwrap();
+        assert!(error.contains("/x") || error.contains("x"), "{error}");
+        assert!(check(tool("ok", schema, Some(json!({"x": 1})))).is_ok());
+    }
+}

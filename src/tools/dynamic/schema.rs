@@ -1,0 +1,364 @@
+//! The JSON Schema of a saved tool's arguments: what one may be (an object schema within size
+//! caps, whose properties are Python parameter names, valid against the JSON Schema
+//! meta-schema, with no reference outside itself), and the check of a call's arguments
+//! against it, with errors that name the field.
+//!
+//! The work a hostile schema can cause is bounded: the `jsonschema` crate is built without its
+//! HTTP and file resolvers and compiled `offline`, so nothing is ever fetched; references and
+//! ids (`$ref`, `$id`, anchors) are refused, since a few nested references to each other make
+//! validation time exponential in the schema's size; a schema has at most
+//! [`MAX_SCHEMA_NODES`] values and [`MAX_DEPTH`] levels; `pattern` runs on the linear-time
+//! `regex` engine. Drafts 2020-12 (the default) and 7 are accepted, named by `$schema`.
+
+use serde_json::{Map, Value};
+
+/// The largest schema, as compact JSON.
+pub const MAX_SCHEMA_BYTES: usize = 32 * 1024;
+/// Properties (and so parameters of `run`) one tool may have.
+pub const MAX_PROPERTIES: usize = 64;
+/// How deep a schema may nest.
+pub const MAX_DEPTH: usize = 32;
+/// Values (objects, arrays, strings, numbers...) in one schema.
+pub const MAX_SCHEMA_NODES: usize = 5_000;
+/// Keys no schema may use: references and ids (see the module's comment), and the MCP
+/// annotation that makes clients copy arguments into HTTP headers.
+const REFUSED_KEYS: [&str; 8] = [
+    "$ref",
+    "$dynamicRef",
+    "$recursiveRef",
+    "$id",
+    "$anchor",
+    "$dynamicAnchor",
+    "$recursiveAnchor",
+    "x-mcp-header",
+];
+/// Argument errors reported at once.
+const MAX_ERRORS: usize = 5;
+/// The longest tool name.
+const MAX_NAME_CHARS: usize = 48;
+
+/// Python's keywords (and soft keywords that cannot be parameters), which no property may be.
+const PYTHON_KEYWORDS: [&str; 35] = [
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield",
+];
+
+/// A tool's name must be `[a-z][a-z0-9_]{0,47}`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && name.len() <= MAX_NAME_CHARS {
+        Ok(())
+    } else {
+        Err(format!(
+            "the name {name:?} is not allowed: use [a-z][a-z0-9_]{{0,47}} (a lower-case letter, then up to 47 lower-case letters, digits or underscores)"
+        ))
+    }
+}
+
+/// `schema` as an object schema a tool may have, or what is wrong with it.
+pub fn check_schema(schema: &Value) -> Result<Map<String, Value>, String> {
+    let Value::Object(object) = schema else {
+        return Err("input_schema must be a JSON object (a JSON Schema)".into());
+    };
+    let size = serde_json::to_vec(schema).map_or(usize::MAX, |json| json.len());
+    if size > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "input_schema is {size} bytes of JSON, more than the {} KiB allowed",
+            MAX_SCHEMA_BYTES / 1024
+        ));
+    }
+    check_shape(schema)?;
+    if object.get("type") != Some(&Value::String("object".into())) {
+        return Err(
+            "input_schema must have \"type\": \"object\" (a tool takes named arguments)".into(),
+        );
+    }
+    let properties = match object.get("properties") {
+        None => Map::new(),
+        Some(Value::Object(properties)) => properties.clone(),
+        Some(_) => return Err("input_schema's \"properties\" must be an object".into()),
+    };
+    if properties.len() > MAX_PROPERTIES {
+        return Err(format!(
+            "input_schema has {} properties; a tool may take at most {MAX_PROPERTIES} arguments",
+            properties.len()
+        ));
+    }
+    for name in properties.keys() {
+        check_parameter_name(name)?;
+    }
+    if let Some(required) = object.get("required") {
+        let names = required
+            .as_array()
+            .ok_or("input_schema's \"required\" must be a list of property names")?;
+        for name in names {
+            match name.as_str() {
+                Some(name) if properties.contains_key(name) => {}
+                _ => {
+                    return Err(format!(
+                        "input_schema requires {name}, which is not one of its properties"
+                    ));
+                }
+            }
+        }
+    }
+    let draft = draft_of(object)?;
+    let meta = match draft {
+        jsonschema::Draft::Draft7 => jsonschema::draft7::meta::validate(schema),
+        _ => jsonschema::draft202012::meta::validate(schema),
+    };
+    meta.map_err(|error| format!("input_schema is not a valid JSON Schema: {error}"))?;
+    compile(schema)?;
+    Ok(object.clone())
+}
+
+/// A property name must be usable as a parameter of `run`.
+fn check_parameter_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !first_ok || !rest_ok || name.len() > 64 || name.starts_with("__") {
+        return Err(format!(
+            "the property {name:?} cannot be a parameter of run(): use a Python name such as \"start_date\" (letters, digits and _, at most 64)"
+        ));
+    }
+    if PYTHON_KEYWORDS.contains(&name) {
+        return Err(format!(
+            "the property {name:?} is a Python keyword and cannot be a parameter of run()"
+        ));
+    }
+    Ok(())
+}
+
+/// The example arguments of a schema: its first `examples` entry, or `{}` when nothing is
+/// required.
+pub fn first_example(schema: &Map<String, Value>) -> Result<Map<String, Value>, String> {
+    match schema.get("examples").and_then(Value::as_array).and_then(|e| e.first()) {
+        Some(Value::Object(example)) => Ok(example.clone()),
+        Some(_) => Err("input_schema's first \"examples\" entry must be an arguments object".into()),
+        None if schema
+            .get("required")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty) =>
+        {
+            Ok(Map::new())
+        }
+        None => Err(
+            "give example arguments for the test call: example_arguments, or an \"examples\" list in input_schema"
+                .into(),
+        ),
+    }
+}
+
+/// Checks `arguments` against `schema`; the error names each bad field (at most a few).
+pub fn check_arguments(schema: &Map<String, Value>, arguments: &Value) -> Result<(), String> {
+    let validator = compile(&Value::Object(schema.clone()))?;
+    let errors: Vec<String> = validator
+        .iter_errors(arguments)
+        .take(MAX_ERRORS)
+        .map(|error| {
+            let path = error.instance_path().to_string();
+            let field = if path.is_empty() {
+                "the arguments".to_string()
+            } else {
+                format!("`{}`", path.trim_start_matches('/').replace('/', "."))
+            };
+            format!("{field}: {error}")
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Refuses a schema that is too large, too deep, or uses a key of [`REFUSED_KEYS`].
+fn check_shape(schema: &Value) -> Result<(), String> {
+    let mut stack = vec![(schema, 1usize)];
+    let mut nodes = 0usize;
+    while let Some((value, depth)) = stack.pop() {
+        nodes += 1;
+        if nodes > MAX_SCHEMA_NODES {
+            return Err(format!(
+                "input_schema has more than {MAX_SCHEMA_NODES} values; make it smaller"
+            ));
+        }
+        if depth > MAX_DEPTH {
+            return Err(format!("input_schema nests deeper than {MAX_DEPTH} levels"));
+        }
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    if REFUSED_KEYS.contains(&key.as_str()) {
+                        return Err(format!(
+                            "input_schema uses {key:?}, which a tool's schema may not: write the schema out in full, without references or ids"
+                        ));
+                    }
+                    stack.push((child, depth + 1));
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter().map(|item| (item, depth + 1))),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The draft a schema is written in: 2020-12 unless its `$schema` names draft 7.
+fn draft_of(schema: &Map<String, Value>) -> Result<jsonschema::Draft, String> {
+    match schema
+        .get("$schema")
+        .map(|uri| uri.as_str().unwrap_or_default())
+    {
+        None | Some("https://json-schema.org/draft/2020-12/schema") => {
+            Ok(jsonschema::Draft::Draft202012)
+        }
+        Some(
+            "http://json-schema.org/draft-07/schema#" | "http://json-schema.org/draft-07/schema",
+        ) => Ok(jsonschema::Draft::Draft7),
+        Some(other) => Err(format!(
+            "input_schema's $schema {other:?} is not one file-agent reads: leave it out (draft 2020-12) or name draft 2020-12 or draft 7"
+        )),
+    }
+}
+
+/// The validator of a checked schema: offline, linear-time patterns.
+fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
+    let object = schema
+        .as_object()
+        .ok_or("input_schema must be a JSON object")?;
+    jsonschema::options()
+        .with_draft(draft_of(object)?)
+        .offline()
+        .with_pattern_options(jsonschema::PatternOptions::regex())
+        .build(schema)
+        .map_err(|error| format!("input_schema cannot be used: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_are_lower_case_identifiers() {
+        for good in ["a", "compound_interest", "x9_"] {
+            check_name(good).unwrap();
+        }
+        for bad in ["", "A", "9a", "_a", "a-b", "ä", &"a".repeat(49)] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_schema_must_be_a_bounded_object_schema_of_python_names() {
+        let good = json!({"type": "object", "properties": {"rate": {"type": "number"}}, "required": ["rate"]});
+        check_schema(&good).unwrap();
+        let refused = [
+            (json!([1]), "must be a JSON object"),
+            (json!({"type": "array"}), "\"type\": \"object\""),
+            (
+                json!({"type": "object", "properties": {"class": {}}}),
+                "Python keyword",
+            ),
+            (
+                json!({"type": "object", "properties": {"start-date": {}}}),
+                "cannot be a parameter",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {}}, "required": ["b"]}),
+                "not one of its properties",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}),
+                "without references",
+            ),
+            (
+                json!({"type": "object", "$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}, {"$ref": "#/$defs/b"}]}}}),
+                "without references",
+            ),
+            (
+                json!({"$schema": "https://example.com/meta", "type": "object"}),
+                "not one file-agent reads",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)a"}}}),
+                "cannot be used",
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "no-such-type"}}}),
+                "not a valid JSON Schema",
+            ),
+        ];
+        for (schema, words) in refused {
+            let error = check_schema(&schema).unwrap_err();
+            assert!(error.contains(words), "{schema}: {error}");
+        }
+        let many: Map<String, Value> = (0..10_000)
+            .map(|n| (format!("p{n}"), json!({"type": "integer"})))
+            .collect();
+        let error = check_schema(&json!({"type": "object", "properties": many})).unwrap_err();
+        assert!(error.contains("KiB") || error.contains("values"), "{error}");
+        check_schema(&json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {"a": {"type": "integer"}}})).unwrap();
+        let mut deep = json!({"type": "string"});
+        for _ in 0..40 {
+            deep = json!({"type": "array", "items": deep});
+        }
+        let error =
+            check_schema(&json!({"type": "object", "properties": {"a": deep}})).unwrap_err();
+        assert!(error.contains("deeper"), "{error}");
+    }
+
+    #[test]
+    fn argument_errors_name_the_field() {
+        let schema = check_schema(&json!({
+            "type": "object",
+            "properties": {"count": {"type": "integer", "minimum": 1}},
+            "required": ["count"],
+            "additionalProperties": false
+        }))
+        .unwrap();
+        check_arguments(&schema, &json!({"count": 3})).unwrap();
+        let error = check_arguments(&schema, &json!({"count": "x"})).unwrap_err();
+        assert!(
+            error.starts_with("`count`:") && error.contains("integer"),
+            "{error}"
+        );
+        let error = check_arguments(&schema, &json!({"count": 0})).unwrap_err();
+        assert!(
+            error.contains("`count`") && error.contains("minimum"),
+            "{error}"
+        );
+        let error = check_arguments(&schema, &json!({})).unwrap_err();
+        assert!(
+            error.contains("the arguments") && error.contains("count"),
+            "{error}"
+        );
+        let error = check_arguments(&schema, &json!({"count": 1, "extra": 2})).unwrap_err();
+        assert!(error.contains("extra"), "{error}");
+    }
+
+    #[test]
+    fn the_example_comes_from_the_schema_unless_nothing_is_required() {
+        let with = json!({"type": "object", "properties": {"a": {}}, "required": ["a"], "examples": [{"a": 1}]});
+        assert_eq!(
+            Value::Object(first_example(with.as_object().unwrap()).unwrap()),
+            json!({"a": 1})
+        );
+        let optional = json!({"type": "object", "properties": {"a": {}}});
+        assert!(
+            first_example(optional.as_object().unwrap())
+                .unwrap()
+                .is_empty()
+        );
+        let missing = json!({"type": "object", "properties": {"a": {}}, "required": ["a"]});
+        assert!(first_example(missing.as_object().unwrap()).is_err());
+    }
+}

@@ -1,0 +1,195 @@
+//! Saved tools over real MCP, with the real server, sandbox and image: `tools/list` shows each
+//! Open WebUI user their own `my_<name>` tools with their schemas, and no one else's; calls run
+//! in the sandbox; a tool named like a built-in cannot stand in for it; the tools outlive a
+//! restart; `FILE_AGENT_DYNAMIC_TOOLS=off` hides the tools that manage them. (The flows, the
+//! checks and the hostile tools are in the fast tier, `local::saved_tools`.)
+
+use std::collections::HashMap;
+
+use rmcp::model::ClientConfig;
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::json;
+
+use crate::common::with_timeout;
+use crate::fakes::openai::{FakeOpenAi, Reply};
+use crate::mcp_server::{TestServer, call, env};
+
+const DOUBLE: &str = "def run(x):\n    \"\"\"Doubles x.\"\"\"\n    return {\"doubled\": 2 * x}\n";
+
+/// A client of `server` that forwards Open WebUI's user id `user`.
+async fn client_of(server: &TestServer, user: &str) -> RunningService<RoleClient, ClientConfig> {
+    let headers = HashMap::from([(
+        http::HeaderName::from_static("x-openwebui-user-id"),
+        http::HeaderValue::from_str(user).unwrap(),
+    )]);
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", server.url))
+        .custom_headers(headers);
+    with_timeout(ClientConfig::default().serve(StreamableHttpClientTransport::from_config(config)))
+        .await
+        .unwrap()
+}
+
+async fn names(client: &RunningService<RoleClient, ClientConfig>) -> Vec<String> {
+    let tools = with_timeout(client.list_all_tools()).await.unwrap();
+    tools.iter().map(|tool| tool.name.to_string()).collect()
+}
+
+fn double(name: &str) -> serde_json::Value {
+    json!({
+        "name": name,
+        "description": "Doubles a number.",
+        "code": DOUBLE,
+        "input_schema": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"], "examples": [{"x": 21}]}
+    })
+}
+
+#[tokio::test]
+async fn each_open_webui_user_lists_and_calls_only_their_own_tools_which_outlive_a_restart() {
+    let server = TestServer::start(&[]).await;
+    let (alice, bob) = (
+        client_of(&server, "alice").await,
+        client_of(&server, "bob").await,
+    );
+    let (is_error, text) = call(&alice, "create_tool", double("double")).await;
+    assert!(!is_error, "{text}");
+    assert!(text.contains("\"doubled\": 42"), "the test call: {text}");
+
+    let tools = with_timeout(alice.list_all_tools()).await.unwrap();
+    let listed = tools.iter().find(|tool| tool.name == "my_double").unwrap();
+    assert_eq!(listed.description.as_deref(), Some("Doubles a number."));
+    assert_eq!(listed.input_schema["required"], json!(["x"]));
+    assert_eq!(listed.input_schema["properties"]["x"]["type"], "number");
+    assert!(!names(&bob).await.contains(&"my_double".to_string()));
+
+    let (is_error, text) = call(&alice, "my_double", json!({"x": 4})).await;
+    assert!(!is_error, "{text}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+        json!({"doubled": 8})
+    );
+    let (is_error, text) = call(&alice, "my_double", json!({"x": "four"})).await;
+    assert!(
+        is_error && text.contains("`x`") && text.contains("number"),
+        "{text}"
+    );
+    let (is_error, text) = call(&bob, "my_double", json!({"x": 4})).await;
+    assert!(is_error && text.contains("no tool my_double"), "{text}");
+
+    // A tool named like a built-in is listed beside it, never instead of it.
+    let (is_error, text) = call(&alice, "create_tool", double("run_python")).await;
+    assert!(!is_error, "{text}");
+    let listed = names(&alice).await;
+    assert!(
+        listed.contains(&"run_python".to_string()) && listed.contains(&"my_run_python".to_string()),
+        "{listed:?}"
+    );
+    let (is_error, text) = call(&alice, "run_python", json!({"code": "print(6 * 7)"})).await;
+    assert!(!is_error && text.contains("42"), "{text}");
+
+    let _ = alice.cancel().await;
+    let _ = bob.cancel().await;
+    let data = server.stop().await;
+    let server = TestServer::start_in(data, &[]).await;
+    let alice = client_of(&server, "alice").await;
+    assert!(names(&alice).await.contains(&"my_double".to_string()));
+    let (is_error, text) = call(&alice, "my_double", json!({"x": 1.5})).await;
+    assert!(!is_error && text.contains("3.0"), "{text}");
+    let (is_error, text) = call(&alice, "delete_tool", json!({"name": "double"})).await;
+    assert!(!is_error, "{text}");
+    assert!(!names(&alice).await.contains(&"my_double".to_string()));
+    let _ = alice.cancel().await;
+
+    // Every call is in the audit trail with the version it ran.
+    let calls = server
+        .audit_lines()
+        .into_iter()
+        .filter(|line| line["saved_tool"]["action"] == "call")
+        .count();
+    assert_eq!(calls, 2);
+    server.assert_nothing_left().await;
+}
+
+const LOAN: &str = "\"\"\"Monthly payment of an annuity loan.\"\"\"\n\n\ndef run(principal, annual_rate, years):\n    \"\"\"The fixed monthly payment and the total interest.\"\"\"\n    months = years * 12\n    rate = annual_rate / 12\n    if rate == 0:\n        payment = principal / months\n    else:\n        payment = principal * rate / (1 - (1 + rate) ** -months)\n    return {\"monthly_payment\": round(payment, 2), \"total_interest\": round(payment * months - principal, 2)}\n";
+
+#[tokio::test]
+async fn a_tool_the_model_writes_from_a_description_is_listed_with_its_schema_and_called() {
+    let meta = json!({
+        "name": "loan_payment",
+        "description": "The fixed monthly payment and total interest of an annuity loan.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "principal": {"type": "number", "exclusiveMinimum": 0, "description": "The amount borrowed."},
+                "annual_rate": {"type": "number", "minimum": 0, "maximum": 1, "description": "The yearly interest rate, 0.05 for 5%."},
+                "years": {"type": "integer", "minimum": 1, "maximum": 50, "description": "The term in years."}
+            },
+            "required": ["principal", "annual_rate", "years"],
+            "additionalProperties": false,
+            "examples": [{"principal": 200000, "annual_rate": 0.04, "years": 25}]
+        }
+    });
+    let llm = FakeOpenAi::start(vec![Reply::Text(format!(
+        "```json\n{meta}\n```\n```python\n{LOAN}```\n"
+    ))])
+    .await;
+    let server = TestServer::start(&llm.env()).await;
+    let client = client_of(&server, "alice").await;
+    let (is_error, text) = call(
+        &client,
+        "generate_tool",
+        json!({"instructions": "A tool that gives the monthly payment and the total interest of an annuity loan from the amount, the yearly rate and the term in years."}),
+    )
+    .await;
+    assert!(!is_error, "{text}");
+    eprintln!("generate_tool answered:\n{text}");
+    let tools = with_timeout(client.list_all_tools()).await.unwrap();
+    let listed = tools
+        .iter()
+        .find(|tool| tool.name == "my_loan_payment")
+        .unwrap();
+    eprintln!(
+        "tools/list has:\n{}",
+        serde_json::to_string_pretty(&json!({"name": listed.name, "description": listed.description, "inputSchema": *listed.input_schema})).unwrap()
+    );
+    assert_eq!(
+        listed.input_schema["required"],
+        meta["input_schema"]["required"]
+    );
+    let (is_error, text) = call(
+        &client,
+        "my_loan_payment",
+        json!({"principal": 300000, "annual_rate": 0.035, "years": 30}),
+    )
+    .await;
+    eprintln!(
+        "my_loan_payment {{principal: 300000, annual_rate: 0.035, years: 30}} answered:\n{text}"
+    );
+    assert!(!is_error, "{text}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+        json!({"monthly_payment": 1347.13, "total_interest": 184968.26})
+    );
+    let _ = client.cancel().await;
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn with_saved_tools_off_the_tools_that_manage_them_are_not_listed() {
+    let server = TestServer::start(&env(&[("FILE_AGENT_DYNAMIC_TOOLS", "off")])).await;
+    let client = server.client(None).await;
+    let listed = names(&client).await;
+    assert!(listed.contains(&"run_python".to_string()), "{listed:?}");
+    for hidden in ["create_tool", "generate_tool", "list_tools", "delete_tool"] {
+        assert!(!listed.contains(&hidden.to_string()), "{listed:?}");
+    }
+    let (is_error, text) = call(&client, "create_tool", double("double")).await;
+    assert!(
+        is_error && text.contains("FILE_AGENT_DYNAMIC_TOOLS=off"),
+        "{text}"
+    );
+    let _ = client.cancel().await;
+    server.assert_nothing_left().await;
+}
