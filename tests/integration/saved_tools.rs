@@ -5,17 +5,19 @@
 //! checks and the hostile tools are in the fast tier, `local::saved_tools`.)
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rmcp::model::ClientConfig;
-use rmcp::service::RunningService;
+use rmcp::model::{CallToolRequestParams, ClientConfig};
+use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 
 use crate::common::with_timeout;
 use crate::fakes::openai::{FakeOpenAi, Reply};
-use crate::mcp_server::{TestServer, call, env};
+use crate::mcp_server::{TestServer, call, env, text_of};
 
 const DOUBLE: &str = "def run(x):\n    \"\"\"Doubles x.\"\"\"\n    return {\"doubled\": 2 * x}\n";
 
@@ -192,4 +194,105 @@ async fn with_saved_tools_off_the_tools_that_manage_them_are_not_listed() {
     );
     let _ = client.cancel().await;
     server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn requests_with_different_access_tokens_own_different_tools() {
+    let (token_a, token_b) = ("team-a-0123456789abcdef", "team-b-0123456789abcdef");
+    let server = TestServer::start(&env(&[(
+        "FILE_AGENT_ACCESS_TOKENS",
+        &format!("{token_a},{token_b}"),
+    )]))
+    .await;
+    let a = server.client(Some(token_a)).await;
+    let (is_error, text) = call(&a, "create_tool", double("double")).await;
+    assert!(!is_error, "{text}");
+    let _ = a.cancel().await;
+    let b = server.client(Some(token_b)).await;
+    assert!(!names(&b).await.contains(&"my_double".to_string()));
+    let _ = b.cancel().await;
+    let a_again = server.client(Some(token_a)).await;
+    assert!(names(&a_again).await.contains(&"my_double".to_string()));
+    let _ = a_again.cancel().await;
+    server.assert_nothing_left().await;
+}
+
+/// A client that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct Watcher {
+    changed: Arc<AtomicUsize>,
+}
+
+impl ClientHandler for Watcher {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn over_stdio_a_new_or_deleted_tool_is_announced_with_list_changed() {
+    use rmcp::transport::TokioChildProcess;
+    let data = tempfile::tempdir().unwrap();
+    let instance = crate::common::unique_instance("test", 12);
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"));
+    command
+        .args(["serve", "--stdio"])
+        .current_dir(data.path())
+        .env("SANDBOX_INSTANCE", &instance)
+        .env("FILE_AGENT_DATA_DIR", data.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("INTERNAL_API_URL");
+    let (transport, _stderr) = TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let watcher = Watcher::default();
+    let client = with_timeout(watcher.clone().serve(transport))
+        .await
+        .unwrap();
+    let info = client.peer_info().unwrap();
+    let tools = info.capabilities.tools.as_ref().unwrap();
+    assert_eq!(tools.list_changed, Some(true));
+    let changes = || watcher.changed.load(Ordering::SeqCst);
+    let until = |count: usize| async move {
+        for _ in 0..100 {
+            if changes() >= count {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("no notifications/tools/list_changed ({} seen)", changes());
+    };
+
+    let arguments = double("double").as_object().cloned().unwrap();
+    let result = with_timeout(
+        client.call_tool(CallToolRequestParams::new("create_tool").with_arguments(arguments)),
+    )
+    .await
+    .unwrap();
+    assert_ne!(result.is_error, Some(true), "{}", text_of(&result));
+    until(1).await;
+    let listed = with_timeout(client.list_all_tools()).await.unwrap();
+    assert!(listed.iter().any(|tool| tool.name == "my_double"));
+    let deleted = json!({"name": "double"}).as_object().cloned().unwrap();
+    let result = with_timeout(
+        client.call_tool(CallToolRequestParams::new("delete_tool").with_arguments(deleted)),
+    )
+    .await
+    .unwrap();
+    assert_ne!(result.is_error, Some(true), "{}", text_of(&result));
+    until(2).await;
+    let _ = client.cancel().await;
+    let sandbox = file_agent::sandbox::Sandbox::connect({
+        let mut config = file_agent::config::SandboxConfig::from_lookup(|_| None).unwrap();
+        config.instance = Some(instance);
+        config
+    })
+    .await
+    .unwrap();
+    assert_eq!(sandbox.leftovers().await.unwrap(), 0);
 }
