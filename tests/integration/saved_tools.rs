@@ -174,6 +174,14 @@ async fn a_tool_the_model_writes_from_a_description_is_listed_with_its_schema_an
         serde_json::from_str::<serde_json::Value>(&text).unwrap(),
         json!({"monthly_payment": 1347.13, "total_interest": 184968.26})
     );
+    for line in server.audit_lines() {
+        if let Some(action) = line["saved_tool"]["action"].as_str() {
+            eprintln!(
+                "audit: {action} {} ms ({})",
+                line["duration_ms"], line["status"]
+            );
+        }
+    }
     let _ = client.cancel().await;
     server.assert_nothing_left().await;
 }
