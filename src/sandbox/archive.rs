@@ -42,6 +42,14 @@ pub enum InputSource {
 }
 
 impl Input {
+    /// An input of bytes already in memory, placed at `/work/in/<name>`.
+    pub fn from_bytes(name: impl Into<String>, bytes: Vec<u8>) -> Self {
+        Self {
+            name: name.into().into_bytes(),
+            source: InputSource::Bytes(bytes),
+        }
+    }
+
     /// An input read from a host file, named after the file.
     pub fn from_path(path: impl Into<PathBuf>) -> Result<Self, SandboxError> {
         let path = path.into();

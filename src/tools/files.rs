@@ -123,10 +123,7 @@ impl<R: Runner> Tools<R> {
             system_prompt,
             request,
             output_name,
-            input: Some(Input {
-                name: input_name.into_bytes(),
-                source: InputSource::Bytes(original.bytes),
-            }),
+            input: Some(Input::from_bytes(input_name, original.bytes)),
         };
         self.write_file(task, "modified", caller, cancel).await
     }

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
 use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, unique_name};
-use crate::sandbox::{Input, InputSource, Job, Outcome, Runner, Status};
+use crate::sandbox::{Input, Job, Outcome, Runner, Status};
 use crate::storage::{Caller, content_type_for};
 use crate::text::tail;
 
@@ -45,10 +45,7 @@ impl<R: Runner> Tools<R> {
         for id in file_ids {
             let download = self.storage.fetch(id.trim(), caller).await?;
             let name = unique_name(safe_name(&download.name, "input"), &mut names);
-            inputs.push(Input {
-                name: name.into_bytes(),
-                source: InputSource::Bytes(download.bytes),
-            });
+            inputs.push(Input::from_bytes(name, download.bytes));
         }
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;

@@ -28,7 +28,7 @@ use super::{Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, 
 use crate::llm::code::extract_code;
 use crate::llm::{LlmError, Message};
 use crate::prompts::render;
-use crate::sandbox::{Job, Runner, Status};
+use crate::sandbox::{Input, Job, Runner, Status};
 use crate::storage::{Caller, Download};
 use crate::text::{fenced, head, tail};
 use table::TableKind;
@@ -243,7 +243,7 @@ impl<R: Runner> Tools<R> {
         let detected =
             table::detect(&download.bytes, &download.name).map_err(ToolError::UnsupportedInput)?;
         let file_name = safe_name(&download.name, &format!("data.{}", detected.kind.code()));
-        let input = table::input(&file_name, download.bytes);
+        let input = Input::from_bytes(file_name.as_str(), download.bytes);
         let mut clock = Clock::default();
         let (mut inspection, inspection_time) = self
             .inspect(input.clone(), detected.kind, &file_name, &mut clock, cancel)

@@ -2,7 +2,7 @@
 //! note when it disagrees), and the job that inspects it: `sandbox-image/inspect_table.py`,
 //! shipped in the image, so the first look at a file is deterministic and never model-written.
 
-use crate::sandbox::{Input, InputSource, Job};
+use crate::sandbox::{Input, Job};
 use crate::tools::untrusted_zip::{Archive, ZipLimits};
 
 /// The inspection script, in the image's folder of file-agent's own scripts.
@@ -125,14 +125,6 @@ pub fn inspection_job(input: Input, kind: TableKind) -> Job {
     )
 }
 
-/// An input for the sandbox from fetched bytes.
-pub fn input(name: &str, bytes: Vec<u8>) -> Input {
-    Input {
-        name: name.as_bytes().to_vec(),
-        source: InputSource::Bytes(bytes),
-    }
-}
-
 fn name_disagrees(name: &str, kind: TableKind) -> Option<String> {
     let extension = name.rsplit_once('.')?.1.to_ascii_lowercase();
     let named = [TableKind::Csv, TableKind::Xlsx, TableKind::Xls]
@@ -201,7 +193,10 @@ mod tests {
 
     #[test]
     fn the_inspection_job_quotes_hostile_names_as_python_strings() {
-        let job = inspection_job(input("a\"b'\\c.csv", b"x\n".to_vec()), TableKind::Csv);
+        let job = inspection_job(
+            Input::from_bytes("a\"b'\\c.csv", b"x\n".to_vec()),
+            TableKind::Csv,
+        );
         assert!(
             job.script.contains(r#""NAME": "a\"b'\\c.csv""#),
             "{}",

@@ -28,7 +28,7 @@ use crate::audit::ToolMark;
 use crate::config::DynamicTools;
 use crate::llm::Message;
 use crate::llm::code::{extract_block, extract_code};
-use crate::sandbox::{Input, InputSource, Job, Outcome, Runner, Status};
+use crate::sandbox::{Input, Job, Outcome, Runner, Status};
 use crate::storage::Caller;
 use crate::text::tail;
 pub use registry::{Registry, RegistryError, Saved, SavedTool};
@@ -184,17 +184,13 @@ fn tool_inputs(
     input_schema: &Map<String, Value>,
     arguments: &Map<String, Value>,
 ) -> Vec<Input> {
-    let file = |name: &str, bytes: Vec<u8>| Input {
-        name: name.as_bytes().to_vec(),
-        source: InputSource::Bytes(bytes),
-    };
     vec![
-        file("tool.py", code.as_bytes().to_vec()),
-        file(
+        Input::from_bytes("tool.py", code.as_bytes().to_vec()),
+        Input::from_bytes(
             "schema.json",
             serde_json::to_vec(input_schema).unwrap_or_default(),
         ),
-        file(
+        Input::from_bytes(
             "arguments.json",
             serde_json::to_vec(arguments).unwrap_or_default(),
         ),
