@@ -387,7 +387,7 @@ impl ServerHandler for FileAgentServer {
                 .into_iter()
                 .map(|tool| {
                     rmcp::model::Tool::new(
-                        format!("{SAVED_TOOL_PREFIX}{}", tool.name),
+                        tool.listed_name(),
                         tool.description,
                         std::sync::Arc::new(tool.input_schema),
                     )

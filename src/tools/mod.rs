@@ -408,7 +408,6 @@ impl<R: Runner> Tools<R> {
             caller: CALL.try_with(Clone::clone).unwrap_or_default(),
             author: author.as_str().into(),
             status: mark.action.clone(),
-            runtime: String::new(),
             saved_tool: Some(mark),
             ..Record::default()
         };

@@ -18,8 +18,6 @@
 pub mod registry;
 pub mod schema;
 
-use std::time::Instant;
-
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +26,7 @@ use crate::audit::ToolMark;
 use crate::config::DynamicTools;
 use crate::llm::Message;
 use crate::llm::code::{extract_block, extract_code};
-use crate::sandbox::{Input, Job, Outcome, Runner, Status};
+use crate::sandbox::{Input, Job, Outcome, Runner};
 use crate::storage::Caller;
 use crate::text::tail;
 pub use registry::{Registry, RegistryError, Saved, SavedTool};
@@ -317,10 +315,10 @@ impl<R: Runner> Tools<R> {
             conversation.push(Message::Assistant(reply.text.clone()));
             let outcome = match parse_reply(&reply.text, name).and_then(check) {
                 Err(error) => Err(error),
-                Ok(checked) => match self.try_tool(&checked, Author::Model, cancel).await? {
-                    Ok(result) => Ok((checked, result)),
-                    Err(error) => Err(error),
-                },
+                Ok(checked) => self
+                    .try_tool(&checked, Author::Model, cancel)
+                    .await?
+                    .map(|result| (checked, result)),
             };
             match outcome {
                 Ok((checked, result)) => {
@@ -405,14 +403,11 @@ impl<R: Runner> Tools<R> {
             author,
             ToolMark::new(action, &stored.name, &stored.version, Some(owner)),
         );
+        let listed = stored.listed_name();
         let mut text = format!(
-            "Tool `{}{}` {action} (version `{}`, revision {}). Call it as `{}{}` with arguments that fit its schema.\n\nTest call with {} returned:\n```json\n{}\n```",
-            super::catalog::SAVED_TOOL_PREFIX,
-            stored.name,
-            &stored.version[..12],
+            "Tool `{listed}` {action} (version `{}`, revision {}). Call it as `{listed}` with arguments that fit its schema.\n\nTest call with {} returned:\n```json\n{}\n```",
+            stored.short_version(),
             stored.revision,
-            super::catalog::SAVED_TOOL_PREFIX,
-            stored.name,
             Value::Object(tool.example),
             tail(
                 &serde_json::to_string_pretty(result).unwrap_or_default(),
@@ -445,11 +440,10 @@ impl<R: Runner> Tools<R> {
         let mut text = format!("{} saved tool(s):\n", tools.len());
         for tool in &tools {
             text.push_str(&format!(
-                "\n### `{}{}`\n{}\n\n- version `{}`, revision {}, written by the {}{}, saved {}\n- arguments:\n```json\n{}\n```\n",
-                super::catalog::SAVED_TOOL_PREFIX,
-                tool.name,
+                "\n### `{}`\n{}\n\n- version `{}`, revision {}, written by the {}{}, saved {}\n- arguments:\n```json\n{}\n```\n",
+                tool.listed_name(),
                 tool.description,
-                &tool.version[..12],
+                tool.short_version(),
                 tool.revision,
                 tool.author,
                 tool.model
@@ -466,19 +460,16 @@ impl<R: Runner> Tools<R> {
     /// `delete_tool`.
     pub fn delete_tool(&self, identity: &Identity, name: &str) -> Result<ToolOutput, ToolError> {
         let saved_tools = self.saved_tools()?;
+        let space = saved_tools.space(identity);
         let name = name.trim();
-        let name = name
-            .strip_prefix(super::catalog::SAVED_TOOL_PREFIX)
-            .filter(|_| {
-                saved_tools
-                    .registry
-                    .get(&saved_tools.space(identity), name)
-                    .is_none()
-            })
-            .unwrap_or(name);
+        // `my_x` names the tool `x`, unless a tool is really called `my_x`.
+        let name = match name.strip_prefix(super::catalog::SAVED_TOOL_PREFIX) {
+            Some(bare) if saved_tools.registry.get(&space, name).is_none() => bare,
+            _ => name,
+        };
         let deleted = saved_tools
             .registry
-            .delete(&saved_tools.space(identity), name)
+            .delete(&space, name)
             .map_err(|error| ToolError::InvalidArgument(error.to_string()))?;
         match deleted {
             None => Err(ToolError::InvalidArgument(format!(
@@ -491,10 +482,9 @@ impl<R: Runner> Tools<R> {
                 );
                 Ok(ToolOutput {
                     text: format!(
-                        "Tool `{}{}` (version `{}`) deleted.",
-                        super::catalog::SAVED_TOOL_PREFIX,
-                        tool.name,
-                        &tool.version[..12]
+                        "Tool `{}` (version `{}`) deleted.",
+                        tool.listed_name(),
+                        tool.short_version()
                     ),
                     attempts: 0,
                 })
@@ -552,7 +542,6 @@ impl<R: Runner> Tools<R> {
             ));
         };
         self.storage.require_credential(caller)?;
-        let started = Instant::now();
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let job = tool_job(
@@ -581,16 +570,11 @@ impl<R: Runner> Tools<R> {
             &serde_json::to_string_pretty(&result).unwrap_or_default(),
             RESULT_CHARS,
         );
-        if outcome.status == Status::Ok && !outcome.outputs.is_empty() {
+        if !outcome.outputs.is_empty() {
             let links = self.store_outputs(&outcome, caller).await?;
             text.push_str("\n\nFiles:\n");
             text.push_str(&links.join("\n"));
         }
-        tracing::debug!(
-            tool = name,
-            ms = started.elapsed().as_millis() as u64,
-            "saved tool called"
-        );
         Ok(ToolOutput { text, attempts: 1 })
     }
 }

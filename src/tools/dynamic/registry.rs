@@ -48,6 +48,18 @@ pub struct SavedTool {
     pub revision: u32,
 }
 
+impl SavedTool {
+    /// The name MCP lists and calls it by: `my_<name>`.
+    pub fn listed_name(&self) -> String {
+        format!("{}{}", crate::tools::catalog::SAVED_TOOL_PREFIX, self.name)
+    }
+
+    /// The first 12 hex digits of its version, as answers show it.
+    pub fn short_version(&self) -> &str {
+        self.version.get(..12).unwrap_or(&self.version)
+    }
+}
+
 /// The version of a tool: the SHA-256 of its code, a newline, and its schema as compact JSON.
 pub fn version_of(code: &str, input_schema: &Map<String, Value>) -> String {
     let schema = serde_json::to_string(input_schema).unwrap_or_default();
