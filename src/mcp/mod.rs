@@ -348,18 +348,34 @@ async fn tools_changed(context: &RequestContext<RoleServer>, result: &Result<Str
 /// Who is calling, for saved tools: Open WebUI's user id and the access token the request
 /// came with (both absent over stdio).
 fn identity_of(context: &RequestContext<RoleServer>) -> Identity {
-    let parts = context.extensions.get::<http::request::Parts>();
     Identity {
-        user: parts
-            .and_then(|parts| parts.headers.get("x-openwebui-user-id"))
-            .and_then(|value| value.to_str().ok())
+        user: request_header(context, USER_ID_HEADER)
             .map(str::trim)
             .filter(|user| !user.is_empty())
-            .map(|user| user.chars().take(CALLER_FIELD_MAX_CHARS).collect()),
-        token: parts
+            .map(capped),
+        token: context
+            .extensions
+            .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<AccessTokenId>())
             .map(|id| id.0.clone()),
     }
+}
+
+/// Open WebUI's header with the user's id (sent with `ENABLE_FORWARD_USER_INFO_HEADERS`).
+const USER_ID_HEADER: &str = "x-openwebui-user-id";
+
+/// The header `name` of the HTTP request behind this call, when there is one and it is text.
+fn request_header<'a>(context: &'a RequestContext<RoleServer>, name: &str) -> Option<&'a str> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.headers.get(name))
+        .and_then(|value| value.to_str().ok())
+}
+
+/// `text` cut to [`CALLER_FIELD_MAX_CHARS`] characters.
+fn capped(text: &str) -> String {
+    text.chars().take(CALLER_FIELD_MAX_CHARS).collect()
 }
 
 // `#[tool_handler]` writes only the methods not written here: `list_tools` and `call_tool` add
@@ -495,15 +511,8 @@ fn call_info(
     tool: &str,
     context: &RequestContext<RoleServer>,
 ) -> CallInfo {
-    let capped = |text: &str| -> String { text.chars().take(CALLER_FIELD_MAX_CHARS).collect() };
-    let parts = context.extensions.get::<http::request::Parts>();
-    let header = |name: &str| {
-        parts
-            .and_then(|parts| parts.headers.get(name))
-            .and_then(|value| value.to_str().ok())
-            .map(capped)
-    };
-    let handshake = match parts {
+    let header = |name: &str| request_header(context, name).map(capped);
+    let handshake = match context.extensions.get::<http::request::Parts>() {
         Some(_) => None,
         None => context
             .peer
@@ -521,7 +530,7 @@ fn call_info(
         request,
         tool: tool.to_string(),
         client,
-        user: header("x-openwebui-user-id"),
+        user: header(USER_ID_HEADER),
         chat: header("x-openwebui-chat-id"),
     }
 }
