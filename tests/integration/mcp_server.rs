@@ -885,21 +885,9 @@ async fn only_allowed_host_names_reach_mcp() {
 
 #[tokio::test]
 async fn the_stdio_transport_initializes_lists_and_calls() {
-    use rmcp::transport::TokioChildProcess;
     let data = tempfile::tempdir().unwrap();
     let instance = unique_instance("test", 12);
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"));
-    command
-        .args(["serve", "--stdio"])
-        .current_dir(data.path())
-        .env("SANDBOX_INSTANCE", &instance)
-        .env("FILE_AGENT_DATA_DIR", data.path())
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("INTERNAL_API_URL");
-    let (transport, _stderr) = TokioChildProcess::builder(command)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let transport = stdio_server(data.path(), &instance);
     // Over stdio there is a real handshake: the audit trail names the client from it.
     let mut config = ClientConfig::default();
     config.client_info = rmcp::model::Implementation::new("stdio-test-client", "4.2");
@@ -916,6 +904,29 @@ async fn the_stdio_transport_initializes_lists_and_calls() {
     let line: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
     assert_eq!(line["client"], "stdio-test-client/4.2", "{line}");
 
+    assert_no_containers_of(instance).await;
+}
+
+/// `file-agent serve --stdio` over the data folder `data`, as sandbox instance `instance`,
+/// with no model key and no Open WebUI: the client side of its stdio.
+pub fn stdio_server(data: &std::path::Path, instance: &str) -> rmcp::transport::TokioChildProcess {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"));
+    command
+        .args(["serve", "--stdio"])
+        .current_dir(data)
+        .env("SANDBOX_INSTANCE", instance)
+        .env("FILE_AGENT_DATA_DIR", data)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("INTERNAL_API_URL");
+    let (transport, _stderr) = rmcp::transport::TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    transport
+}
+
+/// Asserts that no container of the sandbox instance `instance` is left.
+pub async fn assert_no_containers_of(instance: String) {
     let sandbox = file_agent::sandbox::Sandbox::connect({
         let mut config = file_agent::config::SandboxConfig::from_lookup(|_| None).unwrap();
         config.instance = Some(instance);

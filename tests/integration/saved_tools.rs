@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::common::with_timeout;
 use crate::fakes::openai::{FakeOpenAi, Reply};
-use crate::mcp_server::{TestServer, call, env, text_of};
+use crate::mcp_server::{TestServer, assert_no_containers_of, call, env, stdio_server, text_of};
 
 const DOUBLE: &str = "def run(x):\n    \"\"\"Doubles x.\"\"\"\n    return {\"doubled\": 2 * x}\n";
 
@@ -243,21 +243,9 @@ impl ClientHandler for Watcher {
 
 #[tokio::test]
 async fn over_stdio_a_new_or_deleted_tool_is_announced_with_list_changed() {
-    use rmcp::transport::TokioChildProcess;
     let data = tempfile::tempdir().unwrap();
     let instance = crate::common::unique_instance("test", 12);
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"));
-    command
-        .args(["serve", "--stdio"])
-        .current_dir(data.path())
-        .env("SANDBOX_INSTANCE", &instance)
-        .env("FILE_AGENT_DATA_DIR", data.path())
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("INTERNAL_API_URL");
-    let (transport, _stderr) = TokioChildProcess::builder(command)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let transport = stdio_server(data.path(), &instance);
     let watcher = Watcher::default();
     let client = with_timeout(watcher.clone().serve(transport))
         .await
@@ -295,12 +283,5 @@ async fn over_stdio_a_new_or_deleted_tool_is_announced_with_list_changed() {
     assert_ne!(result.is_error, Some(true), "{}", text_of(&result));
     until(2).await;
     let _ = client.cancel().await;
-    let sandbox = file_agent::sandbox::Sandbox::connect({
-        let mut config = file_agent::config::SandboxConfig::from_lookup(|_| None).unwrap();
-        config.instance = Some(instance);
-        config
-    })
-    .await
-    .unwrap();
-    assert_eq!(sandbox.leftovers().await.unwrap(), 0);
+    assert_no_containers_of(instance).await;
 }
