@@ -6,7 +6,7 @@
 
 use serde_json::json;
 
-use crate::common::{run_cli, with_timeout};
+use crate::common::{memory, run_cli, with_timeout};
 use crate::fakes::openai::{FakeOpenAi, Reply};
 use crate::mcp_server::TestServer;
 
@@ -205,21 +205,6 @@ pub fn attack_workbook(cells: u64) -> Vec<u8> {
         b"</sheetData></worksheet>",
     );
     workbook_with_sheet(&sheet, Method::Deflated, crc, size as u32)
-}
-
-/// `VmHWM` or `VmRSS` of this process, in bytes.
-fn memory(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status
-        .lines()
-        .find(|line| line.starts_with(field))
-        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"));
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|value| value.parse().ok())
-        .unwrap();
-    kib * 1024
 }
 
 #[tokio::test]
