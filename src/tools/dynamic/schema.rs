@@ -442,6 +442,52 @@ mod tests {
     }
 
     #[test]
+    fn format_is_asserted_under_draft_7_only_and_stays_cheap_on_hostile_values() {
+        let schema = |draft: Option<&str>| {
+            let mut schema = json!({"type": "object", "properties": {
+                "mail": {"type": "string", "format": "email"},
+                "pattern": {"type": "string", "format": "regex"},
+                "host": {"type": "string", "format": "idn-hostname"},
+                "when": {"type": "string", "format": "date-time"},
+                "link": {"type": "string", "format": "iri"},
+            }});
+            if let Some(draft) = draft {
+                schema["$schema"] = json!(draft);
+            }
+            check_schema(&schema).unwrap().1
+        };
+        let draft7 = schema(Some("http://json-schema.org/draft-07/schema#"));
+        let draft2020 = schema(None);
+        let bad = json!({"mail": "not an address", "when": "yesterday"});
+        let error = check_arguments(&draft7, &bad).unwrap_err();
+        assert!(
+            error.contains("`mail`") && error.contains("`when`"),
+            "{error}"
+        );
+        // Under 2020-12 `format` is an annotation, as that draft says.
+        check_arguments(&draft2020, &bad).unwrap();
+        // Values at the arguments' size cap, built to be slow for each format's check.
+        let long = 60 * 1024;
+        let hostile = [
+            ("pattern", "(".repeat(long / 2) + &")".repeat(long / 2)),
+            ("pattern", "a{99999}{99999}".repeat(long / 15)),
+            ("host", format!("{}.", "\u{00e9}a-".repeat(long / 4))),
+            (
+                "mail",
+                format!("{}@{}", "a.".repeat(long / 4), "b.".repeat(long / 4)),
+            ),
+            ("when", "9".repeat(long)),
+            ("link", format!("http://{}", "%41".repeat(long / 3))),
+        ];
+        let started = std::time::Instant::now();
+        for (field, value) in hostile {
+            let _ = check_arguments(&draft7, &json!({field: value}));
+        }
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
+    }
+
+    #[test]
     fn a_validator_is_kept_per_version_within_the_cap() {
         let validators = Validators::default();
         let (schema, validator) = check_schema(&json!({"type": "object"})).unwrap();
