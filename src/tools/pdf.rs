@@ -51,6 +51,8 @@ pub const CHECK_CPU: Duration = Duration::from_secs(20);
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 /// The hidden subcommand that runs [`child_main`].
 pub const CHILD_COMMAND: &str = "check-pdf";
+/// The exit code of a Rust program that panicked.
+const PANIC_EXIT_CODE: i32 = 101;
 /// The most the child's answer may be: one line of JSON.
 const MAX_ANSWER_BYTES: u64 = 64 * 1024;
 
@@ -75,6 +77,10 @@ pub enum PdfError {
     /// Its page tree is broken.
     #[error("its page tree is broken: {0}")]
     PageTree(String),
+    /// lopdf panicked on it (in the checking child): a bug of the reader, shown to the model
+    /// as an unreadable file.
+    #[error("it cannot be read as a PDF (the reader failed on it); write it again, plainer")]
+    ReaderFailed,
     /// Reading it took more memory or time than the checking child has (see [`Checker`]).
     #[error(
         "it needs more than {memory_mib} MiB of memory or {seconds} s to read (a reader would stall on it); write a plainer file: fewer, simpler objects"
@@ -184,6 +190,9 @@ impl Checker {
             Err(_elapsed) => return Ok(Err(too_costly)),
             Ok(ended) => ended.map_err(spawn_error)?,
         };
+        if status.code() == Some(PANIC_EXIT_CODE) {
+            return Ok(Err(PdfError::ReaderFailed));
+        }
         if !status.success() {
             // Out of memory (an abort), out of CPU time (SIGXCPU/SIGKILL), or a stack
             // overflow: the file asked for more than the child may have.

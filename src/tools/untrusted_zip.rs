@@ -350,7 +350,6 @@ impl<'a> Archive<'a> {
     }
 
     /// The entries' names, in directory order.
-    #[cfg(test)]
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|entry| entry.name.as_str())
     }

@@ -608,15 +608,15 @@ fn overlapping_entries_that_share_one_kernel_are_refused_within_bounds() {
     );
     let bytes = &mut zip.bytes;
     let mut offsets = Vec::new();
-    for index in 0..entries {
+    for (index, header) in headers.iter().enumerate() {
         if index > 0 {
-            let length = headers[index].len() as u16;
+            let length = header.len() as u16;
             bytes.push(0);
             bytes.extend_from_slice(&length.to_le_bytes());
             bytes.extend_from_slice(&(!length).to_le_bytes());
         }
         offsets.push(bytes.len() as u32);
-        bytes.extend_from_slice(&headers[index]);
+        bytes.extend_from_slice(header);
     }
     bytes.extend_from_slice(&kernel);
     // A stored block's 5 bytes sit between one header and the next: entry i's data starts
