@@ -2,7 +2,9 @@
 //! tens of millions of cells deflated to a few MB and a zip bomb that lies about its size,
 //! which the server must refuse without inflating them into its own memory; download paths
 //! with encoded dots, NUL or another case; a multipart file name with a path and line breaks;
-//! a JSON body nested 400,000 deep; terminal escapes meant for `audit show`.
+//! a JSON body nested 400,000 deep; terminal escapes meant for `audit show`; a 2.4 KB PDF that
+//! took lopdf to 6 GB in the server; Office outputs of 10,000 zip entries, and entries that
+//! overlap to inflate one kernel thousands of times.
 
 use serde_json::json;
 
@@ -643,4 +645,54 @@ fn overlapping_entries_that_share_one_kernel_are_refused_within_bounds() {
     // entry's bytes against the 1 GiB cap took 10 s of CPU in a debug build).
     let error = validated_within_bounds(FileType::Excel, &bytes).unwrap_err();
     assert!(error.contains("overlap"), "{error}");
+}
+
+/// Python that writes to `file_path` a 2.4 KB PDF whose object stream lists ten ids at one
+/// offset holding an array of a million empty arrays (the red team's file).
+const REPEATED_OFFSET_PDF: &str = r#"import zlib
+ids = 10
+content = b"".join(b"%d 0 " % (100 + i) for i in range(ids))
+first = len(content)
+content += b"[" + b"[]" * 1_000_000 + b"]"
+packed = zlib.compress(content, 9)
+stream = b"<< /Type /ObjStm /N %d /First %d /Filter /FlateDecode /Length %d >>\nstream\n" % (ids, first, len(packed)) + packed + b"\nendstream"
+objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+           b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>", stream]
+out = b"%PDF-1.5\n"
+offsets = []
+for number, body in enumerate(objects, 1):
+    offsets.append(len(out))
+    out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+xref = len(out)
+out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+for offset in offsets:
+    out += b"%010d 00000 n \n" % offset
+out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+open(file_path, "wb").write(out)
+print(len(out), "bytes")
+"#;
+
+#[tokio::test]
+async fn a_pdf_that_took_lopdf_to_six_gigabytes_is_refused_while_the_servers_memory_stays_flat() {
+    let llm = FakeOpenAi::start(vec![Reply::Code(REPEATED_OFFSET_PDF.into()); 3]).await;
+    let server = TestServer::start(&llm.env()).await;
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let before = memory("VmRSS:");
+    let (is_error, text) = server
+        .call(
+            None,
+            "generate_file",
+            json!({"instructions": "a report", "file_type": "pdf"}),
+        )
+        .await;
+    let growth = memory("VmHWM:").saturating_sub(before);
+    eprintln!("server memory grew by {} MiB: {text}", growth >> 20);
+    assert!(is_error, "{text}");
+    assert!(text.contains("MiB of memory"), "{text}");
+    assert!(
+        growth < 64 * 1024 * 1024,
+        "the server's memory grew by {} MiB",
+        growth >> 20
+    );
+    server.assert_nothing_left().await;
 }
