@@ -7,7 +7,9 @@
 //!
 //! Each target starts from the seed files in `fuzz/corpus/<target>/` and runs them, then
 //! mutations of them (bit flips, interesting integers over sizes and offsets, cut, duplicated
-//! or spliced ranges), until its time is up. The process caps its own address space at the
+//! or spliced ranges; for the ooxml target half the inputs are a seed's parts with markup
+//! mutated, zipped again with true checksums so that the XML is reached), until its time is
+//! up. The process caps its own address space at the
 //! PDF check's bound (`pdf::CHECK_MEMORY` plus the largest input), the bound SECURITY.md
 //! states, so an input that needs more aborts the run (the PDF's child caps itself the
 //! same way, and its running out is the check's refusal, not a finding). Before each run the input is written
@@ -147,10 +149,32 @@ fn fuzz(root: &Path, target: &str, time: Duration, seed: u64) -> usize {
     let mut random = Random(seed | 1);
     let started = Instant::now();
     let (mut runs, mut found) = (0u64, 0usize);
+    // The seeds' parts, for the ooxml target's repacked inputs.
+    let packages: Vec<Vec<(String, Vec<u8>)>> = match target {
+        "ooxml" => corpus.iter().filter_map(|seed| parts_of(seed)).collect(),
+        _ => Vec::new(),
+    };
+    // Zipped again unchanged, every seed package must still pass: else repacking is broken
+    // and the repacked inputs would never reach the markup.
+    for package in &packages {
+        let repacked = stored_zip(package);
+        let kinds = [FileType::Excel, FileType::Docx, FileType::Pptx];
+        if !kinds
+            .iter()
+            .any(|&kind| ooxml::check(&repacked, kind).is_ok())
+        {
+            eprintln!("fuzz {target}: a seed zipped again no longer passes; fix stored_zip");
+            return 1;
+        }
+    }
     // Every seed as it is first, then mutations until the time is up.
     let mut queue: Vec<Vec<u8>> = corpus.clone();
     while started.elapsed() < time {
         let input = queue.pop().unwrap_or_else(|| {
+            if !packages.is_empty() && random.below(2) == 0 {
+                let package = &packages[random.below(packages.len())];
+                return repacked(package, &mut random);
+            }
             let base = &corpus[random.below(corpus.len())];
             let other = &corpus[random.below(corpus.len())];
             mutate(base, other, &mut random)
@@ -199,6 +223,105 @@ fn read_corpus(folder: &Path) -> Vec<Vec<u8>> {
         .iter()
         .filter_map(|path| std::fs::read(path).ok())
         .collect()
+}
+
+/// The parts of a seed package, inflated (`None` if it is not a readable zip).
+fn parts_of(seed: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+    let archive = Archive::open(seed, ZipLimits::OFFICE).ok()?;
+    let names: Vec<String> = archive.names().map(str::to_string).collect();
+    names
+        .into_iter()
+        .map(|name| {
+            archive
+                .read(&name, 1024 * 1024)
+                .ok()
+                .map(|bytes| (name, bytes))
+        })
+        .collect()
+}
+
+/// Markup that reaches the OOXML check's paths: elements, relationships, a DTD, entities.
+const XML_PIECES: [&str; 12] = [
+    "<",
+    "/>",
+    "</x>",
+    "<!DOCTYPE x [<!ENTITY a \"b\">]>",
+    "&a;",
+    "&#0;",
+    " xmlns:r=\"r\"",
+    " r:id=\"rId1\"",
+    " Target=\"../../../x.xml\"",
+    " Target=\"/xl/worksheets/sheet1.xml\"",
+    "<Override PartName=\"/x\" ContentType=\"y\"/>",
+    "<sheet name=\"S\" sheetId=\"2\" r:id=\"rId9\"/>",
+];
+
+/// A package of `parts` with one part's markup mutated (or a part renamed, dropped or
+/// doubled), zipped again with true CRCs and sizes, so the check gets past the zip reader.
+fn repacked(parts: &[(String, Vec<u8>)], random: &mut Random) -> Vec<u8> {
+    let mut parts = parts.to_vec();
+    let at = random.below(parts.len());
+    match random.below(6) {
+        0 => parts[at]
+            .0
+            .push_str(["x", "/", ".xml", "\\.."][random.below(4)]),
+        1 => {
+            parts.remove(at);
+        }
+        2 => {
+            let copy = parts[at].clone();
+            parts.push(copy);
+        }
+        _ => {
+            for _ in 0..=random.below(4) {
+                let content = &mut parts[at].1;
+                let position = random.below(content.len() + 1);
+                let piece = XML_PIECES[random.below(XML_PIECES.len())];
+                content.splice(position..position, piece.bytes());
+            }
+            let other = parts[random.below(parts.len())].1.clone();
+            parts[at].1 = mutate(&parts[at].1, &other, random);
+        }
+    }
+    stored_zip(&parts)
+}
+
+/// A zip of `parts`, stored, with true CRCs and sizes.
+fn stored_zip(parts: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let (mut bytes, mut central) = (Vec::new(), Vec::new());
+    for (name, content) in parts {
+        let offset = bytes.len() as u32;
+        let mut fields = Vec::new();
+        fields.extend_from_slice(&20u16.to_le_bytes());
+        fields.extend_from_slice(&0u32.to_le_bytes()); // flags, method (stored)
+        fields.extend_from_slice(&0u16.to_le_bytes());
+        fields.extend_from_slice(&0x21u16.to_le_bytes());
+        fields.extend_from_slice(&crc32fast::hash(content).to_le_bytes());
+        fields.extend_from_slice(&(content.len() as u32).to_le_bytes());
+        fields.extend_from_slice(&(content.len() as u32).to_le_bytes());
+        fields.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        fields.extend_from_slice(&0u16.to_le_bytes());
+        bytes.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+        bytes.extend_from_slice(&fields);
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.extend_from_slice(content);
+        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        central.extend_from_slice(&20u16.to_le_bytes());
+        central.extend_from_slice(&fields);
+        central.extend_from_slice(&[0; 10]); // comment, disk, attributes
+        central.extend_from_slice(&offset.to_le_bytes());
+        central.extend_from_slice(name.as_bytes());
+    }
+    let (directory, count) = (bytes.len() as u32, parts.len() as u16);
+    bytes.extend_from_slice(&central);
+    bytes.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&count.to_le_bytes());
+    bytes.extend_from_slice(&count.to_le_bytes());
+    bytes.extend_from_slice(&(central.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&directory.to_le_bytes());
+    bytes.extend_from_slice(&0u16.to_le_bytes());
+    bytes
 }
 
 /// One to eight mutations of `base`, sometimes spliced with `other`.
