@@ -16,8 +16,9 @@ use std::time::Duration;
 
 pub use analysis::{Network, ResearchConfig, UrlFetchConfig};
 pub use service::{
-    AdmissionConfig, AuditConfig, Config, DynamicTools, LlmConfig, LocalStoreConfig,
-    OpenWebUiConfig, Pinned, Secret, ServerConfig, StorageConfig, TransferLimits,
+    AdmissionConfig, AuditConfig, AuditPlace, Config, DEFAULT_AUDIT_FOLDER, DynamicTools,
+    LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, Secret, ServerConfig, StorageConfig,
+    TransferLimits,
 };
 
 use thiserror::Error;

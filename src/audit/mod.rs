@@ -10,6 +10,14 @@
 //! the chain runs on across files (verify them in order). The chain shows tampering with the
 //! file's contents; it cannot stop someone who can rewrite the whole file from rewriting it
 //! whole, so ship the file (or stdout) to storage the server cannot modify.
+//!
+//! Servers that share a data folder (replicas) each write a chain of their own in the audit
+//! folder, `<instance>.jsonl` and its rotated files ([`chain`]): one chain has one writer, so
+//! its `prev` links stay true. A lock file beside the chain makes that a fact, not a hope.
+//! [`report`] reads every chain for a reviewer.
+
+pub mod chain;
+pub mod report;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -140,7 +148,7 @@ pub struct Record {
 /// Why the trail could not be opened or written.
 #[derive(Debug, Error)]
 #[error(
-    "the audit trail {path} cannot be {action}: {source}; check FILE_AGENT_AUDIT_FILE and its folder's permissions"
+    "the audit trail {path} cannot be {action}: {source}; check FILE_AGENT_AUDIT_DIR (or FILE_AGENT_AUDIT_FILE) and its folder's permissions"
 )]
 pub struct AuditError {
     /// The file.
@@ -163,6 +171,8 @@ pub struct AuditLog {
     path: PathBuf,
     config: AuditConfig,
     writer: Mutex<Writer>,
+    /// `<file>.lock`, held locked while this log is open: no second writer on the chain.
+    _lock: File,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -174,7 +184,22 @@ impl std::fmt::Debug for AuditLog {
 }
 
 impl AuditLog {
-    /// Opens (or creates) the trail at `path`, continuing the chain of what is there.
+    /// Opens (or creates) the chain `name` in `folder`: `<folder>/<name>.jsonl`.
+    pub fn open_chain(folder: &Path, name: &str, config: AuditConfig) -> Result<Self, AuditError> {
+        if !valid_chain_name(name) {
+            return Err(AuditError {
+                path: folder.display().to_string(),
+                action: "opened",
+                source: std::io::Error::other(format!(
+                    "{name:?} cannot name a chain (letters, digits, '-', '_', '.')"
+                )),
+            });
+        }
+        Self::open(&folder.join(format!("{name}{CHAIN_SUFFIX}")), config)
+    }
+
+    /// Opens (or creates) the trail at `path`, continuing the chain of what is there. Fails
+    /// when another open log (of this process or another) writes it.
     pub fn open(path: &Path, config: AuditConfig) -> Result<Self, AuditError> {
         let error = |action| {
             let path = path.display().to_string();
@@ -187,6 +212,7 @@ impl AuditLog {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(error("created"))?;
         }
+        let lock = lock_chain(path)?;
         let mut file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -210,6 +236,7 @@ impl AuditLog {
                 last_hash,
                 seq,
             }),
+            _lock: lock,
         })
     }
 
@@ -268,6 +295,39 @@ impl AuditLog {
             println!("{line}");
         }
         Ok(())
+    }
+}
+
+/// The file name of a chain's live file: `<name>.jsonl`.
+pub const CHAIN_SUFFIX: &str = ".jsonl";
+
+/// Whether `name` may name a chain (a file in the audit folder): 1 to 253 letters, digits,
+/// `-`, `_` or `.`, not starting with `.` (a pod name or an instance always fits).
+pub fn valid_chain_name(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Takes `<path>.lock`, or says which other writer holds it.
+fn lock_chain(path: &Path) -> Result<File, AuditError> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    let lock_path = path.with_file_name(name);
+    let error = |source| AuditError {
+        path: path.display().to_string(),
+        action: "locked",
+        source,
+    };
+    let lock = File::create(&lock_path).map_err(error)?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => Err(error(std::io::Error::other(
+            "another file-agent server writes this chain; give each server that shares the folder its own SANDBOX_INSTANCE (under Kubernetes, POD_NAME)",
+        ))),
+        Err(std::fs::TryLockError::Error(source)) => Err(error(source)),
     }
 }
 
@@ -515,7 +575,8 @@ mod tests {
 
     fn config(max_bytes: u64) -> AuditConfig {
         AuditConfig {
-            path: None,
+            place: crate::config::AuditPlace::Off,
+            chain: None,
             stdout: false,
             include_code: true,
             max_bytes,
@@ -556,6 +617,22 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         std::fs::write(&path, format!("{}\n{}\n", lines[0], lines[2])).unwrap();
         assert_eq!(verify(std::slice::from_ref(&path)).unwrap_err().line, 2);
+    }
+
+    #[test]
+    fn a_chain_has_one_writer_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::open_chain(dir.path(), "replica-a", config(1 << 30)).unwrap();
+        let second = AuditLog::open_chain(dir.path(), "replica-a", config(1 << 30)).unwrap_err();
+        assert!(second.to_string().contains("SANDBOX_INSTANCE"), "{second}");
+        let other = AuditLog::open_chain(dir.path(), "replica-b", config(1 << 30)).unwrap();
+        log.append(record("a")).unwrap();
+        other.append(record("b")).unwrap();
+        drop(log);
+        AuditLog::open_chain(dir.path(), "replica-a", config(1 << 30)).unwrap();
+        let chains = chain::chains(dir.path()).unwrap();
+        assert_eq!(chains.len(), 2);
+        assert!(chain::verify_all(chains).iter().all(|c| c.result.is_ok()));
     }
 
     #[test]

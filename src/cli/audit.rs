@@ -1,16 +1,26 @@
-//! `file-agent audit verify` and `audit show`: the audit trail for a reviewer, without the
-//! server (and without Docker).
+//! `file-agent audit verify`, `audit show` and `audit report`: the audit trail for a
+//! reviewer, without the server (and without Docker). Each takes the data folder or the
+//! audit folder (every chain in it, rotated files included) or, as before, files.
 
-use std::path::PathBuf;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 
+use crate::audit::chain::{self, Chain};
+use crate::audit::report::{self, Filter};
 use crate::audit::{self, Record};
 
-/// Checks the chain across `files` (in order: rotated files first, oldest first).
-pub fn verify(files: &[PathBuf]) -> ExitCode {
-    match audit::verify(files) {
+/// Checks the chain across `files` (in order: rotated files first, oldest first), or, given
+/// one folder, every chain in it, each on its own.
+pub fn verify(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    if let [folder] = paths
+        && folder.is_dir()
+    {
+        return verify_folder(folder);
+    }
+    Ok(match audit::verify(paths) {
         Ok(verified) => {
             println!(
                 "ok: {} lines, chain unbroken; head {}",
@@ -27,23 +37,153 @@ pub fn verify(files: &[PathBuf]) -> ExitCode {
             println!("broken: {broken}");
             ExitCode::from(1)
         }
-    }
+    })
 }
 
-/// Prints the last `tail` records of `file` readably, or as they are with `json`.
-pub fn show(file: &PathBuf, tail: usize, json: bool) -> anyhow::Result<ExitCode> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    for line in &lines[lines.len().saturating_sub(tail)..] {
+fn verify_folder(folder: &Path) -> anyhow::Result<ExitCode> {
+    let chains = chain::chains(folder)
+        .with_context(|| format!("cannot read the audit folder {}", folder.display()))?;
+    if chains.is_empty() {
+        anyhow::bail!(
+            "{} holds no audit chain (<name>.jsonl); give the data folder, its audit/ folder, or the files",
+            folder.display()
+        );
+    }
+    let checks = chain::verify_all(chains);
+    let broken = checks.iter().filter(|c| c.result.is_err()).count();
+    let lines: u64 = checks
+        .iter()
+        .filter_map(|c| c.result.as_ref().ok())
+        .map(|v| v.lines)
+        .sum();
+    if broken == 0 {
+        println!(
+            "ok: {} chains, {lines} lines, every chain unbroken",
+            checks.len()
+        );
+    } else {
+        println!("broken: {broken} of {} chains", checks.len());
+    }
+    for check in &checks {
+        match &check.result {
+            Ok(verified) => {
+                println!(
+                    "  {}: ok, {} lines in {} files; head {}",
+                    check.chain.name,
+                    verified.lines,
+                    check.chain.files.len(),
+                    verified.head
+                );
+                if let Some(prev) = &verified.continues_from {
+                    println!(
+                        "    note: its first file continues an earlier one no longer here (prev {prev})"
+                    );
+                }
+            }
+            Err(error) => println!("  {}: broken: {error}", check.chain.name),
+        }
+    }
+    Ok(if broken == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Prints the last `tail` records under `path` that pass `filter`, oldest first, readably
+/// or as stored with `json`. With several chains, records are ordered by time and each is
+/// prefixed with its chain.
+pub fn show(path: &Path, tail: usize, json: bool, filter: &Filter) -> anyhow::Result<ExitCode> {
+    let chains: Vec<Chain> =
+        chain::chains(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let many = chains.len() > 1;
+    // (time, chain, line) of the newest `tail` lines that pass, kept bounded.
+    let mut kept: std::collections::BTreeSet<(String, usize, u64, String)> = Default::default();
+    for (index, chain) in chains.iter().enumerate() {
+        let mut number = 0;
+        for file in &chain.files {
+            let reader = std::io::BufReader::new(
+                std::fs::File::open(file)
+                    .with_context(|| format!("cannot read {}", file.display()))?,
+            );
+            for line in reader.lines() {
+                let line = line.with_context(|| format!("cannot read {}", file.display()))?;
+                number += 1;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let time = match serde_json::from_str::<Record>(&line) {
+                    Ok(record) if !filter.admits(&record) => continue,
+                    Ok(record) => record.time,
+                    // Not a record: shown (as such) unless a filter asks for something.
+                    Err(_) if filter_set(filter) => continue,
+                    Err(_) => String::new(),
+                };
+                kept.insert((time, index, number, line));
+                if kept.len() > tail {
+                    kept.pop_first();
+                }
+            }
+        }
+    }
+    for (_, index, _, line) in kept {
         if json {
             println!("{line}");
             continue;
         }
-        match serde_json::from_str::<Record>(line) {
+        if many {
+            println!("[{}]", chains[index].name);
+        }
+        match serde_json::from_str::<Record>(&line) {
             Ok(record) => println!("{}\n", audit::describe(&record)),
             Err(error) => println!("(not an audit record: {error})\n"),
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn filter_set(filter: &Filter) -> bool {
+    filter.since.is_some()
+        || filter.until.is_some()
+        || filter.user.is_some()
+        || filter.tool.is_some()
+}
+
+/// Writes the report of `path` to `out` (HTML) or prints it as JSON. Exit 1 when a chain is
+/// broken, so that a script running it cannot miss that either.
+pub fn report(
+    path: &Path,
+    filter: &Filter,
+    out: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let report = report::gather(path, filter);
+    if json {
+        serde_json::to_writer(std::io::stdout().lock(), &report)?;
+        println!();
+    } else {
+        let page = report::html::render(&report);
+        match out {
+            Some(out) => {
+                std::fs::write(out, &page)
+                    .with_context(|| format!("cannot write {}", out.display()))?;
+                eprintln!(
+                    "file-agent: wrote {} ({} KiB, {} attempts, {} chains) in {:.1} s",
+                    out.display(),
+                    page.len() / 1024,
+                    report.summary.attempts,
+                    report.integrity.chains.len(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            None => print!("{page}"),
+        }
+    }
+    if report.integrity.intact {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("file-agent: the audit trail is BROKEN; the report's first section says where");
+        Ok(ExitCode::from(1))
+    }
 }

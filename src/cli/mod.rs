@@ -75,7 +75,7 @@ enum Command {
         #[arg(long, value_name = "URL")]
         url: Option<String>,
     },
-    /// Check or read the audit trail (FILE_AGENT_AUDIT_FILE).
+    /// Check, read or report on the audit trail (the data folder's audit/, or files).
     #[command(subcommand)]
     Audit(AuditCommand),
     /// The PDF check's child process (run by the server, not by hand): caps its own memory at
@@ -135,16 +135,18 @@ struct RunArgs {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Prove the files untouched (every line's `prev` is the hash of the line before), or name
-    /// the first broken line. Give rotated files first, oldest first. Exit 1 when broken.
+    /// Prove the trail untouched (every line's `prev` is the hash of the line before), or name
+    /// the first broken line. Give the data folder (or its audit/ folder) to check every chain,
+    /// each server's on its own; or files of one chain, rotated ones first, oldest first.
+    /// Exit 1 when broken.
     Verify {
-        /// The trail's files, in chain order.
+        /// A folder, or the files of one chain in chain order.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Print the last records readably.
+    /// Print the last records readably (oldest first; across chains, by time).
     Show {
-        /// The trail's file.
+        /// The data folder, the audit folder, or one file.
         file: PathBuf,
         /// How many records, from the end.
         #[arg(long, default_value_t = 20)]
@@ -152,7 +154,57 @@ enum AuditCommand {
         /// Print the JSON lines as they are.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        filter: FilterArgs,
     },
+    /// Write a security review of the whole trail: integrity of every chain, a summary with a
+    /// chart by ending, what needs attention, per user and per tool, each saved tool's
+    /// versions with their code and diffs, and attempts in detail. One self-contained HTML
+    /// page (no scripts, nothing fetched), or JSON. Exit 1 when a chain is broken.
+    Report {
+        /// The data folder (saved tools' versions are read from its tools/versions) or the
+        /// audit folder.
+        #[arg(default_value = "data")]
+        folder: PathBuf,
+        /// Write the page here (default: stdout).
+        #[arg(long, value_name = "FILE", conflicts_with = "json")]
+        out: Option<PathBuf>,
+        /// Print the report's content as JSON (for a SIEM) instead of HTML.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+}
+
+/// Which lines `audit show` and `audit report` cover.
+#[derive(Debug, Args)]
+struct FilterArgs {
+    /// From this time: a date (2026-03-01), a UTC time (2026-03-01T12:00:00Z) or an age
+    /// (90m, 36h, 7d).
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+    /// Before this time (a date includes that day).
+    #[arg(long, value_name = "TIME")]
+    until: Option<String>,
+    /// Only this Open WebUI user id.
+    #[arg(long, value_name = "ID")]
+    user: Option<String>,
+    /// Only this tool (run_python, generate_file, my_<name> or a saved tool's name).
+    #[arg(long, value_name = "NAME")]
+    tool: Option<String>,
+}
+
+impl FilterArgs {
+    fn parse(self) -> anyhow::Result<crate::audit::report::Filter> {
+        use crate::audit::report::parse_time;
+        Ok(crate::audit::report::Filter {
+            since: self.since.map(|t| parse_time(&t, false)).transpose()?,
+            until: self.until.map(|t| parse_time(&t, true)).transpose()?,
+            user: self.user,
+            tool: self.tool,
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -230,8 +282,19 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     if let Command::Audit(command) = command {
         return match command {
-            AuditCommand::Verify { files } => Ok(audit::verify(&files)),
-            AuditCommand::Show { file, tail, json } => audit::show(&file, tail, json),
+            AuditCommand::Verify { files } => audit::verify(&files),
+            AuditCommand::Show {
+                file,
+                tail,
+                json,
+                filter,
+            } => audit::show(&file, tail, json, &filter.parse()?),
+            AuditCommand::Report {
+                folder,
+                out,
+                json,
+                filter,
+            } => audit::report(&folder, &filter.parse()?, out.as_deref(), json),
         };
     }
     let config = SandboxConfig::from_env()?;

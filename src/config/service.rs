@@ -35,6 +35,8 @@ pub const DEFAULT_DOWNLOAD_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 30;
 /// `FILE_AGENT_REAP_INTERVAL`: seconds between two looks for leftover containers.
 pub const DEFAULT_REAP_INTERVAL_SECS: u64 = 300;
+/// The audit folder's name in `FILE_AGENT_DATA_DIR` (`FILE_AGENT_AUDIT_DIR`'s default).
+pub const DEFAULT_AUDIT_FOLDER: &str = "audit";
 /// `FILE_AGENT_AUDIT_MAX_MIB`: the audit file's size before it is rotated.
 pub const DEFAULT_AUDIT_MAX_MIB: u64 = 100;
 /// `FILE_AGENT_QUEUE_TIMEOUT`: seconds an attempt may wait for a free slot.
@@ -135,15 +137,29 @@ impl DynamicTools {
 /// The audit trail.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditConfig {
-    /// `FILE_AGENT_AUDIT_FILE`: the JSON-lines file (default `<FILE_AGENT_DATA_DIR>/audit.jsonl`;
-    /// `off` turns the trail off).
-    pub path: Option<PathBuf>,
+    /// Where the lines go.
+    pub place: AuditPlace,
+    /// `POD_NAME` (the downward API under Kubernetes): the name of this server's chain in
+    /// the audit folder; else the server's instance names it.
+    pub chain: Option<String>,
     /// `FILE_AGENT_AUDIT_STDOUT`: also print each line on stdout (HTTP mode only).
     pub stdout: bool,
     /// `FILE_AGENT_AUDIT_CODE`: put the code itself in each line, not only its hash.
     pub include_code: bool,
     /// `FILE_AGENT_AUDIT_MAX_MIB`, in bytes: rotate past this size.
     pub max_bytes: u64,
+}
+
+/// Where the audit trail is written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuditPlace {
+    /// `FILE_AGENT_AUDIT_FILE=off`: nowhere (stdout only, if asked).
+    Off,
+    /// `FILE_AGENT_AUDIT_DIR` (default `<FILE_AGENT_DATA_DIR>/audit`): a folder in which each
+    /// server writes its own chain, `<instance>.jsonl`, so replicas can share it.
+    Folder(PathBuf),
+    /// `FILE_AGENT_AUDIT_FILE=<path>`: one file, one chain, for one server only.
+    File(PathBuf),
 }
 
 /// Admission control.
@@ -460,14 +476,41 @@ impl AdmissionConfig {
 }
 
 impl AuditConfig {
-    /// The `FILE_AGENT_AUDIT_*` settings; the file defaults to `audit.jsonl` in `data_dir`.
+    /// The `FILE_AGENT_AUDIT_*` settings; the folder defaults to `audit` in `data_dir`.
     fn from_vars(vars: &Vars<'_>, data_dir: &std::path::Path) -> Result<Self, ConfigError> {
+        let file = vars.get("FILE_AGENT_AUDIT_FILE");
+        let folder = vars.get("FILE_AGENT_AUDIT_DIR");
+        let place = match (file, folder) {
+            (Some(file), _) if file.trim().eq_ignore_ascii_case("off") => AuditPlace::Off,
+            (Some(file), Some(_)) => {
+                return Err(ConfigError {
+                    var: "FILE_AGENT_AUDIT_FILE",
+                    value: file,
+                    expected:
+                        "unset when FILE_AGENT_AUDIT_DIR is set (one place for the trail), or off"
+                            .into(),
+                });
+            }
+            (Some(file), None) => AuditPlace::File(PathBuf::from(file.trim())),
+            (None, Some(folder)) => AuditPlace::Folder(PathBuf::from(folder.trim())),
+            (None, None) => AuditPlace::Folder(data_dir.join(DEFAULT_AUDIT_FOLDER)),
+        };
+        let chain = match vars.get("POD_NAME") {
+            Some(name) if crate::audit::valid_chain_name(name.trim()) => {
+                Some(name.trim().to_string())
+            }
+            Some(name) => {
+                return Err(ConfigError {
+                    var: "POD_NAME",
+                    value: name,
+                    expected: "a pod name (letters, digits, '-', '_' or '.', up to 253)".into(),
+                });
+            }
+            None => None,
+        };
         Ok(Self {
-            path: match vars.get("FILE_AGENT_AUDIT_FILE") {
-                Some(value) if value.trim().eq_ignore_ascii_case("off") => None,
-                Some(value) => Some(PathBuf::from(value.trim())),
-                None => Some(data_dir.join("audit.jsonl")),
-            },
+            place,
+            chain,
             stdout: vars.flag("FILE_AGENT_AUDIT_STDOUT", false)?,
             include_code: vars.flag("FILE_AGENT_AUDIT_CODE", true)?,
             max_bytes: vars.mib(

@@ -28,7 +28,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::AuditLog;
-use crate::config::Config;
+use crate::config::{AuditPlace, Config};
 use crate::llm::Llm;
 use crate::mcp::FileAgentServer;
 use crate::prompts::Prompts;
@@ -147,7 +147,6 @@ pub fn stable_instance(data_dir: &std::path::Path) -> String {
 /// Connects to Docker, opens the store, loads the prompts, builds the model client, and
 /// removes leftover containers. A missing image is only warned about (`/health` reports it).
 pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
-    let parts = ToolParts::load(config)?;
     let mut sandbox_config = config.sandbox.clone();
     let mut instance_lock = None;
     if sandbox_config.instance.is_none() {
@@ -155,6 +154,8 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
         sandbox_config.instance = Some(instance);
         instance_lock = lock;
     }
+    let instance = sandbox_config.instance.clone().unwrap_or_default();
+    let parts = ToolParts::load_as(config, &instance)?;
     let sandbox = Sandbox::connect(sandbox_config)
         .await?
         .holding(instance_lock);
@@ -189,19 +190,36 @@ pub struct ToolParts {
 }
 
 impl ToolParts {
-    /// Loads the prompts, opens the store and the audit trail, builds the model client and
-    /// the URL fetcher.
+    /// [`Self::load_as`] the configured `SANDBOX_INSTANCE`, else the data folder's stable
+    /// instance.
     pub fn load(config: &Config) -> Result<Self, StartError> {
+        let instance = config
+            .sandbox
+            .instance
+            .clone()
+            .unwrap_or_else(|| stable_instance(&config.data_dir));
+        Self::load_as(config, &instance)
+    }
+
+    /// Loads the prompts, opens the store and the audit trail (in a shared audit folder, the
+    /// chain of `POD_NAME`, else of `instance`), builds the model client and the URL fetcher.
+    pub fn load_as(config: &Config, instance: &str) -> Result<Self, StartError> {
         let prompts = Prompts::load(config.prompts_dir.as_deref())?;
         let storage = Storage::new(&config.storage, config.transfer)?;
         let llm = Llm::new(config.llm.clone())?;
         let fetcher = UrlFetcher::new(config.url_fetch.clone(), config.transfer)?;
-        let audit = match &config.audit.path {
-            Some(path) => {
+        let audit = match &config.audit.place {
+            AuditPlace::Folder(folder) => {
+                let chain = config.audit.chain.as_deref().unwrap_or(instance);
+                let log = AuditLog::open_chain(folder, chain, config.audit.clone())?;
+                tracing::info!(file = %log.path().display(), "audit trail");
+                Some(log)
+            }
+            AuditPlace::File(path) => {
                 tracing::info!(file = %path.display(), "audit trail");
                 Some(AuditLog::open(path, config.audit.clone())?)
             }
-            None => {
+            AuditPlace::Off => {
                 tracing::warn!("the audit trail is off (FILE_AGENT_AUDIT_FILE=off)");
                 None
             }
@@ -211,7 +229,12 @@ impl ToolParts {
                 "OPENAI_API_KEY is not set: every tool but run_python will answer with an error"
             );
         }
-        let saved_tools = SavedTools::open(config.dynamic_tools, &config.data_dir.join("tools"))?;
+        let saved_tools = SavedTools::open(
+            config.dynamic_tools,
+            &config
+                .data_dir
+                .join(crate::tools::dynamic::registry::TOOLS_FOLDER),
+        )?;
         Ok(Self {
             prompts,
             storage,

@@ -1,7 +1,8 @@
 //! The audit trail as a reviewer uses it: calls through the real server leave one
 //! hash-chained JSON line per attempt (caller, code and its hash, inputs and outputs with
 //! their hashes, image, limits, container, outcome); `file-agent audit verify` proves the file
-//! untouched and names the first line of a tampered one; `audit show` reads it.
+//! untouched and names the first line of a tampered one; `audit show` reads it. Replicas on
+//! one data folder each write their own chain, and `verify` of the folder checks them all.
 
 use std::collections::HashMap;
 
@@ -82,7 +83,7 @@ async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks
     let _ = client.cancel().await;
     server.assert_nothing_left().await;
 
-    let path = server.data_dir().join("audit.jsonl");
+    let path = crate::common::audit_file(server.data_dir());
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<Value> = text
         .lines()
@@ -216,4 +217,54 @@ async fn the_client_and_request_id_are_what_the_call_carries_or_null() {
     assert_eq!(lines[2]["request"], "req-7f", "{}", lines[2]);
     assert_eq!(lines[2]["client"], "raw-client/0.3", "{}", lines[2]);
     server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn two_servers_on_one_data_folder_called_at_once_keep_verifiable_chains() {
+    use crate::common::{containers_of_instance, unique_instance};
+    use crate::lifecycle::{serve, start_call};
+    let data = tempfile::tempdir().unwrap();
+    let (a, b) = (unique_instance("rep-a", 8), unique_instance("rep-b", 8));
+    // As under Kubernetes: each replica's pod name names its chain.
+    let first = serve(Some(&a), data.path(), &[("POD_NAME", "replica-a")]).await;
+    let second = serve(Some(&b), data.path(), &[("POD_NAME", "replica-b")]).await;
+    let calls: Vec<_> = (0..5)
+        .flat_map(|n| {
+            [
+                start_call(&first.url, &format!("print('a{n}')")),
+                start_call(&second.url, &format!("print('b{n}')")),
+            ]
+        })
+        .collect();
+    for call in calls {
+        let (is_error, text) = with_timeout(call).await.unwrap().expect("an answer");
+        assert!(!is_error, "{text}");
+    }
+    drop((first, second));
+
+    let folder = data.path().to_str().unwrap();
+    let (code, out) = file_agent(&["audit", "verify", folder]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("ok: 2 chains, 10 lines"), "{out}");
+    assert!(out.contains("audit/replica-a.jsonl: ok, 5 lines"), "{out}");
+    assert!(out.contains("audit/replica-b.jsonl: ok, 5 lines"), "{out}");
+    let (code, out) = file_agent(&["audit", "show", folder, "--tail", "100"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("[audit/replica-a.jsonl]").count(), 5, "{out}");
+    assert_eq!(out.matches("run_python ok").count(), 10, "{out}");
+
+    // An edited line in one chain is caught, and named with its chain.
+    let path = data.path().join("audit/replica-b.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replacen("print('b", "print('B", 1)).unwrap();
+    let (code, out) = file_agent(&["audit", "verify", folder]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("broken: 1 of 2 chains"), "{out}");
+    assert!(
+        out.contains("audit/replica-b.jsonl: broken:") && out.contains("line 2: its prev"),
+        "{out}"
+    );
+    for instance in [&a, &b] {
+        assert_eq!(containers_of_instance(instance).await, 0, "{instance}");
+    }
 }

@@ -152,6 +152,34 @@ pub fn spawn_attempt(
 }
 
 /// `prefix-` and `hex_chars` random hex digits: an instance no other test shares.
+/// The text of every chain of the audit trail in the data folder `data` (one per server that
+/// wrote there), chain after chain; empty before any line.
+pub fn audit_text(data: &std::path::Path) -> String {
+    let Ok(chains) = file_agent::audit::chain::chains(&data.join("audit")) else {
+        return String::new();
+    };
+    chains
+        .iter()
+        .flat_map(|chain| &chain.files)
+        .map(|file| std::fs::read_to_string(file).unwrap())
+        .collect()
+}
+
+/// The lines of [`audit_text`], parsed.
+pub fn audit_lines(data: &std::path::Path) -> Vec<serde_json::Value> {
+    audit_text(data)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The one chain file the server over `data` writes (the test's only server there).
+pub fn audit_file(data: &std::path::Path) -> std::path::PathBuf {
+    let chains = file_agent::audit::chain::chains(&data.join("audit")).unwrap();
+    assert_eq!(chains.len(), 1, "{chains:?}");
+    chains[0].files.last().unwrap().clone()
+}
+
 pub fn unique_instance(prefix: &str, hex_chars: usize) -> String {
     format!(
         "{prefix}-{}",

@@ -446,7 +446,7 @@ async fn audit_show_prints_no_terminal_escapes_from_a_hostile_client_or_code() {
     .unwrap();
     assert_eq!(response.status(), 200);
     server.assert_nothing_left().await;
-    let file = server.data_dir().join("audit.jsonl");
+    let file = crate::common::audit_file(server.data_dir());
     let audit = std::fs::read_to_string(&file).unwrap();
     assert!(
         audit.contains("\\u001b"),

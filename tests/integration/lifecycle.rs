@@ -17,14 +17,18 @@ use crate::common::{
 use crate::mcp_server::call;
 
 /// A `file-agent serve` child process on a free port.
-struct Served {
+pub struct Served {
     child: tokio::process::Child,
-    url: String,
+    pub url: String,
 }
 
 /// Starts the server; `instance` `None` leaves `SANDBOX_INSTANCE` to its default. The pool is
 /// off unless `extra` sets `SANDBOX_WARM`, so that containers can be counted.
-async fn serve(instance: Option<&str>, data: &std::path::Path, extra: &[(&str, &str)]) -> Served {
+pub async fn serve(
+    instance: Option<&str>,
+    data: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> Served {
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
@@ -59,7 +63,7 @@ async fn serve(instance: Option<&str>, data: &std::path::Path, extra: &[(&str, &
 }
 
 /// Starts `code` with run_python in the background; returns (is_error, text) when it ends.
-fn start_call(url: &str, code: &str) -> tokio::task::JoinHandle<Option<(bool, String)>> {
+pub fn start_call(url: &str, code: &str) -> tokio::task::JoinHandle<Option<(bool, String)>> {
     let (url, code) = (format!("{url}/mcp"), code.to_string());
     tokio::spawn(async move {
         let client = ClientConfig::default()

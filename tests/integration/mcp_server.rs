@@ -136,10 +136,7 @@ impl TestServer {
 
     /// The lines of this server's audit trail so far (none before the file exists).
     pub fn audit_lines(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(self.data_dir().join("audit.jsonl")).unwrap_or_default();
-        text.lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
+        crate::common::audit_lines(self.data_dir())
     }
 }
 
@@ -738,7 +735,7 @@ async fn without_an_open_webui_credential_every_storing_tool_fails_before_any_wo
     }
     assert!(llm.requests().is_empty(), "the model was asked");
     // Every attempt, run or refused, is an audit line: none means no container ran.
-    let audit = std::fs::read_to_string(server.data_dir().join("audit.jsonl")).unwrap_or_default();
+    let audit = crate::common::audit_text(server.data_dir());
     assert_eq!(audit, "", "an attempt ran");
     server.assert_nothing_left().await;
 }
@@ -902,7 +899,7 @@ async fn the_stdio_transport_initializes_lists_and_calls() {
     assert!(!is_error, "{text}");
     assert!(text.contains("42"), "{text}");
     let _ = client.cancel().await;
-    let audit = std::fs::read_to_string(data.path().join("audit.jsonl")).unwrap();
+    let audit = crate::common::audit_text(data.path());
     let line: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
     assert_eq!(line["client"], "stdio-test-client/4.2", "{line}");
 

@@ -6,6 +6,12 @@
 //! file in the same folder, then replaces the tool's file; a crash leaves the old version or
 //! the new one, never half of one.
 //!
+//! Every version ever saved is also kept, for reviewers: `<data_dir>/tools/versions/<version>.json`
+//! (code, schema, description, who saved it and when), named by the version hash, written
+//! once (a temporary file, then a rename that never replaces) and never rewritten or
+//! removed: deleting a tool takes it out of listings and calls, not out of this history. An
+//! audit line's `saved_tool.version` leads to exactly the code that ran.
+//!
 //! It does not check code or schemas (`super` does, before saving) and trusts no file it
 //! reads: a file that does not parse is skipped with a warning, never served.
 
@@ -18,6 +24,61 @@ use serde_json::{Map, Value};
 
 /// Tools one space may hold.
 pub const MAX_TOOLS_PER_SPACE: usize = 100;
+/// The registry's folder in `FILE_AGENT_DATA_DIR`.
+pub const TOOLS_FOLDER: &str = "tools";
+/// The folder of kept versions, in the registry's folder.
+pub const VERSIONS_FOLDER: &str = "versions";
+
+/// One version of a saved tool as kept for reviewers: what ran, whatever happened to the
+/// tool since.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionRecord {
+    /// Its hash ([`version_of`] its code and schema), also its file's name.
+    pub version: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its description when first saved.
+    pub description: String,
+    /// The code.
+    pub code: String,
+    /// The schema of its arguments.
+    pub input_schema: Map<String, Value>,
+    /// Who first saved this version.
+    pub owner: String,
+    /// `model` or `caller`.
+    pub author: String,
+    /// The model that wrote it, when a model did.
+    pub model: Option<String>,
+    /// When it was first saved (UTC, RFC 3339).
+    pub saved: String,
+}
+
+/// Whether `version` is a version hash (64 lowercase hex digits), so that it can name a file.
+fn is_version(version: &str) -> bool {
+    version.len() == 64
+        && version
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The kept version `version` from the versions folder `store`, checked: its content must
+/// hash to its name. The error says why it cannot be shown.
+pub fn read_version(store: &Path, version: &str) -> Result<VersionRecord, String> {
+    if !is_version(version) {
+        return Err("not a version hash".into());
+    }
+    let path = store.join(format!("{version}.json"));
+    let bytes = std::fs::read(&path).map_err(|e| format!("not kept ({e})"))?;
+    let kept: VersionRecord =
+        serde_json::from_slice(&bytes).map_err(|e| format!("its file does not parse ({e})"))?;
+    if version_of(&kept.code, &kept.input_schema) != version || kept.version != version {
+        return Err(format!(
+            "{} was changed: its code and schema do not hash to its name",
+            path.display()
+        ));
+    }
+    Ok(kept)
+}
 
 /// One saved tool, as stored and as listed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,6 +233,7 @@ impl Registry {
                 }
             }
         };
+        self.keep_version(&tool)?;
         let folder = self.folder(&tool.space);
         std::fs::create_dir_all(&folder).map_err(io_error(&folder, "created"))?;
         let json = serde_json::to_vec_pretty(&tool).map_err(|e| RegistryError::Io {
@@ -188,6 +250,44 @@ impl Registry {
         file.persist(&path)
             .map_err(|e| io_error(&path, "written")(e.error))?;
         Ok((saved, tool))
+    }
+
+    /// Writes `tool`'s version to the versions folder unless it is there: once, atomically,
+    /// never replacing a file (the same name means the same code and schema).
+    fn keep_version(&self, tool: &SavedTool) -> Result<(), RegistryError> {
+        let folder = self.root.join(VERSIONS_FOLDER);
+        let path = folder.join(format!("{}.json", tool.version));
+        if !is_version(&tool.version) || path.exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&folder).map_err(io_error(&folder, "created"))?;
+        let kept = VersionRecord {
+            version: tool.version.clone(),
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            code: tool.code.clone(),
+            input_schema: tool.input_schema.clone(),
+            owner: tool.owner.clone(),
+            author: tool.author.clone(),
+            model: tool.model.clone(),
+            saved: tool.updated.clone(),
+        };
+        let json = serde_json::to_vec_pretty(&kept).map_err(|e| RegistryError::Io {
+            path: path.display().to_string(),
+            action: "written",
+            source: e.into(),
+        })?;
+        let mut file =
+            tempfile::NamedTempFile::new_in(&folder).map_err(io_error(&folder, "written"))?;
+        file.write_all(&json)
+            .and_then(|()| file.as_file().sync_all())
+            .map_err(io_error(file.path(), "written"))?;
+        match file.persist_noclobber(&path) {
+            Ok(_) => Ok(()),
+            // Another server (a replica) kept it first: the same hash, the same content.
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(io_error(&path, "written")(e.error)),
+        }
     }
 
     /// Removes the tool `name` of `space`; the removed tool, or `None` when there was none.
@@ -259,8 +359,13 @@ mod tests {
         let mut update = tool("alice", "sum", "def run(): return 2");
         update.created = "t2".into();
         let (saved, stored) = registry.save(update).unwrap();
-        let first = version_of("def run(): return 1", &Map::new());
-        assert_eq!(saved, Saved::Updated { previous: first });
+        let first: String = version_of("def run(): return 1", &Map::new());
+        assert_eq!(
+            saved,
+            Saved::Updated {
+                previous: first.clone()
+            }
+        );
         assert_eq!((stored.revision, stored.created.as_str()), (2, "t1"));
         let (saved, _) = registry
             .save(tool("alice", "sum", "def run(): return 2"))
@@ -277,6 +382,26 @@ mod tests {
         );
         assert!(reopened.delete("alice", "sum").unwrap().is_none());
         assert!(reopened.list("alice").is_empty());
+
+        // Both versions outlive the tool, each readable by its hash; an edited one is not
+        // served as what ran.
+        let store = dir.path().join(VERSIONS_FOLDER);
+        let second = version_of("def run(): return 2", &Map::new());
+        let kept = read_version(&store, &first).unwrap();
+        assert_eq!(kept.code, "def run(): return 1");
+        assert_eq!(
+            read_version(&store, &second).unwrap().code,
+            "def run(): return 2"
+        );
+        let path = store.join(format!("{second}.json"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("return 2", "return 3")).unwrap();
+        assert!(
+            read_version(&store, &second)
+                .unwrap_err()
+                .contains("changed")
+        );
+        assert!(read_version(&store, "../../etc/passwd").is_err());
     }
 
     #[test]

@@ -75,11 +75,7 @@ impl LocalTools {
 
     /// The lines of the audit trail so far.
     pub fn audit_lines(&self) -> Vec<serde_json::Value> {
-        let path = self._data.path().join("audit.jsonl");
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        text.lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
+        crate::common::audit_lines(self._data.path())
     }
 
     /// Stores `bytes` as `name`; returns its file id.

@@ -1,0 +1,1002 @@
+//! `file-agent audit report`: a security review of the whole audit folder in one page. This
+//! module gathers the data ([`gather`]): every chain verified, the attempts counted by day or
+//! hour and by ending, what needs attention, per user and per tool, each saved tool's
+//! history with the code of every version, and the detail of the attempts the page links to.
+//! [`html`] renders it as one self-contained page; `--json` prints [`Report`] as it is.
+//!
+//! Bounded by design: a trail of any length gives a report of bounded size. Counts cover every
+//! line; lists keep the newest rows up to the `*_MAX` constants below and say how many they
+//! left out. The trail is read twice (counting, then the details chosen), line by line, so
+//! memory holds one small row per attempt, never the trail.
+//!
+//! Everything read from the trail is data, never markup: [`html`] escapes it all.
+
+pub mod diff;
+pub mod html;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::chain::{self, Chain};
+use super::{Record, ToolMark};
+
+/// Rows of "needs attention" kept (the newest).
+pub const ATTENTION_MAX: usize = 1000;
+/// Attempts whose full detail the page carries: those needing attention first, then the
+/// newest.
+pub const DETAILS_MAX: usize = 300;
+/// Users and tools listed in the per-user and per-tool tables (the busiest).
+pub const TALLY_MAX: usize = 200;
+/// Saved tools described.
+pub const SAVED_TOOLS_MAX: usize = 200;
+/// Calls of one saved tool shown in its timeline (the newest; every change is shown).
+pub const TIMELINE_CALLS_MAX: usize = 20;
+/// Code and error text kept per detail or version, in bytes.
+pub const TEXT_MAX: usize = 16 * 1024;
+/// Above this span the chart counts days; at or below, hours.
+const HOURLY_SPAN_HOURS: usize = 72;
+
+/// Which lines the report covers. Times are UTC RFC 3339 as the trail writes them, compared
+/// as text (the trail's format sorts in time order).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Filter {
+    /// Lines at or after this instant.
+    pub since: Option<String>,
+    /// Lines before this instant.
+    pub until: Option<String>,
+    /// Only this Open WebUI user id.
+    pub user: Option<String>,
+    /// Only this tool: a built-in (`run_python`) or a saved tool (`my_sum` or `sum`).
+    pub tool: Option<String>,
+}
+
+impl Filter {
+    /// Whether `record` passes.
+    pub fn admits(&self, record: &Record) -> bool {
+        let after = self
+            .since
+            .as_deref()
+            .is_none_or(|s| record.time.as_str() >= s);
+        let before = self
+            .until
+            .as_deref()
+            .is_none_or(|u| record.time.as_str() < u);
+        let user = self
+            .user
+            .as_deref()
+            .is_none_or(|u| record.caller.user.as_deref() == Some(u));
+        let tool = self.tool.as_deref().is_none_or(|wanted| {
+            let bare = wanted
+                .strip_prefix(crate::tools::catalog::SAVED_TOOL_PREFIX)
+                .unwrap_or(wanted);
+            record.caller.tool == wanted
+                || record
+                    .saved_tool
+                    .as_ref()
+                    .is_some_and(|mark| mark.name == bare)
+        });
+        after && before && user && tool
+    }
+}
+
+/// A `--since`/`--until` value that is not a time.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0:?} is not a time: give a date (2026-03-01), a UTC time (2026-03-01T12:00:00Z), or an age (90m, 36h, 7d)"
+)]
+pub struct BadTime(pub String);
+
+/// `2026-03-01`, `2026-03-01T12:00:00Z` or an age before now (`90m`, `36h`, `7d`) as the
+/// trail's format. A date alone means its start, or with `end_of_day` the start of the next
+/// day (so `--until 2026-03-31` includes the 31st).
+pub fn parse_time(text: &str, end_of_day: bool) -> Result<String, BadTime> {
+    let text = text.trim();
+    let bad = || BadTime(text.to_string());
+    let age = |unit: char, seconds: u64| {
+        text.strip_suffix(unit)
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(|n| n.saturating_mul(seconds))
+    };
+    if let Some(seconds) = age('m', 60)
+        .or_else(|| age('h', 3600))
+        .or_else(|| age('d', 86_400))
+    {
+        let at = std::time::SystemTime::now()
+            .checked_sub(std::time::Duration::from_secs(seconds))
+            .ok_or_else(bad)?;
+        return Ok(crate::time::format_rfc3339(at));
+    }
+    let (full, whole_day) = if text.len() == 10 {
+        (format!("{text}T00:00:00Z"), true)
+    } else {
+        (text.to_string(), false)
+    };
+    let mut at = crate::time::parse_rfc3339(&full).ok_or_else(bad)?;
+    if whole_day && end_of_day {
+        at += std::time::Duration::from_secs(86_400);
+    }
+    Ok(crate::time::format_rfc3339(at))
+}
+
+/// How an attempt ended, as the report groups it. A status the report does not know counts
+/// as [`Ending::Failed`] (and is shown as written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    /// It succeeded.
+    Ok,
+    /// It failed: an error of the script, of the sandbox, a cancelled call, or a status this
+    /// report does not know.
+    Failed,
+    /// The time limit.
+    Timeout,
+    /// The memory limit.
+    OutOfMemory,
+    /// The process limit.
+    ProcessLimit,
+    /// The output size or count limit.
+    OutputLimit,
+    /// No slot was free.
+    Busy,
+    /// Refused before or after running: a saved tool's arguments, or its output.
+    Refused,
+}
+
+impl Ending {
+    /// Every ending, in the chart's order.
+    pub const ALL: [Ending; 8] = [
+        Ending::Ok,
+        Ending::Failed,
+        Ending::Timeout,
+        Ending::OutOfMemory,
+        Ending::ProcessLimit,
+        Ending::OutputLimit,
+        Ending::Busy,
+        Ending::Refused,
+    ];
+
+    /// The ending of a line's `status`.
+    pub fn of(status: &str) -> Self {
+        let status = status.to_ascii_lowercase();
+        match status.as_str() {
+            "ok" => Self::Ok,
+            "timeout" => Self::Timeout,
+            "out_of_memory" | "oom" => Self::OutOfMemory,
+            "output_limit" => Self::OutputLimit,
+            "busy" => Self::Busy,
+            _ if status.contains("pids") || status.contains("process") => Self::ProcessLimit,
+            _ if status.starts_with("refused") => Self::Refused,
+            _ => Self::Failed,
+        }
+    }
+
+    /// Its name in the page.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Failed => "failed",
+            Self::Timeout => "timeout",
+            Self::OutOfMemory => "OOM",
+            Self::ProcessLimit => "process limit",
+            Self::OutputLimit => "output limit",
+            Self::Busy => "busy",
+            Self::Refused => "refused",
+        }
+    }
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|e| *e == self).unwrap_or(1)
+    }
+
+    /// Whether it hit a limit, or was refused: a reviewer looks at each.
+    fn needs_attention(self) -> bool {
+        !matches!(self, Self::Ok | Self::Failed | Self::Busy)
+    }
+}
+
+/// A count per ending, in [`Ending::ALL`]'s order.
+pub type Counts = [u64; Ending::ALL.len()];
+
+/// Statuses counted as failed that are known: the script's error, a call that went away.
+const KNOWN_FAILURES: [&str; 3] = ["failed", "cancelled", "sandbox_error"];
+
+/// Saved-tool actions that are changes, not attempts (no container ran).
+const TOOL_CHANGES: [&str; 4] = ["created", "updated", "saved again", "deleted"];
+
+/// Whether a line is a change of a saved tool rather than an attempt.
+fn is_change(record: &Record) -> bool {
+    record
+        .saved_tool
+        .as_ref()
+        .is_some_and(|mark| TOOL_CHANGES.contains(&mark.action.as_str()))
+}
+
+/// The whole report.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// When it was made.
+    pub generated: String,
+    /// The folder or file read.
+    pub source: String,
+    /// The filter applied (integrity always covers every line).
+    pub filter: Filter,
+    /// Each chain verified.
+    pub integrity: Integrity,
+    /// The totals and the chart.
+    pub summary: Summary,
+    /// What a reviewer must look at.
+    pub attention: Attention,
+    /// Per user, the busiest first.
+    pub users: Tallies,
+    /// Per tool, the busiest first.
+    pub tools: Tallies,
+    /// Each saved tool's history.
+    pub saved_tools: Vec<SavedToolHistory>,
+    /// Saved tools left out past [`SAVED_TOOLS_MAX`].
+    pub saved_tools_omitted: usize,
+    /// The attempts shown in full.
+    pub details: Vec<Detail>,
+    /// Attempts (within the filter) not shown in full.
+    pub details_omitted: u64,
+}
+
+/// The verdict on every chain.
+#[derive(Debug, Serialize)]
+pub struct Integrity {
+    /// Whether every chain verified and every line parsed.
+    pub intact: bool,
+    /// Each chain.
+    pub chains: Vec<ChainIntegrity>,
+    /// When the folder could not be read at all.
+    pub unreadable: Option<String>,
+}
+
+/// One chain's verdict.
+#[derive(Debug, Serialize)]
+pub struct ChainIntegrity {
+    /// The chain's name (its live file, relative to the folder).
+    pub name: String,
+    /// Its files, in order.
+    pub files: Vec<String>,
+    /// Lines checked (up to the break, when broken).
+    pub lines: u64,
+    /// The hash of its last line (the value the next line will carry).
+    pub head: Option<String>,
+    /// `prev` of its first line when its earlier files are gone (rotated away).
+    pub continues_from: Option<String>,
+    /// Where it breaks: file, line, problem.
+    pub broken: Option<String>,
+}
+
+/// Totals and the chart.
+#[derive(Debug, Default, Serialize)]
+pub struct Summary {
+    /// Attempts (container runs, and attempts refused before running).
+    pub attempts: u64,
+    /// Tool calls (distinct call ids) that made attempts.
+    pub calls: u64,
+    /// Distinct users.
+    pub users: u64,
+    /// Distinct tools called.
+    pub tools: u64,
+    /// Saved-tool changes (created, updated, saved again, deleted).
+    pub tool_changes: u64,
+    /// Attempts per ending.
+    pub endings: Counts,
+    /// Attempts per status, as written (shows statuses this report does not know).
+    pub statuses: BTreeMap<String, u64>,
+    /// The first and last line's time within the filter.
+    pub first: Option<String>,
+    /// See `first`.
+    pub last: Option<String>,
+    /// `hour` or `day`.
+    pub bucket: String,
+    /// Attempts per bucket and ending, in time order: (bucket start, counts).
+    pub chart: Vec<(String, Counts)>,
+}
+
+/// "Needs attention".
+#[derive(Debug, Default, Serialize)]
+pub struct Attention {
+    /// The newest rows, newest first, at most [`ATTENTION_MAX`].
+    pub rows: Vec<AttentionRow>,
+    /// All rows, shown or not.
+    pub total: u64,
+}
+
+/// One thing to look at.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttentionRow {
+    /// What happened, in words.
+    pub what: String,
+    /// The attempt's time.
+    pub time: String,
+    /// Its user, chat, tool and call.
+    pub user: Option<String>,
+    /// See `user`.
+    pub chat: Option<String>,
+    /// See `user`.
+    pub tool: String,
+    /// See `user`.
+    pub call: String,
+    /// The detail's anchor (`a<chain>-<seq>`).
+    pub anchor: String,
+}
+
+/// A per-user or per-tool table.
+#[derive(Debug, Default, Serialize)]
+pub struct Tallies {
+    /// The busiest rows, at most [`TALLY_MAX`].
+    pub rows: Vec<Tally>,
+    /// Rows left out.
+    pub omitted: usize,
+}
+
+/// One user's or tool's counts.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Tally {
+    /// The user id or tool name (`(none)` for a line without a user).
+    pub name: String,
+    /// Attempts.
+    pub attempts: u64,
+    /// Distinct calls.
+    pub calls: u64,
+    /// Attempts per ending.
+    pub endings: Counts,
+    /// Its first and last attempt.
+    pub first: String,
+    /// See `first`.
+    pub last: String,
+    #[serde(skip)]
+    call_ids: HashSet<String>,
+}
+
+/// One saved tool's life.
+#[derive(Debug, Serialize)]
+pub struct SavedToolHistory {
+    /// Its name (listed as `my_<name>`).
+    pub name: String,
+    /// Who saved it.
+    pub owner: Option<String>,
+    /// Changes (all) and calls (the newest [`TIMELINE_CALLS_MAX`]), in time order.
+    pub timeline: Vec<ToolEvent>,
+    /// Calls, checks and refused calls in all.
+    pub calls: u64,
+    /// Its versions, in the order first seen.
+    pub versions: Vec<ToolVersion>,
+}
+
+/// One line of a saved tool's timeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolEvent {
+    /// When.
+    pub time: String,
+    /// `created`, `updated`, `saved again`, `deleted`, `check`, `call`, `refused call`.
+    pub action: String,
+    /// The version it concerns.
+    pub version: String,
+    /// Who (the caller's user id).
+    pub user: Option<String>,
+    /// The ending, for an attempt.
+    pub ending: Option<Ending>,
+    /// The detail's anchor, for an attempt shown in full.
+    pub anchor: Option<String>,
+}
+
+/// One version of a saved tool, from the version store.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolVersion {
+    /// Its hash.
+    pub version: String,
+    /// When a line first named it.
+    pub first_seen: String,
+    /// The stored version, when found.
+    pub stored: Option<StoredVersion>,
+    /// Why it is not shown: missing, or its content does not hash to its name.
+    pub problem: Option<String>,
+    /// Its code's diff from the version before, when both are stored.
+    pub diff_from_previous: Option<Vec<diff::Line>>,
+}
+
+/// A version as the registry keeps it ([`crate::tools::dynamic::registry::VersionRecord`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredVersion {
+    /// The code (cut at [`TEXT_MAX`]).
+    pub code: String,
+    /// The schema, pretty-printed.
+    pub schema: String,
+    /// Its description when saved.
+    pub description: String,
+    /// Who saved it first, and when.
+    pub saved_by: String,
+    /// See `saved_by`.
+    pub saved: String,
+}
+
+/// One attempt shown in full.
+#[derive(Debug, Serialize)]
+pub struct Detail {
+    /// Its anchor (`a<chain>-<seq>`).
+    pub anchor: String,
+    /// Its chain's name.
+    pub chain: String,
+    /// Its ending.
+    pub ending: Ending,
+    /// The line (code and error cut at [`TEXT_MAX`]).
+    pub record: Record,
+}
+
+/// One attempt as the first pass keeps it.
+#[derive(Debug, Clone)]
+struct Row {
+    time: String,
+    chain: usize,
+    seq: u64,
+    attention: Option<String>,
+}
+
+fn anchor(chain: usize, seq: u64) -> String {
+    format!("a{chain}-{seq}")
+}
+
+/// Where the saved tools' versions are kept, next to an audit folder or a data folder.
+fn versions_folder(source: &Path) -> Option<PathBuf> {
+    let folder = if source.is_dir() {
+        source
+    } else {
+        source.parent()?
+    };
+    [folder.to_path_buf(), folder.parent()?.to_path_buf()]
+        .into_iter()
+        .map(|f| {
+            use crate::tools::dynamic::registry::{TOOLS_FOLDER, VERSIONS_FOLDER};
+            f.join(TOOLS_FOLDER).join(VERSIONS_FOLDER)
+        })
+        .find(|f| f.is_dir())
+}
+
+/// Calls every record of `chain`, with its line number; a line that does not parse is
+/// skipped (the integrity section already names it).
+fn each_record(chain: &Chain, mut visit: impl FnMut(Record)) {
+    for path in &chain.files {
+        let Ok(file) = std::fs::File::open(path) else {
+            continue;
+        };
+        for line in std::io::BufReader::new(file).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(record) = serde_json::from_str::<Record>(&line) {
+                visit(record);
+            }
+        }
+    }
+}
+
+/// What the "needs attention" section says of an attempt, if anything.
+fn attention_of(record: &Record, ending: Ending) -> Option<String> {
+    let mark = record.saved_tool.as_ref();
+    if mark.is_some_and(|m| m.action == "check") && ending != Ending::Ok {
+        return Some(format!(
+            "saved tool refused: its check ended {}",
+            ending.label()
+        ));
+    }
+    if mark.is_some_and(|m| m.action == "refused call") {
+        return Some("saved tool call refused: arguments that do not fit its schema".into());
+    }
+    if record.status == "sandbox_error" {
+        return Some("sandbox error (a result stream that did not parse, or the engine)".into());
+    }
+    if ending == Ending::Failed && !KNOWN_FAILURES.contains(&record.status.as_str()) {
+        return Some(format!(
+            "status {:?}, unknown to this report",
+            record.status
+        ));
+    }
+    ending.needs_attention().then(|| match ending {
+        Ending::Refused => format!("refused: {}", record.status),
+        limit => format!("{} limit", limit.label()),
+    })
+}
+
+/// Reads and verifies every chain under `source` and gathers what passes `filter`.
+pub fn gather(source: &Path, filter: &Filter) -> Report {
+    let (chains, unreadable) = match chain::chains(source) {
+        Ok(chains) => (chains, None),
+        Err(error) => (Vec::new(), Some(format!("{}: {error}", source.display()))),
+    };
+    let checks = chain::verify_all(chains);
+    let integrity = Integrity {
+        intact: unreadable.is_none() && checks.iter().all(|c| c.result.is_ok()),
+        unreadable,
+        chains: checks
+            .iter()
+            .map(|check| {
+                let (lines, head, continues_from, broken) = match &check.result {
+                    Ok(v) => (
+                        v.lines,
+                        Some(v.head.clone()),
+                        v.continues_from.clone(),
+                        None,
+                    ),
+                    Err(b) => (b.line.saturating_sub(1), None, None, Some(b.to_string())),
+                };
+                ChainIntegrity {
+                    name: check.chain.name.clone(),
+                    files: check
+                        .chain
+                        .files
+                        .iter()
+                        .map(|f| f.display().to_string())
+                        .collect(),
+                    lines,
+                    head,
+                    continues_from,
+                    broken,
+                }
+            })
+            .collect(),
+    };
+    let chains: Vec<Chain> = checks.into_iter().map(|c| c.chain).collect();
+
+    // First pass: counts, and one small row per attempt.
+    let mut summary = Summary::default();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut users: HashMap<String, Tally> = HashMap::new();
+    let mut tools: HashMap<String, Tally> = HashMap::new();
+    let mut calls: HashMap<String, CallState> = HashMap::new();
+    let mut histories: BTreeMap<(String, Option<String>), History> = BTreeMap::new();
+    let mut hourly: BTreeMap<String, Counts> = BTreeMap::new();
+    for (index, chain) in chains.iter().enumerate() {
+        each_record(chain, |record| {
+            if !filter.admits(&record) {
+                return;
+            }
+            if summary
+                .first
+                .as_deref()
+                .is_none_or(|f| record.time.as_str() < f)
+            {
+                summary.first = Some(record.time.clone());
+            }
+            if summary
+                .last
+                .as_deref()
+                .is_none_or(|l| record.time.as_str() > l)
+            {
+                summary.last = Some(record.time.clone());
+            }
+            let change = is_change(&record);
+            let ending = Ending::of(&record.status);
+            if let Some(mark) = &record.saved_tool {
+                histories
+                    .entry((mark.name.clone(), mark.owner.clone()))
+                    .or_default()
+                    .add(
+                        mark,
+                        &record,
+                        (!change).then_some(ending),
+                        anchor(index, record.seq),
+                    );
+            }
+            if change {
+                summary.tool_changes += 1;
+                return;
+            }
+            summary.attempts += 1;
+            summary.endings[ending.index()] += 1;
+            *summary.statuses.entry(record.status.clone()).or_default() += 1;
+            let hour = record.time.get(..13).unwrap_or("?").to_string();
+            hourly.entry(hour).or_insert([0; 8])[ending.index()] += 1;
+            let user = record
+                .caller
+                .user
+                .clone()
+                .unwrap_or_else(|| "(none)".into());
+            for (table, key) in [(&mut users, user), (&mut tools, record.caller.tool.clone())] {
+                let tally = table.entry(key.clone()).or_insert_with(|| Tally {
+                    name: key,
+                    first: record.time.clone(),
+                    last: record.time.clone(),
+                    ..Tally::default()
+                });
+                tally.attempts += 1;
+                tally.endings[ending.index()] += 1;
+                tally.call_ids.insert(record.caller.call.clone());
+                tally.first = tally.first.clone().min(record.time.clone());
+                tally.last = tally.last.clone().max(record.time.clone());
+            }
+            let row = Row {
+                time: record.time.clone(),
+                chain: index,
+                seq: record.seq,
+                attention: attention_of(&record, ending),
+            };
+            let call = calls
+                .entry(format!("{index}\u{0}{}", record.caller.call))
+                .or_insert_with(|| CallState {
+                    attempts: 0,
+                    any_ok: false,
+                    last: row.clone(),
+                    who: Who::of(&record),
+                    by_model: record.author == "model",
+                });
+            call.attempts += 1;
+            call.any_ok |= ending == Ending::Ok;
+            if row.time >= call.last.time {
+                call.last = row.clone();
+            }
+            rows.push(row);
+        });
+    }
+    summary.calls = calls.len() as u64;
+    summary.users = users.len() as u64;
+    summary.tools = tools.len() as u64;
+    (summary.bucket, summary.chart) = chart(hourly);
+
+    // Needs attention: each row so marked, and each retry loop that gave up.
+    let mut attention: Vec<AttentionRow> = Vec::new();
+    for call in calls.values() {
+        if call.attempts > 1 && !call.any_ok && call.by_model {
+            attention.push(attention_row(
+                format!("retry loop gave up after {} attempts", call.attempts),
+                &call.who,
+                &call.last,
+            ));
+        }
+    }
+    let mut marked: HashMap<(usize, u64), String> = HashMap::new();
+    for row in &rows {
+        if let Some(what) = &row.attention {
+            marked.insert((row.chain, row.seq), what.clone());
+        }
+    }
+    // The row's call, user and chat are in the line: read them in the second pass, with the
+    // details. Until then, sort what is known.
+    let total_marked = marked.len() as u64 + attention.len() as u64;
+
+    // Which attempts are shown in full: those needing attention, newest first, then the
+    // newest of the rest.
+    rows.sort_by(|a, b| b.time.cmp(&a.time));
+    let mut chosen: Vec<(usize, u64)> = Vec::new();
+    let mut chosen_set = HashSet::new();
+    let attention_first = rows
+        .iter()
+        .filter(|r| r.attention.is_some())
+        .chain(rows.iter().filter(|r| r.attention.is_none()));
+    for row in attention_first.take(DETAILS_MAX) {
+        chosen.push((row.chain, row.seq));
+        chosen_set.insert((row.chain, row.seq));
+    }
+    let shown_marked: HashSet<(usize, u64)> = rows
+        .iter()
+        .filter(|r| r.attention.is_some())
+        .take(ATTENTION_MAX)
+        .map(|r| (r.chain, r.seq))
+        .collect();
+    let chosen_anchors: HashSet<String> = chosen.iter().map(|(c, s)| anchor(*c, *s)).collect();
+    for history in histories.values_mut() {
+        history.keep_newest_calls();
+        for event in &mut history.timeline {
+            if event
+                .anchor
+                .as_ref()
+                .is_some_and(|a| !chosen_anchors.contains(a))
+            {
+                event.anchor = None;
+            }
+        }
+    }
+
+    // Second pass: the chosen attempts' lines, and the rows of "needs attention".
+    let mut details: Vec<Detail> = Vec::new();
+    for (index, chain) in chains.iter().enumerate() {
+        each_record(chain, |record| {
+            let key = (index, record.seq);
+            if is_change(&record) || !filter.admits(&record) {
+                return;
+            }
+            if shown_marked.contains(&key)
+                && let Some(what) = marked.get(&key)
+            {
+                let row = Row {
+                    time: record.time.clone(),
+                    chain: index,
+                    seq: record.seq,
+                    attention: None,
+                };
+                let mut row = attention_row(what.clone(), &Who::of(&record), &row);
+                if !chosen_set.contains(&key) {
+                    row.anchor.clear();
+                }
+                attention.push(row);
+            }
+            if chosen_set.contains(&key) {
+                let cut = |text: String| crate::text::excerpt(&text, TEXT_MAX);
+                details.push(Detail {
+                    anchor: anchor(index, record.seq),
+                    chain: chain.name.clone(),
+                    ending: Ending::of(&record.status),
+                    record: Record {
+                        code: record.code.clone().map(cut),
+                        error: record.error.clone().map(cut),
+                        ..record
+                    },
+                });
+            }
+        });
+    }
+    attention.sort_by(|a, b| b.time.cmp(&a.time));
+    attention.truncate(ATTENTION_MAX);
+    details.sort_by(|a, b| b.record.time.cmp(&a.record.time));
+    let details_omitted = summary.attempts.saturating_sub(details.len() as u64);
+
+    let versions = versions_folder(source);
+    let mut saved_tools: Vec<SavedToolHistory> = histories
+        .into_iter()
+        .map(|((name, owner), history)| history.finish(name, owner, versions.as_deref()))
+        .collect();
+    saved_tools.sort_by(|a, b| {
+        let last = |h: &SavedToolHistory| h.timeline.last().map(|e| e.time.clone());
+        last(b).cmp(&last(a))
+    });
+    let saved_tools_omitted = saved_tools.len().saturating_sub(SAVED_TOOLS_MAX);
+    saved_tools.truncate(SAVED_TOOLS_MAX);
+
+    Report {
+        generated: crate::time::rfc3339_now(),
+        source: source.display().to_string(),
+        filter: filter.clone(),
+        integrity,
+        summary,
+        attention: Attention {
+            rows: attention,
+            total: total_marked,
+        },
+        users: tallies(users),
+        tools: tallies(tools),
+        saved_tools,
+        saved_tools_omitted,
+        details,
+        details_omitted,
+    }
+}
+
+/// Who made an attempt: what a row of "needs attention" names.
+#[derive(Debug, Clone)]
+struct Who {
+    user: Option<String>,
+    chat: Option<String>,
+    tool: String,
+    call: String,
+}
+
+impl Who {
+    fn of(record: &Record) -> Self {
+        Self {
+            user: record.caller.user.clone(),
+            chat: record.caller.chat.clone(),
+            tool: record.caller.tool.clone(),
+            call: record.caller.call.clone(),
+        }
+    }
+}
+
+/// One tool call's attempts, as the first pass counts them.
+#[derive(Debug)]
+struct CallState {
+    attempts: u64,
+    any_ok: bool,
+    last: Row,
+    who: Who,
+    by_model: bool,
+}
+
+fn attention_row(what: String, who: &Who, row: &Row) -> AttentionRow {
+    AttentionRow {
+        what,
+        time: row.time.clone(),
+        user: who.user.clone(),
+        chat: who.chat.clone(),
+        tool: who.tool.clone(),
+        call: who.call.clone(),
+        anchor: anchor(row.chain, row.seq),
+    }
+}
+
+/// The busiest [`TALLY_MAX`] of `table`.
+fn tallies(table: HashMap<String, Tally>) -> Tallies {
+    let mut rows: Vec<Tally> = table
+        .into_values()
+        .map(|mut tally| {
+            tally.calls = tally.call_ids.len() as u64;
+            tally.call_ids = HashSet::new();
+            tally
+        })
+        .collect();
+    rows.sort_by(|a, b| b.attempts.cmp(&a.attempts).then(a.name.cmp(&b.name)));
+    let omitted = rows.len().saturating_sub(TALLY_MAX);
+    rows.truncate(TALLY_MAX);
+    Tallies { rows, omitted }
+}
+
+/// The hourly counts as they are for a short span, else summed by day; every bucket between
+/// the first and the last is present (empty ones too), so the chart's x axis is time.
+fn chart(hourly: BTreeMap<String, Counts>) -> (String, Vec<(String, Counts)>) {
+    let parse = |hour: &str| crate::time::parse_rfc3339(&format!("{hour}:00:00Z"));
+    let (Some(first), Some(last)) = (
+        hourly.keys().next().and_then(|h| parse(h)),
+        hourly.keys().next_back().and_then(|h| parse(h)),
+    ) else {
+        return ("day".into(), Vec::new());
+    };
+    let span_hours = last.duration_since(first).unwrap_or_default().as_secs() / 3600;
+    let daily = span_hours as usize > HOURLY_SPAN_HOURS;
+    let (step, width) = if daily { (86_400, 10) } else { (3600, 13) };
+    let mut buckets: BTreeMap<String, Counts> = BTreeMap::new();
+    let mut at = first;
+    while at <= last {
+        let key = crate::time::format_rfc3339(at)[..width].to_string();
+        buckets.entry(key).or_insert([0; 8]);
+        at += std::time::Duration::from_secs(step);
+    }
+    for (hour, counts) in hourly {
+        let slot = buckets
+            .entry(hour[..width.min(hour.len())].to_string())
+            .or_insert([0; 8]);
+        for (total, n) in slot.iter_mut().zip(counts) {
+            *total += n;
+        }
+    }
+    let unit = if daily { "day" } else { "hour" };
+    (unit.into(), buckets.into_iter().collect())
+}
+
+/// A saved tool's lines, as the first pass collects them.
+#[derive(Debug, Default)]
+struct History {
+    timeline: Vec<ToolEvent>,
+    calls: u64,
+    /// Versions in the order first seen, with when.
+    versions: Vec<(String, String)>,
+}
+
+impl History {
+    fn add(&mut self, mark: &ToolMark, record: &Record, ending: Option<Ending>, anchor: String) {
+        if !self.versions.iter().any(|(v, _)| v == &mark.version) && !mark.version.is_empty() {
+            self.versions
+                .push((mark.version.clone(), record.time.clone()));
+        }
+        if ending.is_some() {
+            self.calls += 1;
+        }
+        self.timeline.push(ToolEvent {
+            time: record.time.clone(),
+            action: mark.action.clone(),
+            version: mark.version.clone(),
+            user: record.caller.user.clone(),
+            ending,
+            anchor: ending.map(|_| anchor),
+        });
+    }
+
+    /// Every change, and the newest [`TIMELINE_CALLS_MAX`] attempts, in time order.
+    fn keep_newest_calls(&mut self) {
+        self.timeline.sort_by(|a, b| a.time.cmp(&b.time));
+        let attempts = self.timeline.iter().filter(|e| e.ending.is_some()).count();
+        let mut skip = attempts.saturating_sub(TIMELINE_CALLS_MAX);
+        self.timeline.retain(|event| {
+            if event.ending.is_some() && skip > 0 {
+                skip -= 1;
+                return false;
+            }
+            true
+        });
+        self.versions.sort_by(|a, b| a.1.cmp(&b.1));
+    }
+
+    fn finish(self, name: String, owner: Option<String>, store: Option<&Path>) -> SavedToolHistory {
+        let mut versions: Vec<ToolVersion> = Vec::new();
+        for (version, first_seen) in self.versions {
+            let (stored, problem) = match store {
+                None => (
+                    None,
+                    Some("no version store was found beside the audit folder".into()),
+                ),
+                Some(store) => match crate::tools::dynamic::registry::read_version(store, &version)
+                {
+                    Ok(kept) => (
+                        Some(StoredVersion {
+                            code: crate::text::excerpt(&kept.code, TEXT_MAX),
+                            schema: serde_json::to_string_pretty(&kept.input_schema)
+                                .unwrap_or_default(),
+                            description: kept.description,
+                            saved_by: kept.owner,
+                            saved: kept.saved,
+                        }),
+                        None,
+                    ),
+                    Err(problem) => (None, Some(problem)),
+                },
+            };
+            let diff_from_previous =
+                match (versions.last().and_then(|v| v.stored.as_ref()), &stored) {
+                    (Some(before), Some(now)) => Some(diff::lines(&before.code, &now.code)),
+                    _ => None,
+                };
+            versions.push(ToolVersion {
+                version,
+                first_seen,
+                stored,
+                problem,
+                diff_from_previous,
+            });
+        }
+        SavedToolHistory {
+            name,
+            owner,
+            timeline: self.timeline,
+            calls: self.calls,
+            versions,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endings_known_and_unknown() {
+        assert_eq!(Ending::of("ok"), Ending::Ok);
+        assert_eq!(Ending::of("out_of_memory"), Ending::OutOfMemory);
+        assert_eq!(Ending::of("refused call"), Ending::Refused);
+        assert_eq!(Ending::of("refused_output"), Ending::Refused);
+        assert_eq!(Ending::of("pids_limit"), Ending::ProcessLimit);
+        assert_eq!(Ending::of("sandbox_error"), Ending::Failed);
+        assert_eq!(Ending::of("something new"), Ending::Failed);
+        let unknown = Record {
+            status: "something new".into(),
+            ..Record::default()
+        };
+        assert!(attention_of(&unknown, Ending::of(&unknown.status)).is_some());
+        let failed = Record {
+            status: "failed".into(),
+            ..Record::default()
+        };
+        assert!(attention_of(&failed, Ending::Failed).is_none());
+    }
+
+    #[test]
+    fn times_parse_as_dates_instants_and_ages() {
+        assert_eq!(
+            parse_time("2026-03-01", false).unwrap(),
+            "2026-03-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            parse_time("2026-03-31", true).unwrap(),
+            "2026-04-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            parse_time("2026-03-01T12:30:00Z", true).unwrap(),
+            "2026-03-01T12:30:00.000Z"
+        );
+        assert!(parse_time("7d", false).unwrap() < crate::time::rfc3339_now());
+        assert!(parse_time("last week", false).is_err());
+    }
+
+    #[test]
+    fn the_chart_fills_empty_buckets_and_switches_to_days() {
+        let mut hourly = BTreeMap::new();
+        hourly.insert("2026-03-01T10".to_string(), [1, 0, 0, 0, 0, 0, 0, 0]);
+        hourly.insert("2026-03-01T13".to_string(), [0, 2, 0, 0, 0, 0, 0, 0]);
+        let (unit, rows) = chart(hourly.clone());
+        assert_eq!((unit.as_str(), rows.len()), ("hour", 4));
+        hourly.insert("2026-03-09T01".to_string(), [3, 0, 0, 0, 0, 0, 0, 0]);
+        let (unit, rows) = chart(hourly);
+        assert_eq!((unit.as_str(), rows.len()), ("day", 9));
+        assert_eq!(rows[0].1[..2], [1, 2]);
+    }
+}
