@@ -3,6 +3,10 @@
 //! browser too). Every string from the trail or the version store goes through [`esc`]:
 //! user ids, file names, code and errors are hostile input.
 //!
+//! The page is also well-formed XML (void elements closed, attributes quoted, only the five
+//! XML entities), so a test can parse it strictly and prove that no markup came from the
+//! trail.
+//!
 //! Integrity comes first, and a broken trail changes the page's title and opens it with a
 //! red banner that names the break, so that it cannot be taken for a clean one.
 
@@ -85,9 +89,9 @@ pub fn render(report: &Report) -> String {
     let broken = !report.integrity.intact;
     let _ = write!(
         page,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
-<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\" />\
+<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\" />\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\" />\
 <title>{}file-agent audit report</title><style>{STYLE}</style></head><body>\n",
         if broken { "BROKEN TRAIL · " } else { "" }
     );
@@ -103,10 +107,11 @@ pub fn render(report: &Report) -> String {
     integrity(&mut page, report);
     summary(&mut page, report);
     attention(&mut page, report);
-    let _ = write!(page, "<h2 id=\"users\">Per user</h2>");
+    page.push_str("<section id=\"users\"><h2>Per user</h2>");
     tally(&mut page, &report.users, "user");
-    let _ = write!(page, "<h2 id=\"tools\">Per tool</h2>");
+    page.push_str("</section>\n<section id=\"tools\"><h2>Per tool</h2>");
     tally(&mut page, &report.tools, "tool");
+    page.push_str("</section>\n");
     saved_tools(&mut page, report);
     details(&mut page, report);
     page.push_str("</body></html>\n");
@@ -205,7 +210,7 @@ fn summary(page: &mut String, report: &Report) {
             page,
             "<tr><td><code>{}</code></td><td>{}</td><td class=\"n\">{count}</td></tr>",
             esc(status),
-            tag(Ending::of(status))
+            tag(Ending::of(status, ""))
         );
     }
     page.push_str("</table></details></section>\n");
@@ -408,7 +413,11 @@ fn saved_tool(page: &mut String, index: usize, tool: &SavedToolHistory) {
         page,
         "<details class=\"tool\" id=\"tool-{index}\"><summary>my_{} · saved by {} · {} version{} · {} attempts · last: {} {}</summary>",
         esc(&tool.name),
-        opt(tool.owner.as_deref()),
+        if tool.owners.is_empty() {
+            opt(None)
+        } else {
+            esc(&tool.owners.join(", "))
+        },
         tool.versions.len(),
         if tool.versions.len() == 1 { "" } else { "s" },
         tool.calls,

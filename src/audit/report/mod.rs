@@ -25,9 +25,10 @@ use super::{Record, ToolMark};
 
 /// Rows of "needs attention" kept (the newest).
 pub const ATTENTION_MAX: usize = 1000;
-/// Attempts whose full detail the page carries: those needing attention first, then the
-/// newest.
-pub const DETAILS_MAX: usize = 300;
+/// Attempts needing attention whose full detail the page carries (the newest).
+pub const DETAILS_ATTENTION_MAX: usize = 200;
+/// Other attempts whose full detail the page carries (the newest).
+pub const DETAILS_RECENT_MAX: usize = 100;
 /// Users and tools listed in the per-user and per-tool tables (the busiest).
 pub const TALLY_MAX: usize = 200;
 /// Saved tools described.
@@ -158,10 +159,12 @@ impl Ending {
         Ending::Refused,
     ];
 
-    /// The ending of a line's `status`.
-    pub fn of(status: &str) -> Self {
+    /// The ending of a line's `status` (and `error`: a sandbox stopped by the process limit
+    /// is `failed` with an error that names `SANDBOX_PIDS`).
+    pub fn of(status: &str, error: &str) -> Self {
         let status = status.to_ascii_lowercase();
         match status.as_str() {
+            "failed" if error.contains("SANDBOX_PIDS") => Self::ProcessLimit,
             "ok" => Self::Ok,
             "timeout" => Self::Timeout,
             "out_of_memory" | "oom" => Self::OutOfMemory,
@@ -184,6 +187,22 @@ impl Ending {
             Self::OutputLimit => "output limit",
             Self::Busy => "busy",
             Self::Refused => "refused",
+        }
+    }
+
+    /// The ending of `record`.
+    pub fn of_record(record: &Record) -> Self {
+        Self::of(&record.status, record.error.as_deref().unwrap_or_default())
+    }
+
+    /// What "needs attention" calls it.
+    fn attention_label(self) -> &'static str {
+        match self {
+            Self::Timeout => "time limit",
+            Self::OutOfMemory => "memory limit",
+            Self::ProcessLimit => "process limit",
+            Self::OutputLimit => "output size limit",
+            other => other.label(),
         }
     }
 
@@ -359,8 +378,9 @@ pub struct Tally {
 pub struct SavedToolHistory {
     /// Its name (listed as `my_<name>`).
     pub name: String,
-    /// Who saved it.
-    pub owner: Option<String>,
+    /// Who saved its versions (in per-user mode, owners' tools of the same name share one
+    /// history; each line names its user).
+    pub owners: Vec<String>,
     /// Changes (all) and calls (the newest [`TIMELINE_CALLS_MAX`]), in time order.
     pub timeline: Vec<ToolEvent>,
     /// Calls, checks and refused calls in all.
@@ -497,7 +517,7 @@ fn attention_of(record: &Record, ending: Ending) -> Option<String> {
     }
     ending.needs_attention().then(|| match ending {
         Ending::Refused => format!("refused: {}", record.status),
-        limit => format!("{} limit", limit.label()),
+        limit => limit.attention_label().to_string(),
     })
 }
 
@@ -547,7 +567,7 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
     let mut users: HashMap<String, Tally> = HashMap::new();
     let mut tools: HashMap<String, Tally> = HashMap::new();
     let mut calls: HashMap<String, CallState> = HashMap::new();
-    let mut histories: BTreeMap<(String, Option<String>), History> = BTreeMap::new();
+    let mut histories: BTreeMap<String, History> = BTreeMap::new();
     let mut hourly: BTreeMap<String, Counts> = BTreeMap::new();
     for (index, chain) in chains.iter().enumerate() {
         each_record(chain, |record| {
@@ -569,17 +589,14 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
                 summary.last = Some(record.time.clone());
             }
             let change = is_change(&record);
-            let ending = Ending::of(&record.status);
+            let ending = Ending::of_record(&record);
             if let Some(mark) = &record.saved_tool {
-                histories
-                    .entry((mark.name.clone(), mark.owner.clone()))
-                    .or_default()
-                    .add(
-                        mark,
-                        &record,
-                        (!change).then_some(ending),
-                        anchor(index, record.seq),
-                    );
+                histories.entry(mark.name.clone()).or_default().add(
+                    mark,
+                    &record,
+                    (!change).then_some(ending),
+                    anchor(index, record.seq),
+                );
             }
             if change {
                 summary.tool_changes += 1;
@@ -662,11 +679,12 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
     rows.sort_by(|a, b| b.time.cmp(&a.time));
     let mut chosen: Vec<(usize, u64)> = Vec::new();
     let mut chosen_set = HashSet::new();
-    let attention_first = rows
-        .iter()
-        .filter(|r| r.attention.is_some())
-        .chain(rows.iter().filter(|r| r.attention.is_none()));
-    for row in attention_first.take(DETAILS_MAX) {
+    let marked_rows = rows.iter().filter(|r| r.attention.is_some());
+    let other_rows = rows.iter().filter(|r| r.attention.is_none());
+    for row in marked_rows
+        .take(DETAILS_ATTENTION_MAX)
+        .chain(other_rows.take(DETAILS_RECENT_MAX))
+    {
         chosen.push((row.chain, row.seq));
         chosen_set.insert((row.chain, row.seq));
     }
@@ -718,7 +736,7 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
                 details.push(Detail {
                     anchor: anchor(index, record.seq),
                     chain: chain.name.clone(),
-                    ending: Ending::of(&record.status),
+                    ending: Ending::of_record(&record),
                     record: Record {
                         code: record.code.clone().map(cut),
                         error: record.error.clone().map(cut),
@@ -736,7 +754,7 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
     let versions = versions_folder(source);
     let mut saved_tools: Vec<SavedToolHistory> = histories
         .into_iter()
-        .map(|((name, owner), history)| history.finish(name, owner, versions.as_deref()))
+        .map(|(name, history)| history.finish(name, versions.as_deref()))
         .collect();
     saved_tools.sort_by(|a, b| {
         let last = |h: &SavedToolHistory| h.timeline.last().map(|e| e.time.clone());
@@ -861,6 +879,7 @@ struct History {
     calls: u64,
     /// Versions in the order first seen, with when.
     versions: Vec<(String, String)>,
+    owners: std::collections::BTreeSet<String>,
 }
 
 impl History {
@@ -871,6 +890,9 @@ impl History {
         }
         if ending.is_some() {
             self.calls += 1;
+        }
+        if let Some(owner) = &mark.owner {
+            self.owners.insert(owner.clone());
         }
         self.timeline.push(ToolEvent {
             time: record.time.clone(),
@@ -897,7 +919,7 @@ impl History {
         self.versions.sort_by(|a, b| a.1.cmp(&b.1));
     }
 
-    fn finish(self, name: String, owner: Option<String>, store: Option<&Path>) -> SavedToolHistory {
+    fn finish(self, name: String, store: Option<&Path>) -> SavedToolHistory {
         let mut versions: Vec<ToolVersion> = Vec::new();
         for (version, first_seen) in self.versions {
             let (stored, problem) = match store {
@@ -936,7 +958,7 @@ impl History {
         }
         SavedToolHistory {
             name,
-            owner,
+            owners: self.owners.into_iter().collect(),
             timeline: self.timeline,
             calls: self.calls,
             versions,
@@ -950,18 +972,22 @@ mod tests {
 
     #[test]
     fn endings_known_and_unknown() {
-        assert_eq!(Ending::of("ok"), Ending::Ok);
-        assert_eq!(Ending::of("out_of_memory"), Ending::OutOfMemory);
-        assert_eq!(Ending::of("refused call"), Ending::Refused);
-        assert_eq!(Ending::of("refused_output"), Ending::Refused);
-        assert_eq!(Ending::of("pids_limit"), Ending::ProcessLimit);
-        assert_eq!(Ending::of("sandbox_error"), Ending::Failed);
-        assert_eq!(Ending::of("something new"), Ending::Failed);
+        assert_eq!(Ending::of("ok", ""), Ending::Ok);
+        assert_eq!(Ending::of("out_of_memory", ""), Ending::OutOfMemory);
+        assert_eq!(Ending::of("refused call", ""), Ending::Refused);
+        assert_eq!(Ending::of("refused_output", ""), Ending::Refused);
+        assert_eq!(Ending::of("pids_limit", ""), Ending::ProcessLimit);
+        assert_eq!(
+            Ending::of("failed", "SANDBOX_PIDS=64"),
+            Ending::ProcessLimit
+        );
+        assert_eq!(Ending::of("sandbox_error", ""), Ending::Failed);
+        assert_eq!(Ending::of("something new", ""), Ending::Failed);
         let unknown = Record {
             status: "something new".into(),
             ..Record::default()
         };
-        assert!(attention_of(&unknown, Ending::of(&unknown.status)).is_some());
+        assert!(attention_of(&unknown, Ending::of_record(&unknown)).is_some());
         let failed = Record {
             status: "failed".into(),
             ..Record::default()
