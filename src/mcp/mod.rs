@@ -319,9 +319,11 @@ impl FileAgentServer {
         context: RequestContext<RoleServer>,
     ) -> Result<String, String> {
         let identity = identity_of(&context);
-        let deleted = self.tools.delete_tool(&identity, &args.name);
+        // Inside the call's scope, so that the deletion's audit line names the caller.
         let result = self
-            .finish(Tool::DeleteTool, &context, async { deleted })
+            .finish(Tool::DeleteTool, &context, async {
+                self.tools.delete_tool(&identity, &args.name)
+            })
             .await;
         tools_changed(&context, &result).await;
         result

@@ -460,7 +460,12 @@ async fn the_report_of_a_real_trail_holds_each_ending_each_tool_version_and_host
         .into_iter()
         .find(|n| n.name == "details" && n.all_text().contains("my_double"))
         .unwrap();
-    let actions: Vec<String> = double.rows().into_iter().map(|r| r[1].clone()).collect();
+    let timeline = double.rows();
+    let actions: Vec<String> = timeline.iter().map(|r| r[1].clone()).collect();
+    // Each change names who made it, the deletion too.
+    for row in &timeline {
+        assert_eq!(row[3], HOSTILE_USER, "{row:?}");
+    }
     for action in [
         "check",
         "created",

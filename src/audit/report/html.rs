@@ -10,6 +10,7 @@
 //! Integrity comes first, and a broken trail changes the page's title and opens it with a
 //! red banner that names the break, so that it cannot be taken for a clean one.
 
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::diff::Line;
@@ -40,7 +41,7 @@ th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}\
 pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:8px;overflow:auto;max-height:420px;white-space:pre-wrap;word-break:break-all;font-size:12px}\
 details{margin:4px 0}summary{cursor:pointer}details[open]>summary{font-weight:600}\
 .tag{display:inline-block;padding:0 6px;border-radius:3px;color:#fff;font-size:12px}\
-.add{background:#e6ffec;display:block}.del{background:#ffebe9;display:block}code{font-size:12px}\
+.t{white-space:nowrap}.add{background:#e6ffec;display:block}.del{background:#ffebe9;display:block}code{font-size:12px}\
 dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:6px 0}dt{color:#555}dd{margin:0}";
 
 /// Escapes `text` for HTML text and attribute values, and shows control characters (but
@@ -70,6 +71,19 @@ pub fn esc(text: &str) -> String {
 fn opt(text: Option<&str>) -> String {
     text.map_or_else(|| "<span class=\"muted\">—</span>".into(), esc)
 }
+
+/// A trail time for a table cell: `2026-03-01 12:00:07`, the full value on hover.
+fn when(time: &str) -> String {
+    let shown = time.get(..19).unwrap_or(time).replacen('T', " ", 1);
+    format!(
+        "<span class=\"t\" title=\"{}\">{}</span>",
+        esc(time),
+        esc(&shown)
+    )
+}
+
+/// Rows past this many are folded into a `<details>` below a table's first rows.
+const ROWS_SHOWN: usize = 25;
 
 fn short(hash: &str) -> String {
     esc(hash.get(..12).unwrap_or(hash))
@@ -113,7 +127,20 @@ pub fn render(report: &Report) -> String {
     tally(&mut page, &report.tools, "tool");
     page.push_str("</section>\n");
     saved_tools(&mut page, report);
-    details(&mut page, report);
+    let versions: HashMap<(&str, &str), String> = report
+        .saved_tools
+        .iter()
+        .enumerate()
+        .flat_map(|(t, tool)| {
+            tool.versions.iter().enumerate().map(move |(v, version)| {
+                (
+                    (tool.name.as_str(), version.version.as_str()),
+                    format!("tool-{t}-v{v}"),
+                )
+            })
+        })
+        .collect();
+    details(&mut page, report, &versions);
     page.push_str("</body></html>\n");
     page
 }
@@ -231,7 +258,7 @@ fn chart_svg(page: &mut String, chart: &[(String, Counts)], unit: &str) {
         .unwrap_or(1)
         .max(1) as f64;
     let step = (width - left - 8.0) / chart.len() as f64;
-    let bar = (step * 0.8).max(1.0);
+    let bar = (step * 0.8).clamp(1.0, 48.0);
     let _ = write!(
         page,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{}\" viewBox=\"0 0 {width} {}\" role=\"img\" aria-label=\"attempts per {unit} by ending\" style=\"max-width:100%;height:auto\">",
@@ -330,12 +357,20 @@ fn attention(page: &mut String, report: &Report) {
             a.total
         );
     }
-    page.push_str("<table><tr><th>time</th><th>what</th><th>user</th><th>chat</th><th>tool</th><th>call</th><th>detail</th></tr>");
-    for row in &a.rows {
+    let header = "<table><tr><th>time</th><th>what</th><th>user</th><th>chat</th><th>tool</th><th>call</th><th>detail</th></tr>";
+    page.push_str(header);
+    for (n, row) in a.rows.iter().enumerate() {
+        if n == ROWS_SHOWN {
+            let _ = write!(
+                page,
+                "</table><details><summary>{} more rows</summary>{header}",
+                a.rows.len() - ROWS_SHOWN
+            );
+        }
         let _ = write!(
             page,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
-            esc(&row.time),
+            when(&row.time),
             esc(&row.what),
             opt(row.user.as_deref()),
             opt(row.chat.as_deref()),
@@ -344,10 +379,15 @@ fn attention(page: &mut String, report: &Report) {
             link(&row.anchor, "detail")
         );
     }
-    page.push_str("</table></section>\n");
+    page.push_str("</table>");
+    if a.rows.len() > ROWS_SHOWN {
+        page.push_str("</details>");
+    }
+    page.push_str("</section>\n");
 }
 
 fn tally(page: &mut String, tallies: &Tallies, what: &str) {
+    let start = page.len();
     let _ = write!(
         page,
         "<table><tr><th>{what}</th><th>attempts</th><th>calls</th>"
@@ -356,7 +396,15 @@ fn tally(page: &mut String, tallies: &Tallies, what: &str) {
         let _ = write!(page, "<th>{}</th>", tag(ending));
     }
     page.push_str("<th>first</th><th>last</th></tr>");
-    for row in &tallies.rows {
+    let header = page[start..].to_string();
+    for (n, row) in tallies.rows.iter().enumerate() {
+        if n == ROWS_SHOWN {
+            let _ = write!(
+                page,
+                "</table><details><summary>{} more</summary>{header}",
+                tallies.rows.len() - ROWS_SHOWN
+            );
+        }
         let _ = write!(
             page,
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>",
@@ -375,11 +423,14 @@ fn tally(page: &mut String, tallies: &Tallies, what: &str) {
         let _ = write!(
             page,
             "<td>{}</td><td>{}</td></tr>",
-            esc(&row.first),
-            esc(&row.last)
+            when(&row.first),
+            when(&row.last)
         );
     }
     page.push_str("</table>");
+    if tallies.rows.len() > ROWS_SHOWN {
+        page.push_str("</details>");
+    }
     if tallies.omitted > 0 {
         let _ = write!(
             page,
@@ -451,7 +502,7 @@ fn saved_tool(page: &mut String, index: usize, tool: &SavedToolHistory) {
         let _ = write!(
             page,
             "<tr><td>{}</td><td>{}</td><td><code>{version}</code></td><td>{}</td><td>{ending}</td></tr>",
-            esc(&event.time),
+            when(&event.time),
             esc(&event.action),
             opt(event.user.as_deref()),
         );
@@ -503,7 +554,10 @@ fn saved_tool(page: &mut String, index: usize, tool: &SavedToolHistory) {
     page.push_str("</details>\n");
 }
 
-fn details(page: &mut String, report: &Report) {
+/// Anchors of the saved tools' versions, by tool name and version.
+type VersionAnchors<'a> = HashMap<(&'a str, &'a str), String>;
+
+fn details(page: &mut String, report: &Report, versions: &VersionAnchors<'_>) {
     let _ = write!(
         page,
         "<section id=\"details\"><h2>Attempts in detail ({} shown)</h2>",
@@ -517,7 +571,7 @@ fn details(page: &mut String, report: &Report) {
         );
     }
     for detail in &report.details {
-        detail_html(page, detail);
+        detail_html(page, detail, versions);
     }
     page.push_str("</section>\n");
 }
@@ -543,7 +597,7 @@ fn files_table(page: &mut String, title: &str, files: &[crate::audit::FileDigest
     page.push_str("</table></dd>");
 }
 
-fn detail_html(page: &mut String, detail: &Detail) {
+fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>) {
     let r = &detail.record;
     let _ = write!(
         page,
@@ -597,10 +651,18 @@ fn detail_html(page: &mut String, detail: &Detail) {
             page,
             "saved tool",
             format!(
-                "my_{} {} version <code>{}</code>",
+                "my_{} {} version {}",
                 esc(&mark.name),
                 esc(&mark.action),
-                short(&mark.version)
+                versions
+                    .get(&(mark.name.as_str(), mark.version.as_str()))
+                    .map_or_else(
+                        || format!("<code>{}</code>", short(&mark.version)),
+                        |anchor| link(
+                            anchor,
+                            &format!("<code>{}</code> (its code)", short(&mark.version))
+                        )
+                    )
             ),
         );
     }
@@ -643,7 +705,14 @@ fn detail_html(page: &mut String, detail: &Detail) {
         page,
         "code",
         r.code.as_deref().map_or_else(
-            || "<span class=\"muted\">not kept (FILE_AGENT_AUDIT_CODE=false)</span>".into(),
+            || {
+                let why = if r.code_sha256.is_empty() {
+                    "none: nothing ran"
+                } else {
+                    "not kept (FILE_AGENT_AUDIT_CODE=false)"
+                };
+                format!("<span class=\"muted\">{why}</span>")
+            },
             |code| format!("<pre class=\"code\">{}</pre>", esc(code)),
         ),
     );

@@ -524,6 +524,13 @@ fn attention_of(record: &Record, ending: Ending) -> Option<String> {
 /// Reads and verifies every chain under `source` and gathers what passes `filter`.
 pub fn gather(source: &Path, filter: &Filter) -> Report {
     let (chains, unreadable) = match chain::chains(source) {
+        Ok(chains) if chains.is_empty() => (
+            chains,
+            Some(format!(
+                "{}: no audit chain (<name>.jsonl) was found here or in its audit/ folder; the trail is missing, or was written elsewhere (FILE_AGENT_AUDIT_DIR)",
+                source.display()
+            )),
+        ),
         Ok(chains) => (chains, None),
         Err(error) => (Vec::new(), Some(format!("{}: {error}", source.display()))),
     };
@@ -919,9 +926,17 @@ impl History {
         self.versions.sort_by(|a, b| a.1.cmp(&b.1));
     }
 
+    /// Whether `version` appears only in checks that did not pass.
+    fn refused_only(&self, version: &str) -> bool {
+        self.timeline
+            .iter()
+            .filter(|e| e.version == version)
+            .all(|e| e.action == "check" && e.ending != Some(Ending::Ok))
+    }
+
     fn finish(self, name: String, store: Option<&Path>) -> SavedToolHistory {
         let mut versions: Vec<ToolVersion> = Vec::new();
-        for (version, first_seen) in self.versions {
+        for (version, first_seen) in self.versions.clone() {
             let (stored, problem) = match store {
                 None => (
                     None,
@@ -939,6 +954,12 @@ impl History {
                             saved: kept.saved,
                         }),
                         None,
+                    ),
+                    Err(problem) if self.refused_only(&version) => (
+                        None,
+                        Some(format!(
+                            "refused at its check and never saved, so not kept ({problem})"
+                        )),
                     ),
                     Err(problem) => (None, Some(problem)),
                 },
