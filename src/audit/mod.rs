@@ -386,9 +386,16 @@ pub struct Broken {
 /// Checks the chain across `files`, in order: every line parses, its `prev` is the hash of the
 /// line before, and `seq` counts up by one.
 pub fn verify(files: &[PathBuf]) -> Result<Verified, Broken> {
+    verify_each(files, |_| {})
+}
+
+/// [`verify`], handing every line that parses to `visit` on the way, those after a break too
+/// (the verdict names the first break), so that one read both checks and uses the chain.
+pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<Verified, Broken> {
     let mut previous: Option<(String, u64)> = None;
     let mut continues_from = None;
     let mut lines = 0;
+    let mut first_break: Option<Broken> = None;
     for path in files {
         let file_name = path.display().to_string();
         let broken = |line: u64, problem: String| Broken {
@@ -396,39 +403,66 @@ pub fn verify(files: &[PathBuf]) -> Result<Verified, Broken> {
             line,
             problem,
         };
-        let file = File::open(path).map_err(|e| broken(0, format!("cannot be read: {e}")))?;
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(e) => {
+                first_break.get_or_insert(broken(0, format!("cannot be read: {e}")));
+                continue;
+            }
+        };
         for (index, line) in BufReader::new(file).lines().enumerate() {
             let number = index as u64 + 1;
-            let line = line.map_err(|e| broken(number, format!("cannot be read: {e}")))?;
-            let record: Record = serde_json::from_str(&line)
-                .map_err(|e| broken(number, format!("is not an audit record ({e})")))?;
-            match &previous {
-                None if record.prev != GENESIS => continues_from = Some(record.prev.clone()),
-                None => {}
-                Some((hash, seq)) => {
-                    if &record.prev != hash {
-                        return Err(broken(
-                            number,
-                            "its prev is not the hash of the line before: that line, or this one, was changed, removed or inserted".into(),
-                        ));
+            let line = match line {
+                Ok(line) => line,
+                Err(e) => {
+                    first_break.get_or_insert(broken(number, format!("cannot be read: {e}")));
+                    break;
+                }
+            };
+            let record: Record = match serde_json::from_str(&line) {
+                Ok(record) => record,
+                Err(e) => {
+                    first_break
+                        .get_or_insert(broken(number, format!("is not an audit record ({e})")));
+                    continue;
+                }
+            };
+            if first_break.is_none() {
+                let problem = match &previous {
+                    None if record.prev != GENESIS => {
+                        continues_from = Some(record.prev.clone());
+                        None
                     }
-                    if record.seq != seq + 1 {
-                        return Err(broken(
-                            number,
-                            format!("its seq is {} where {} was due", record.seq, seq + 1),
-                        ));
+                    None => None,
+                    Some((hash, _)) if &record.prev != hash => Some(
+                        "its prev is not the hash of the line before: that line, or this one, was changed, removed or inserted".to_string(),
+                    ),
+                    Some((_, seq)) if record.seq != seq + 1 => Some(format!(
+                        "its seq is {} where {} was due",
+                        record.seq,
+                        seq + 1
+                    )),
+                    Some(_) => None,
+                };
+                match problem {
+                    Some(problem) => first_break = Some(broken(number, problem)),
+                    None => {
+                        previous = Some((hash_line(&line), record.seq));
+                        lines += 1;
                     }
                 }
             }
-            previous = Some((hash_line(&line), record.seq));
-            lines += 1;
+            visit(record);
         }
     }
-    Ok(Verified {
-        lines,
-        continues_from,
-        head: previous.map_or_else(|| GENESIS.to_string(), |(hash, _)| hash),
-    })
+    match first_break {
+        Some(broken) => Err(broken),
+        None => Ok(Verified {
+            lines,
+            continues_from,
+            head: previous.map_or_else(|| GENESIS.to_string(), |(hash, _)| hash),
+        }),
+    }
 }
 
 /// One record in a few readable lines, for a terminal. Every value that a caller, a script

@@ -534,40 +534,6 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
         Ok(chains) => (chains, None),
         Err(error) => (Vec::new(), Some(format!("{}: {error}", source.display()))),
     };
-    let checks = chain::verify_all(chains);
-    let integrity = Integrity {
-        intact: unreadable.is_none() && checks.iter().all(|c| c.result.is_ok()),
-        unreadable,
-        chains: checks
-            .iter()
-            .map(|check| {
-                let (lines, head, continues_from, broken) = match &check.result {
-                    Ok(v) => (
-                        v.lines,
-                        Some(v.head.clone()),
-                        v.continues_from.clone(),
-                        None,
-                    ),
-                    Err(b) => (b.line.saturating_sub(1), None, None, Some(b.to_string())),
-                };
-                ChainIntegrity {
-                    name: check.chain.name.clone(),
-                    files: check
-                        .chain
-                        .files
-                        .iter()
-                        .map(|f| f.display().to_string())
-                        .collect(),
-                    lines,
-                    head,
-                    continues_from,
-                    broken,
-                }
-            })
-            .collect(),
-    };
-    let chains: Vec<Chain> = checks.into_iter().map(|c| c.chain).collect();
-
     // First pass: counts, and one small row per attempt.
     let mut summary = Summary::default();
     let mut rows: Vec<Row> = Vec::new();
@@ -576,8 +542,9 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
     let mut calls: HashMap<String, CallState> = HashMap::new();
     let mut histories: BTreeMap<String, History> = BTreeMap::new();
     let mut hourly: BTreeMap<String, Counts> = BTreeMap::new();
+    let mut verdicts = Vec::new();
     for (index, chain) in chains.iter().enumerate() {
-        each_record(chain, |record| {
+        let verdict = super::verify_each(&chain.files, |record| {
             if !filter.admits(&record) {
                 return;
             }
@@ -654,7 +621,30 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
             }
             rows.push(row);
         });
+        verdicts.push(verdict);
     }
+    let integrity = Integrity {
+        intact: unreadable.is_none() && verdicts.iter().all(Result::is_ok),
+        unreadable,
+        chains: chains
+            .iter()
+            .zip(&verdicts)
+            .map(|(chain, verdict)| {
+                let (lines, head, continues_from, broken) = match verdict {
+                    Ok(v) => (v.lines, Some(v.head.clone()), v.continues_from.clone(), None),
+                    Err(b) => (b.line.saturating_sub(1), None, None, Some(b.to_string())),
+                };
+                ChainIntegrity {
+                    name: chain.name.clone(),
+                    files: chain.files.iter().map(|f| f.display().to_string()).collect(),
+                    lines,
+                    head,
+                    continues_from,
+                    broken,
+                }
+            })
+            .collect(),
+    };
     summary.calls = calls.len() as u64;
     summary.users = users.len() as u64;
     summary.tools = tools.len() as u64;
