@@ -6,10 +6,6 @@
 
 use std::collections::HashMap;
 
-use rmcp::ServiceExt;
-use rmcp::model::ClientConfig;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -59,13 +55,7 @@ async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks
             http::HeaderValue::from_static("chat-7"),
         ),
     ]);
-    let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", server.url))
-        .custom_headers(headers);
-    let client = with_timeout(
-        ClientConfig::default().serve(StreamableHttpClientTransport::from_config(config)),
-    )
-    .await
-    .unwrap();
+    let client = server.client_with_headers(headers).await;
     let (is_error, text) = call(
         &client,
         "run_python",

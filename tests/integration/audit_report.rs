@@ -14,7 +14,6 @@ use quick_xml::events::Event;
 use rmcp::ServiceExt;
 use rmcp::model::ClientConfig;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 
 use crate::common::with_timeout;
@@ -273,13 +272,7 @@ async fn the_report_of_a_real_trail_holds_each_ending_each_tool_version_and_host
         http::HeaderName::from_static("x-openwebui-user-id"),
         http::HeaderValue::from_static(HOSTILE_USER),
     )]);
-    let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", server.url))
-        .custom_headers(headers);
-    let client = with_timeout(
-        ClientConfig::default().serve(StreamableHttpClientTransport::from_config(config)),
-    )
-    .await
-    .unwrap();
+    let client = server.client_with_headers(headers).await;
     let run = |code: &str| json!({"code": code});
     let (is_error, text) = call(&client, "run_python", run(HOSTILE_CODE)).await;
     assert!(!is_error, "{text}");

@@ -87,6 +87,20 @@ impl TestServer {
     }
 
     /// An MCP client, sending `bearer` as its Authorization if given.
+    /// A client that sends `headers` with every request (Open WebUI's user and chat ids).
+    pub async fn client_with_headers(
+        &self,
+        headers: std::collections::HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> RunningService<RoleClient, ClientConfig> {
+        let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", self.url))
+            .custom_headers(headers);
+        with_timeout(
+            ClientConfig::default().serve(StreamableHttpClientTransport::from_config(config)),
+        )
+        .await
+        .unwrap()
+    }
+
     pub async fn client(&self, bearer: Option<&str>) -> RunningService<RoleClient, ClientConfig> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", self.url));
         if let Some(token) = bearer {

@@ -10,8 +10,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::service::{NotificationContext, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 
@@ -27,11 +25,7 @@ async fn client_of(server: &TestServer, user: &str) -> RunningService<RoleClient
         http::HeaderName::from_static("x-openwebui-user-id"),
         http::HeaderValue::from_str(user).unwrap(),
     )]);
-    let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", server.url))
-        .custom_headers(headers);
-    with_timeout(ClientConfig::default().serve(StreamableHttpClientTransport::from_config(config)))
-        .await
-        .unwrap()
+    server.client_with_headers(headers).await
 }
 
 async fn names(client: &RunningService<RoleClient, ClientConfig>) -> Vec<String> {

@@ -109,9 +109,9 @@ pub fn render(report: &Report) -> String {
 <title>{}file-agent audit report</title><style>{STYLE}</style></head><body>\n",
         if broken { "BROKEN TRAIL · " } else { "" }
     );
-    let _ = write!(
+    let _ = writeln!(
         page,
-        "<h1>Audit report</h1><p class=\"muted\">{} · made {} · lines from {} to {}{}</p>\n",
+        "<h1>Audit report</h1><p class=\"muted\">{} · made {} · lines from {} to {}{}</p>",
         esc(&report.source),
         esc(&report.generated),
         opt(report.summary.first.as_deref()),
@@ -360,13 +360,7 @@ fn attention(page: &mut String, report: &Report) {
     let header = "<table><tr><th>time</th><th>what</th><th>user</th><th>chat</th><th>tool</th><th>call</th><th>detail</th></tr>";
     page.push_str(header);
     for (n, row) in a.rows.iter().enumerate() {
-        if n == ROWS_SHOWN {
-            let _ = write!(
-                page,
-                "</table><details><summary>{} more rows</summary>{header}",
-                a.rows.len() - ROWS_SHOWN
-            );
-        }
+        fold_after_shown(page, n, a.rows.len(), header);
         let _ = write!(
             page,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
@@ -386,6 +380,18 @@ fn attention(page: &mut String, report: &Report) {
     page.push_str("</section>\n");
 }
 
+/// Before row `n` of `total`: past the first [`ROWS_SHOWN`], closes the table and opens a
+/// `<details>` holding the rest under the same `header`.
+fn fold_after_shown(page: &mut String, n: usize, total: usize, header: &str) {
+    if n == ROWS_SHOWN {
+        let _ = write!(
+            page,
+            "</table><details><summary>{} more rows</summary>{header}",
+            total - ROWS_SHOWN
+        );
+    }
+}
+
 fn tally(page: &mut String, tallies: &Tallies, what: &str) {
     let start = page.len();
     let _ = write!(
@@ -398,13 +404,7 @@ fn tally(page: &mut String, tallies: &Tallies, what: &str) {
     page.push_str("<th>first</th><th>last</th></tr>");
     let header = page[start..].to_string();
     for (n, row) in tallies.rows.iter().enumerate() {
-        if n == ROWS_SHOWN {
-            let _ = write!(
-                page,
-                "</table><details><summary>{} more</summary>{header}",
-                tallies.rows.len() - ROWS_SHOWN
-            );
-        }
+        fold_after_shown(page, n, tallies.rows.len(), &header);
         let _ = write!(
             page,
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>",

@@ -631,12 +631,21 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
             .zip(&verdicts)
             .map(|(chain, verdict)| {
                 let (lines, head, continues_from, broken) = match verdict {
-                    Ok(v) => (v.lines, Some(v.head.clone()), v.continues_from.clone(), None),
+                    Ok(v) => (
+                        v.lines,
+                        Some(v.head.clone()),
+                        v.continues_from.clone(),
+                        None,
+                    ),
                     Err(b) => (b.line.saturating_sub(1), None, None, Some(b.to_string())),
                 };
                 ChainIntegrity {
                     name: chain.name.clone(),
-                    files: chain.files.iter().map(|f| f.display().to_string()).collect(),
+                    files: chain
+                        .files
+                        .iter()
+                        .map(|f| f.display().to_string())
+                        .collect(),
                     lines,
                     head,
                     continues_from,

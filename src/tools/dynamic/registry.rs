@@ -236,19 +236,7 @@ impl Registry {
         self.keep_version(&tool)?;
         let folder = self.folder(&tool.space);
         std::fs::create_dir_all(&folder).map_err(io_error(&folder, "created"))?;
-        let json = serde_json::to_vec_pretty(&tool).map_err(|e| RegistryError::Io {
-            path: folder.display().to_string(),
-            action: "written",
-            source: e.into(),
-        })?;
-        let mut file =
-            tempfile::NamedTempFile::new_in(&folder).map_err(io_error(&folder, "written"))?;
-        file.write_all(&json)
-            .and_then(|()| file.as_file().sync_all())
-            .map_err(io_error(file.path(), "written"))?;
-        let path = self.path(&tool.space, &tool.name);
-        file.persist(&path)
-            .map_err(|e| io_error(&path, "written")(e.error))?;
+        write_atomically(&tool, &self.path(&tool.space, &tool.name), true)?;
         Ok((saved, tool))
     }
 
@@ -272,22 +260,7 @@ impl Registry {
             model: tool.model.clone(),
             saved: tool.updated.clone(),
         };
-        let json = serde_json::to_vec_pretty(&kept).map_err(|e| RegistryError::Io {
-            path: path.display().to_string(),
-            action: "written",
-            source: e.into(),
-        })?;
-        let mut file =
-            tempfile::NamedTempFile::new_in(&folder).map_err(io_error(&folder, "written"))?;
-        file.write_all(&json)
-            .and_then(|()| file.as_file().sync_all())
-            .map_err(io_error(file.path(), "written"))?;
-        match file.persist_noclobber(&path) {
-            Ok(_) => Ok(()),
-            // Another server (a replica) kept it first: the same hash, the same content.
-            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(io_error(&path, "written")(e.error)),
-        }
+        write_atomically(&kept, &path, false)
     }
 
     /// Removes the tool `name` of `space`; the removed tool, or `None` when there was none.
@@ -299,6 +272,37 @@ impl Registry {
         let path = self.path(space, name);
         std::fs::remove_file(&path).map_err(io_error(&path, "removed"))?;
         Ok(Some(tool))
+    }
+}
+
+/// Writes `value` as JSON to `path` through a synced temporary file in the same folder and a
+/// rename: the file is whole or absent, never half written. With `replace` false an existing
+/// file is kept (the versions: the same name holds the same content).
+fn write_atomically(
+    value: &impl Serialize,
+    path: &Path,
+    replace: bool,
+) -> Result<(), RegistryError> {
+    let folder = path.parent().unwrap_or(Path::new("."));
+    let json = serde_json::to_vec_pretty(value).map_err(|e| RegistryError::Io {
+        path: path.display().to_string(),
+        action: "written",
+        source: e.into(),
+    })?;
+    let mut file = tempfile::NamedTempFile::new_in(folder).map_err(io_error(folder, "written"))?;
+    file.write_all(&json)
+        .and_then(|()| file.as_file().sync_all())
+        .map_err(io_error(file.path(), "written"))?;
+    let persisted = if replace {
+        file.persist(path).map(drop)
+    } else {
+        file.persist_noclobber(path).map(drop)
+    };
+    match persisted {
+        Ok(()) => Ok(()),
+        // Another server (a replica) kept this version first: the same hash, the same content.
+        Err(e) if !replace && e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_error(path, "written")(e.error)),
     }
 }
 
