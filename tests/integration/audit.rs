@@ -230,7 +230,8 @@ async fn two_servers_on_one_data_folder_called_at_once_keep_verifiable_chains() 
         let (is_error, text) = with_timeout(call).await.unwrap().expect("an answer");
         assert!(!is_error, "{text}");
     }
-    drop((first, second));
+    first.stop().await;
+    second.stop().await;
 
     let folder = data.path().to_str().unwrap();
     let (code, out) = file_agent(&["audit", "verify", folder]).await;

@@ -22,6 +22,16 @@ pub struct Served {
     pub url: String,
 }
 
+impl Served {
+    /// Stops the server as an operator does (SIGTERM) and waits for it to exit: its
+    /// containers are removed before it does.
+    pub async fn stop(mut self) {
+        signal(&self.child, "-TERM").await;
+        let status = with_timeout(self.child.wait()).await.unwrap();
+        assert!(status.success(), "{status:?}");
+    }
+}
+
 /// Starts the server; `instance` `None` leaves `SANDBOX_INSTANCE` to its default. The pool is
 /// off unless `extra` sets `SANDBOX_WARM`, so that containers can be counted.
 pub async fn serve(
