@@ -12,6 +12,7 @@
 
 pub mod auth;
 mod files;
+pub mod hosts;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -208,7 +209,7 @@ impl ToolParts {
         };
         if !llm.is_configured() {
             tracing::warn!(
-                "OPENAI_API_KEY is not set: every tool but run_python will answer with an error"
+                "OPENAI_API_KEY is not set: the tools that need the model (generate_file, modify_file, analyze_file, data_analysis_tool, conduct_deep_research, generate_tool) will answer with an error; run_python and the saved tools work"
             );
         }
         let saved_tools = SavedTools::open(config.dynamic_tools, &config.data_dir.join("tools"))?;
@@ -273,13 +274,16 @@ pub fn router(
         Arc::new(NeverSessionManager::default()),
         mcp_config,
     );
-    let guarded =
-        axum::Router::new()
-            .nest_service("/mcp", mcp)
-            .layer(axum::middleware::from_fn_with_state(
-                tokens.clone(),
-                auth::require_token,
-            ));
+    let guarded = axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(
+            tokens.clone(),
+            auth::require_token,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            hosts::AllowedHosts::new(config.server.allowed_hosts.as_deref()),
+            hosts::require_allowed_host,
+        ));
     let metrics_tokens = AccessTokens::from_secrets(config.server.metrics_token.iter());
     let metrics = axum::Router::new().route("/metrics", get(metrics)).layer(
         axum::middleware::from_fn_with_state(metrics_tokens, auth::require_token),
@@ -303,6 +307,11 @@ pub async fn serve_http(
         tracing::warn!(
             "no FILE_AGENT_ACCESS_TOKENS: anyone who reaches this port can call the tools; set tokens or keep the port private"
         );
+        if config.dynamic_tools == crate::config::DynamicTools::PerUser {
+            tracing::warn!(
+                "saved tools are per user, and without access tokens only Open WebUI's X-OpenWebUI-User-Id names the user: set ENABLE_FORWARD_USER_INFO_HEADERS=true in Open WebUI, or FILE_AGENT_DYNAMIC_TOOLS=shared for a team that may share its tools; requests naming no user get no saved tools"
+            );
+        }
     }
     // Two steps on SIGTERM: stop accepting and let running calls finish (axum's graceful
     // shutdown); after the grace period, stop the calls, which kills their containers.

@@ -166,6 +166,26 @@ async fn a_browser_origin_outside_the_allow_list_is_refused() {
     assert_eq!(initialize(&server.url, &[]).await.status(), 200);
 }
 
+/// An admin who registers file-agent by its IP address gets a 403 from the DNS-rebinding guard;
+/// its body must say which setting lets that address in.
+#[tokio::test]
+async fn a_host_outside_the_allow_list_is_refused_with_the_setting_that_allows_it() {
+    let server = TestServer::start(&env(&[(
+        "FILE_AGENT_ALLOWED_HOSTS",
+        "localhost,file-agent",
+    )]))
+    .await;
+    let refused = initialize(&server.url, &[("host", "192.168.1.20:8000")]).await;
+    assert_eq!(refused.status(), 403);
+    let body = with_timeout(refused.text()).await.unwrap();
+    assert!(
+        body.contains("FILE_AGENT_ALLOWED_HOSTS") && body.contains("192.168.1.20:8000"),
+        "{body}"
+    );
+    let allowed = initialize(&server.url, &[("host", "file-agent:8000")]).await;
+    assert_eq!(allowed.status(), 200);
+}
+
 #[tokio::test]
 async fn metrics_count_calls_and_attempts_behind_their_own_token() {
     let server = TestServer::start(&env(&[
