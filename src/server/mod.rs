@@ -377,6 +377,10 @@ pub async fn serve_stdio(tools: Tools, shutdown: CancellationToken) -> std::io::
         .map_err(|error| std::io::Error::other(error.to_string()))
 }
 
+/// The runtime label of `/metrics` when `SANDBOX_RUNTIME` is unset (`/health` asks the engine
+/// which one that is).
+const ENGINE_DEFAULT_RUNTIME: &str = "default";
+
 /// `GET /metrics`: the Prometheus text format.
 async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
     let admission = tools.admission();
@@ -386,6 +390,13 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
         slots: admission.config().max_concurrent,
         live_containers: tools.sandbox().live_containers(),
         pool: tools.sandbox().pool_stats(),
+        backend: crate::sandbox::BACKEND,
+        runtime: tools
+            .sandbox()
+            .config()
+            .runtime
+            .clone()
+            .unwrap_or_else(|| ENGINE_DEFAULT_RUNTIME.into()),
     };
     (
         [(
@@ -401,20 +412,24 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
 async fn health(State(tools): State<Tools>) -> impl IntoResponse {
     let sandbox = tools.sandbox();
     let image = sandbox.config().image.clone();
-    let (docker, image_present) = match sandbox.diagnose().await {
+    let configured = sandbox.config().runtime.clone();
+    let (docker, image_present, runtime) = match sandbox.diagnose().await {
         Ok(diagnosis) => (
             json!({"reachable": true, "version": diagnosis.engine_version, "api": diagnosis.api_version}),
             diagnosis.image.is_some(),
+            configured.or(diagnosis.default_runtime),
         ),
         Err(error) => (
             json!({"reachable": false, "error": error.to_string()}),
             false,
+            configured,
         ),
     };
     let ready = docker["reachable"] == true && image_present;
     let body = json!({
         "status": if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
+        "sandbox": {"backend": crate::sandbox::BACKEND, "runtime": runtime},
         "docker": docker,
         "image": {"tag": image, "present": image_present},
         "storage": tools.storage().kind(),

@@ -104,6 +104,10 @@ async fn tokens_guard_mcp_and_uploads_but_not_downloads_or_health() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
+    // It names what runs the attempts: the backend and the runtime the engine uses.
+    let health: serde_json::Value = with_timeout(health.json()).await.unwrap();
+    assert_eq!(health["sandbox"]["backend"], "docker", "{health}");
+    assert!(health["sandbox"]["runtime"].is_string(), "{health}");
     server.assert_nothing_left().await;
 }
 

@@ -62,9 +62,9 @@ fn poppler(tool: &str, pdf: &[u8]) -> String {
     if tool == "pdftotext" {
         command.arg("-");
     }
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("{tool} (poppler-utils, installed by scripts/test-setup.sh): {e}"));
+    let output = command.output().unwrap_or_else(|e| {
+        panic!("{tool} (poppler-utils, installed by scripts/test-setup.sh): {e}")
+    });
     assert!(output.status.success(), "{tool} failed: {output:?}");
     String::from_utf8(output.stdout).unwrap()
 }
