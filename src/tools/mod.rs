@@ -323,27 +323,15 @@ impl<R: Runner> Tools<R> {
         out_dir: &Path,
         cancel: &CancellationToken,
     ) -> Result<Outcome, ToolError> {
-        self.run_attempt_for(job, author, None, out_dir, cancel)
-            .await
-    }
-
-    /// [`Self::run_attempt`] for a saved tool (its check or a call), marked so in the trail.
-    async fn run_attempt_for(
-        &self,
-        job: Job,
-        author: Author,
-        saved_tool: Option<crate::audit::ToolMark>,
-        out_dir: &Path,
-        cancel: &CancellationToken,
-    ) -> Result<Outcome, ToolError> {
-        self.run_judged(job, author, saved_tool, out_dir, cancel)
+        self.run_judged(job, author, None, out_dir, cancel)
             .await
             .map(|(outcome, _line)| outcome)
     }
 
-    /// [`Self::run_attempt_for`] for a flow that checks what the attempt produced: its audit
-    /// line is written when the returned [`AttemptLine`] is dropped, after the flow has had
-    /// the chance to [`AttemptLine::refuse`] the output. A run that failed is written at once.
+    /// [`Self::run_attempt`] for a flow that checks what the attempt produced (marked as a
+    /// saved tool's check or call in the trail when `saved_tool` says so): its audit line is
+    /// written when the returned [`AttemptLine`] is dropped, after the flow has had the chance
+    /// to [`AttemptLine::refuse`] the output. A run that failed is written at once.
     async fn run_judged(
         &self,
         job: Job,
