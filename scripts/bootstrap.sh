@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# Everything file-agent needs on a fresh Debian/Ubuntu host, idempotent and quick when done:
+# What the server needs on a fresh Debian/Ubuntu host, idempotent and quick when done:
 #   1. a Docker engine that answers (starts dockerd, installing docker.io if missing);
-#   2. debootstrap and pip, for the registry-free image build;
-#   3. the official MCP Python SDK (2.x), which a test uses to check compatibility, and
-#      poppler-utils (pdftotext, pdfinfo), with which tests read back the PDFs file-agent makes;
-#   4. gVisor (Debian's runsc), registered with the engine as the runtime `runsc`;
-#   5. the image's Python libraries in a venv on this host, for the tests' local runner
-#      (scripts/sandbox-python.sh: the fast tier, which needs no Docker);
-#   6. the sandbox image this checkout expects (built only if its tag is missing).
-# Needs root (or sudo) for steps 1, 2 and 4 on a fresh machine; later runs change nothing.
+#   2. debootstrap and pip, for the registry-free image build (pip only downloads and unpacks
+#      the image's wheels with --target, which Debian's externally-managed Python allows);
+#   3. gVisor (Debian's runsc), registered with the engine as the runtime `runsc`, for
+#      SANDBOX_RUNTIME=runsc;
+#   4. the sandbox image this checkout expects (built only if its tag is missing), by the
+#      file-agent binary of the build profile given (default release: the main job's
+#      `cargo run --release` then finds it built and compiles nothing more).
+# Usage: scripts/bootstrap.sh [--profile release|dev]. What only the tests need (nextest, the
+# Python venvs, poppler-utils) is in scripts/test-setup.sh, which runs this with --profile dev.
+# Needs root (or sudo) for steps 1 to 3 on a fresh machine; later runs change nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-apt_updated=
-apt_install() {
-  [ -n "$apt_updated" ] || { as_root apt-get update -qq; apt_updated=1; }
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-}
+profile=release
+case "${1:-}" in
+  "") ;;
+  --profile) profile=${2:?"bootstrap: --profile needs release or dev"} ;;
+  *) echo "bootstrap: unknown argument $1 (usage: scripts/bootstrap.sh [--profile release|dev])" >&2; exit 2 ;;
+esac
 
 if ! docker info >/dev/null 2>&1; then
   if ! command -v dockerd >/dev/null 2>&1; then
@@ -35,29 +39,14 @@ if ! command -v debootstrap >/dev/null 2>&1 && ! [ -x /usr/sbin/debootstrap ]; t
   apt_install debootstrap
 fi
 
-if ! command -v pdftotext >/dev/null 2>&1 || ! command -v pdfinfo >/dev/null 2>&1; then
-  echo "bootstrap: installing poppler-utils (tests read PDFs back with pdftotext)" >&2
-  apt_install poppler-utils
-fi
-
 if ! python3 -m pip --version >/dev/null 2>&1; then
   echo "bootstrap: installing python3-pip (downloads the image's pinned wheels)" >&2
   apt_install python3-pip
 fi
 
-if ! python3 -c 'import mcp.client.streamable_http' >/dev/null 2>&1; then
-  echo "bootstrap: installing the MCP Python SDK (pip install 'mcp>=2,<3')" >&2
-  python3 -m pip install --quiet --disable-pip-version-check 'mcp>=2,<3'
-fi
-
-if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "bootstrap: installing cargo-nextest" >&2
-  cargo install --locked cargo-nextest
-fi
-
-# gVisor for SANDBOX_RUNTIME=runsc (the sandbox tests run under it too). ptrace works on any
-# host, KVM or not; --network=none because attempts never have a network anyway, so gVisor's
-# network stack is not even started. The engine reads `runtimes` again on SIGHUP, no restart.
+# gVisor for SANDBOX_RUNTIME=runsc. ptrace works on any host, KVM or not; --network=none
+# because attempts never have a network anyway, so gVisor's network stack is not even started.
+# The engine reads `runtimes` again on SIGHUP, no restart.
 if ! command -v runsc >/dev/null 2>&1; then
   echo "bootstrap: installing gVisor (runsc)" >&2
   apt_install runsc
@@ -82,7 +71,5 @@ PY
   has_runsc || { echo "bootstrap: the engine did not pick up runsc from $daemon_json (restart dockerd?)" >&2; exit 1; }
 fi
 
-scripts/sandbox-python.sh
-
 # cargo run (not ./target/...) so a CARGO_TARGET_DIR elsewhere works too.
-cargo run --quiet -- image build
+cargo run --quiet --profile "$profile" -- image build

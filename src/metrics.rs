@@ -123,6 +123,18 @@ impl Metrics {
     /// Everything, with the gauges read now.
     pub fn render(&self, gauges: &Gauges) -> String {
         let mut out = String::new();
+        out.push_str("# HELP file_agent_sandbox_info What runs the attempts: the backend and the OCI runtime.
+");
+        out.push_str(
+            "# TYPE file_agent_sandbox_info gauge
+",
+        );
+        let _ = writeln!(
+            out,
+            "file_agent_sandbox_info{{backend=\"{}\",runtime=\"{}\"}} 1",
+            gauges.backend,
+            gauges.runtime.escape_debug()
+        );
         out.push_str("# HELP file_agent_tool_calls_total Tool calls by tool and outcome.\n");
         out.push_str("# TYPE file_agent_tool_calls_total counter\n");
         for ((tool, outcome), count) in lock(&self.tool_calls).iter() {
@@ -262,6 +274,10 @@ pub struct Gauges {
     pub live_containers: usize,
     /// The warm pool, when it is on.
     pub pool: Option<PoolStats>,
+    /// What runs the attempts (`docker`).
+    pub backend: &'static str,
+    /// The OCI runtime asked for (`SANDBOX_RUNTIME`), or `default` for the engine's own.
+    pub runtime: String,
 }
 
 #[cfg(test)]
@@ -277,8 +293,11 @@ mod tests {
         metrics.attempt("run_python", "ok", Duration::from_secs(3));
         let text = metrics.render(&Gauges {
             queue_depth: 1,
+            backend: "docker",
+            runtime: "runsc".into(),
             ..Gauges::default()
         });
+        assert!(text.contains("file_agent_sandbox_info{backend=\"docker\",runtime=\"runsc\"} 1"));
         assert!(text.contains("file_agent_tool_calls_total{tool=\"run_python\",outcome=\"ok\"} 2"));
         assert!(text.contains(
             "file_agent_attempt_duration_seconds_bucket{tool=\"run_python\",status=\"ok\",le=\"0.5\"} 1"

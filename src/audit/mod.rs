@@ -128,8 +128,10 @@ pub struct Record {
     pub container_kind: Option<String>,
     /// When the container was created (UTC, RFC 3339).
     pub container_created: Option<String>,
-    /// `ok`, `failed`, `timeout`, `out_of_memory`, `output_limit`, or why it did not run
-    /// (`busy`, `cancelled`, `sandbox_error`).
+    /// `ok`, `failed`, `timeout`, `out_of_memory`, `output_limit`; `refused_output` when the
+    /// script exited 0 but file-agent refused what it produced (`error` says why: not the asked
+    /// type, nothing at `file_path`, unchanged by a modification, an unreadable saved-tool
+    /// result); or why it did not run (`busy`, `cancelled`, `sandbox_error`).
     pub status: String,
     /// The script's exit code.
     pub exit_code: Option<i64>,
@@ -502,7 +504,7 @@ pub fn describe(record: &Record) -> String {
             .join("; ")
     };
     let mut text = format!(
-        "#{} {} {} {} in {} ms{}\n  call {} request {}{}\n  code sha256 {}{}\n  image {} on {}, container {}",
+        "#{} {} {} {} in {} ms{}\n  call {} request {}{}",
         record.seq,
         printable(&record.time),
         printable(&caller.tool),
@@ -519,21 +521,33 @@ pub fn describe(record: &Record) -> String {
         } else {
             format!(", {who}")
         },
-        printable(&record.code_sha256),
-        record
-            .model
-            .as_deref()
-            .map(|m| format!(" written by {}", printable(m)))
-            .unwrap_or_default(),
-        printable(&record.image),
-        printable(&record.runtime),
-        printable(
-            record
-                .container
-                .as_deref()
-                .map_or("none", |c| c.get(..12).unwrap_or(c))
-        ),
     );
+    // A saved tool's creation or deletion ran no code in no container: such a line holds
+    // neither, and shows neither.
+    if !record.code_sha256.is_empty() {
+        text.push_str(&format!(
+            "\n  code sha256 {}{}",
+            printable(&record.code_sha256),
+            record
+                .model
+                .as_deref()
+                .map(|m| format!(" written by {}", printable(m)))
+                .unwrap_or_default(),
+        ));
+    }
+    if !record.image.is_empty() {
+        text.push_str(&format!(
+            "\n  image {} on {}, container {}",
+            printable(&record.image),
+            printable(&record.runtime),
+            printable(
+                record
+                    .container
+                    .as_deref()
+                    .map_or("none", |c| c.get(..12).unwrap_or(c))
+            ),
+        ));
+    }
     if let Some(kind) = &record.container_kind {
         text.push_str(&format!(
             " ({kind}, created {})",
@@ -672,6 +686,8 @@ mod tests {
     #[test]
     fn described_records_carry_no_control_or_bidi_characters() {
         let mut hostile = record("run\u{1b}[2J");
+        hostile.code_sha256 = "ab".repeat(32);
+        hostile.image = "file-agent-sandbox:x".into();
         hostile.caller.client = Some("\u{1b}]0;title\u{7}evil\r\n#2 forged".into());
         hostile.error = Some("\u{9b}31m\u{202e}txt.exe".into());
         let text = describe(&hostile);
@@ -683,6 +699,19 @@ mod tests {
         );
         assert!(text.contains("evil\\u{d}\\u{a}#2 forged"), "{text}");
         assert_eq!(text.lines().count(), 5, "{text}");
+    }
+
+    #[test]
+    fn a_saved_tool_event_shows_no_empty_code_or_container() {
+        let mut event = record("create_tool");
+        event.status = "created".into();
+        event.saved_tool = Some(ToolMark::new("created", "double", &"c".repeat(64), None));
+        let text = describe(&event);
+        assert!(
+            !text.contains("code sha256") && !text.contains("image"),
+            "{text}"
+        );
+        assert!(text.contains("saved tool double created"), "{text}");
     }
 
     #[test]

@@ -1,13 +1,30 @@
-//! `file-agent doctor`: is everything in place to run attempts, and if not, what fixes it.
+//! `file-agent doctor`: is everything in place to run attempts, and if not, what fixes it. It
+//! reads the same configuration as `serve` (what `serve` refuses, it refuses), names variables
+//! that look like ours but are not (a misspelt setting is otherwise off in silence), and asks
+//! the model API and Open WebUI whether they answer.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use crate::config::SandboxConfig;
+use crate::config::{Config, StorageConfig};
 use crate::sandbox::Sandbox;
 
+/// How long doctor waits for the model API or Open WebUI.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Prints one line per check; exits 1 when something must be fixed.
-pub(super) async fn doctor(config: SandboxConfig) -> anyhow::Result<ExitCode> {
+pub(super) async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     let mut problems = 0;
+    for unknown in crate::config::names::unknown_in_env() {
+        problems += 1;
+        println!("settings FAIL  {unknown}");
+    }
+    if let Err(error) = crate::server::auth::AccessTokens::load(&config.server) {
+        problems += 1;
+        println!("tokens   FAIL  {error}");
+    }
+    problems += probe_services(&config).await;
+    let config = config.sandbox;
     let limits = config.limits.clone();
     let image = config.image.clone();
     let runtime = config.runtime.clone();
@@ -29,9 +46,15 @@ pub(super) async fn doctor(config: SandboxConfig) -> anyhow::Result<ExitCode> {
             id.trim_start_matches("sha256:").get(..12).unwrap_or(id),
             *size as f64 / 1e6
         ),
-        None => {
+        None if image == crate::sandbox::image::default_tag() => {
             problems += 1;
             println!("image    FAIL  {image} is missing; build it with `file-agent image build`");
+        }
+        None => {
+            problems += 1;
+            println!(
+                "image    FAIL  {image} (SANDBOX_IMAGE) is missing; build or pull it, or unset SANDBOX_IMAGE to use the one `file-agent image build` builds"
+            );
         }
     }
     let (ok, line) = runtime_line(runtime.as_deref(), &diagnosis.runtimes);
@@ -62,6 +85,56 @@ pub(super) async fn doctor(config: SandboxConfig) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Asks the model API (`GET /models` with the key) and Open WebUI (`GET /health`) whether they
+/// answer; prints a line for each and returns how many failed.
+async fn probe_services(config: &Config) -> usize {
+    let Ok(client) = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build() else {
+        return 0;
+    };
+    let mut problems = 0;
+    let llm = &config.llm;
+    match &llm.api_key {
+        None => println!(
+            "model    ok    no OPENAI_API_KEY: run_python and the saved tools work, the tools that need the model answer with an error"
+        ),
+        Some(key) => {
+            let url = format!("{}/models", llm.base_url);
+            let answer = client.get(&url).bearer_auth(key.expose()).send().await;
+            let (ok, line) = probe_line(&url, answer, "OPENAI_BASE_URL and OPENAI_API_KEY");
+            problems += usize::from(!ok);
+            println!("model    {} {line}", if ok { "ok   " } else { "FAIL " });
+        }
+    }
+    if let StorageConfig::OpenWebUi(owui) = &config.storage {
+        let url = format!("{}/health", owui.internal_url);
+        let answer = client.get(&url).send().await;
+        let (ok, line) = probe_line(&url, answer, "INTERNAL_API_URL");
+        problems += usize::from(!ok);
+        println!("openwebui {} {line}", if ok { "ok  " } else { "FAIL" });
+    }
+    problems
+}
+
+/// Whether a probe of `url` answered with success, and the line saying so (or which
+/// variables to check).
+fn probe_line(
+    url: &str,
+    answer: Result<reqwest::Response, reqwest::Error>,
+    check: &str,
+) -> (bool, String) {
+    match answer {
+        Ok(response) if response.status().is_success() => (true, format!("{url} answers")),
+        Ok(response) => (
+            false,
+            format!("{url} answered {}; check {check}", response.status()),
+        ),
+        Err(error) => (
+            false,
+            format!("no answer from {url} ({error}); check {check}"),
+        ),
+    }
 }
 
 /// The runtime line: whether the configured runtime can run, and what to do about it.

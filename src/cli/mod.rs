@@ -221,6 +221,14 @@ enum ImageCommand {
     },
     /// Print the tag this binary expects (a hash of sandbox-image/).
     Tag,
+    /// Remove the sandbox images of earlier versions (file-agent-sandbox:<other hash>) that no
+    /// container uses, running or stopped; keeps the image this configuration uses.
+    Prune {
+        /// Prune this repository instead of file-agent-sandbox (for tests, or images tagged
+        /// under another name).
+        #[arg(long, default_value = image::IMAGE_REPOSITORY)]
+        repository: String,
+    },
 }
 
 /// Parses the command line, runs the command, and maps the result to an exit code.
@@ -280,6 +288,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Health { url } = command {
         return health(url).await;
     }
+    if let Command::Doctor = command {
+        // The whole configuration, as `serve` reads it: what serve refuses, doctor refuses.
+        return doctor::doctor(crate::config::Config::from_env()?).await;
+    }
     if let Command::Audit(command) = command {
         return match command {
             AuditCommand::Verify { files } => audit::verify(&files),
@@ -302,11 +314,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(_)
         | Command::Audit(_)
         | Command::Health { .. }
-        | Command::CheckPdf { .. } => {
+        | Command::CheckPdf { .. }
+        | Command::Doctor => {
             unreachable!("handled above")
         }
         Command::Run(args) => Ok(run::run(config, args).await),
-        Command::Doctor => doctor::doctor(config).await,
         Command::Reap {
             all,
             older_than,
@@ -318,6 +330,25 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Image(ImageCommand::Build { method, force }) => {
             build_image(config, method, force).await
+        }
+        Command::Image(ImageCommand::Prune { repository }) => {
+            let keep = config.image.clone();
+            let pruned = Sandbox::connect(config)
+                .await?
+                .prune_images(&repository, &keep)
+                .await?;
+            for tag in &pruned.removed {
+                println!("removed {tag}");
+            }
+            for tag in &pruned.in_use {
+                println!("kept {tag}: a container uses it");
+            }
+            println!(
+                "removed {} old image tag(s); kept {keep} and {} in use",
+                pruned.removed.len(),
+                pruned.in_use.len()
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Command::Bench {
             runs,
@@ -349,12 +380,18 @@ async fn reap(
         (false, None) => ReapScope::safe(&config),
     };
     let sandbox = Sandbox::connect(config).await?;
+    // The suggestion keeps the scope asked for: without `--instance`, `--all` would also
+    // remove the running containers of every other server on this host.
+    let all = match &instance {
+        Some(instance) => format!("file-agent reap --all --instance {instance}"),
+        None => "file-agent reap --all".to_string(),
+    };
     let report = sandbox.reap(&ReapFilter { scope, instance }).await?;
     println!("removed {} container(s)", report.containers);
     let running = report.left_warm + report.left_running;
     if running > 0 {
         println!(
-            "left {running} running container(s) alone: {} warm (a pool's, ready or serving an attempt), {} attempt(s) under way; all younger than {} s, the longest a live server's container runs. `file-agent reap --all` removes them too",
+            "left {running} running container(s) alone: {} warm (a pool's, ready or serving an attempt), {} attempt(s) under way; all younger than {} s, the longest a live server's container runs. `{all}` removes them too",
             report.left_warm,
             report.left_running,
             longest_life.as_secs()

@@ -16,6 +16,13 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
     if let Some(listen) = listen {
         config.serve_at(listen);
     }
+    for unknown in crate::config::names::unknown_in_env() {
+        tracing::warn!("{unknown}");
+    }
+    if !stdio {
+        // Read the token file and check every token now, before anything is announced.
+        server::auth::AccessTokens::load(&config.server)?;
+    }
     let shutdown = super::shutdown_token();
     if stdio {
         // stdout carries the protocol.

@@ -348,18 +348,18 @@ async fn tools_changed(context: &RequestContext<RoleServer>, result: &Result<Str
 }
 
 /// Who is calling, for saved tools: Open WebUI's user id and the access token the request
-/// came with (both absent over stdio).
+/// came with (both absent over stdio), and whether it came over HTTP.
 fn identity_of(context: &RequestContext<RoleServer>) -> Identity {
+    let parts = context.extensions.get::<http::request::Parts>();
     Identity {
         user: request_header(context, USER_ID_HEADER)
             .map(str::trim)
             .filter(|user| !user.is_empty())
             .map(capped),
-        token: context
-            .extensions
-            .get::<http::request::Parts>()
+        token: parts
             .and_then(|parts| parts.extensions.get::<AccessTokenId>())
             .map(|id| id.0.clone()),
+        over_http: parts.is_some(),
     }
 }
 

@@ -180,6 +180,72 @@ pub async fn build(method: BuildMethod, tag: &str) -> Result<Built, ImageBuildEr
     })
 }
 
+/// What [`super::Sandbox::prune_images`] did.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    /// The tags removed.
+    pub removed: Vec<String>,
+    /// The tags kept because a container (running or stopped) uses their image.
+    pub in_use: Vec<String>,
+}
+
+impl super::Sandbox {
+    /// Removes the tags of `repository` other than `keep` whose image no container uses: the
+    /// images of earlier `sandbox-image/` versions. Never forced: an image that a container
+    /// uses (or comes to use before the removal) is kept and listed.
+    pub async fn prune_images(
+        &self,
+        repository: &str,
+        keep: &str,
+    ) -> Result<Pruned, super::SandboxError> {
+        use bollard::query_parameters::{
+            ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
+        };
+        let docker_error = super::SandboxError::docker;
+        let filters = std::collections::HashMap::from([("reference", vec![repository])]);
+        let images = self
+            .docker()
+            .list_images(Some(
+                ListImagesOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(|e| docker_error("listing the sandbox images", e))?;
+        let containers = self
+            .docker()
+            .list_containers(Some(ListContainersOptionsBuilder::new().all(true).build()))
+            .await
+            .map_err(|e| docker_error("listing the containers", e))?;
+        let used: std::collections::HashSet<String> = containers
+            .into_iter()
+            .filter_map(|container| container.image_id)
+            .collect();
+        let mut pruned = Pruned::default();
+        for image in images {
+            let tags = image.repo_tags.iter().filter(|tag| {
+                tag.rsplit_once(':')
+                    .is_some_and(|(repo, _)| repo == repository)
+                    && tag.as_str() != keep
+            });
+            for tag in tags {
+                if used.contains(&image.id) {
+                    pruned.in_use.push(tag.clone());
+                    continue;
+                }
+                let options = RemoveImageOptionsBuilder::new().force(false).build();
+                match self.docker().remove_image(tag, Some(options), None).await {
+                    Ok(_) => pruned.removed.push(tag.clone()),
+                    Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 409,
+                        ..
+                    }) => pruned.in_use.push(tag.clone()),
+                    Err(e) => return Err(docker_error("removing an old sandbox image", e)),
+                }
+            }
+        }
+        Ok(pruned)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

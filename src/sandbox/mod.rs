@@ -202,9 +202,14 @@ pub struct Diagnosis {
     pub runtimes: Vec<String>,
     /// The engine's cgroup version.
     pub cgroup_version: String,
+    /// The runtime the engine uses when none is asked for (`runc` unless configured).
+    pub default_runtime: Option<String>,
     /// The image, if present: (id, size in bytes).
     pub image: Option<(String, i64)>,
 }
+
+/// What runs the attempts, as `/health` and `/metrics` name it.
+pub const BACKEND: &str = "docker";
 
 /// A connection to the Docker engine, the settings every attempt uses, and the warm pool.
 #[derive(Clone)]
@@ -343,6 +348,7 @@ impl Sandbox {
                 .cgroup_version
                 .map(|v| v.to_string())
                 .unwrap_or_default(),
+            default_runtime: info.default_runtime,
             image,
         })
     }

@@ -41,6 +41,7 @@ impl AccessTokens {
     /// The tokens of `FILE_AGENT_ACCESS_TOKENS` and `FILE_AGENT_ACCESS_TOKENS_FILE`.
     pub fn load(config: &ServerConfig) -> Result<Self, TokenError> {
         let mut tokens: Vec<Secret> = config.access_tokens.clone();
+        let from_variable = tokens.len();
         if let Some(path) = &config.access_tokens_file {
             let text = std::fs::read_to_string(path).map_err(|error| {
                 TokenError(format!(
@@ -59,9 +60,13 @@ impl AccessTokens {
             .iter()
             .position(|token| token.expose().chars().count() < MIN_TOKEN_CHARS)
         {
+            let (source, number) = if short < from_variable {
+                ("FILE_AGENT_ACCESS_TOKENS", short + 1)
+            } else {
+                ("FILE_AGENT_ACCESS_TOKENS_FILE", short - from_variable + 1)
+            };
             return Err(TokenError(format!(
-                "access token number {} is shorter than {MIN_TOKEN_CHARS} characters; use a random one (e.g. `openssl rand -hex 32`)",
-                short + 1
+                "{source}: token number {number} is shorter than {MIN_TOKEN_CHARS} characters; use a random one (e.g. `openssl rand -hex 32`)"
             )));
         }
         Ok(Self {
@@ -189,6 +194,12 @@ mod tests {
         assert!(!AccessTokens::load(&config(&[])).unwrap().enabled());
         let error = AccessTokens::load(&config(&["short"])).unwrap_err();
         assert!(error.to_string().contains("shorter than 16"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .starts_with("FILE_AGENT_ACCESS_TOKENS: token number 1"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 pub mod auth;
 mod files;
+pub mod hosts;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,7 +227,7 @@ impl ToolParts {
         };
         if !llm.is_configured() {
             tracing::warn!(
-                "OPENAI_API_KEY is not set: every tool but run_python will answer with an error"
+                "OPENAI_API_KEY is not set: the tools that need the model (generate_file, modify_file, analyze_file, data_analysis_tool, conduct_deep_research, generate_tool) will answer with an error; run_python and the saved tools work"
             );
         }
         let saved_tools = SavedTools::open(
@@ -296,13 +297,16 @@ pub fn router(
         Arc::new(NeverSessionManager::default()),
         mcp_config,
     );
-    let guarded =
-        axum::Router::new()
-            .nest_service("/mcp", mcp)
-            .layer(axum::middleware::from_fn_with_state(
-                tokens.clone(),
-                auth::require_token,
-            ));
+    let guarded = axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(
+            tokens.clone(),
+            auth::require_token,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            hosts::AllowedHosts::new(config.server.allowed_hosts.as_deref()),
+            hosts::require_allowed_host,
+        ));
     let metrics_tokens = AccessTokens::from_secrets(config.server.metrics_token.iter());
     let metrics = axum::Router::new().route("/metrics", get(metrics)).layer(
         axum::middleware::from_fn_with_state(metrics_tokens, auth::require_token),
@@ -326,6 +330,11 @@ pub async fn serve_http(
         tracing::warn!(
             "no FILE_AGENT_ACCESS_TOKENS: anyone who reaches this port can call the tools; set tokens or keep the port private"
         );
+        if config.dynamic_tools == crate::config::DynamicTools::PerUser {
+            tracing::warn!(
+                "saved tools are per user, and without access tokens only Open WebUI's X-OpenWebUI-User-Id names the user: set ENABLE_FORWARD_USER_INFO_HEADERS=true in Open WebUI, or FILE_AGENT_DYNAMIC_TOOLS=shared for a team that may share its tools; requests naming no user get no saved tools"
+            );
+        }
     }
     // Two steps on SIGTERM: stop accepting and let running calls finish (axum's graceful
     // shutdown); after the grace period, stop the calls, which kills their containers.
@@ -391,6 +400,10 @@ pub async fn serve_stdio(tools: Tools, shutdown: CancellationToken) -> std::io::
         .map_err(|error| std::io::Error::other(error.to_string()))
 }
 
+/// The runtime label of `/metrics` when `SANDBOX_RUNTIME` is unset (`/health` asks the engine
+/// which one that is).
+const ENGINE_DEFAULT_RUNTIME: &str = "default";
+
 /// `GET /metrics`: the Prometheus text format.
 async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
     let admission = tools.admission();
@@ -400,6 +413,13 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
         slots: admission.config().max_concurrent,
         live_containers: tools.sandbox().live_containers(),
         pool: tools.sandbox().pool_stats(),
+        backend: crate::sandbox::BACKEND,
+        runtime: tools
+            .sandbox()
+            .config()
+            .runtime
+            .clone()
+            .unwrap_or_else(|| ENGINE_DEFAULT_RUNTIME.into()),
     };
     (
         [(
@@ -415,20 +435,24 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
 async fn health(State(tools): State<Tools>) -> impl IntoResponse {
     let sandbox = tools.sandbox();
     let image = sandbox.config().image.clone();
-    let (docker, image_present) = match sandbox.diagnose().await {
+    let configured = sandbox.config().runtime.clone();
+    let (docker, image_present, runtime) = match sandbox.diagnose().await {
         Ok(diagnosis) => (
             json!({"reachable": true, "version": diagnosis.engine_version, "api": diagnosis.api_version}),
             diagnosis.image.is_some(),
+            configured.or(diagnosis.default_runtime),
         ),
         Err(error) => (
             json!({"reachable": false, "error": error.to_string()}),
             false,
+            configured,
         ),
     };
     let ready = docker["reachable"] == true && image_present;
     let body = json!({
         "status": if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
+        "sandbox": {"backend": crate::sandbox::BACKEND, "runtime": runtime},
         "docker": docker,
         "image": {"tag": image, "present": image_present},
         "storage": tools.storage().kind(),

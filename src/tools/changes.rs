@@ -248,6 +248,16 @@ fn cell_ref(cell: &str) -> String {
     cell.chars().take(12).collect()
 }
 
+/// `first 5: ` when a list shows `listed` of `total` items, else nothing: "6 cells changed"
+/// followed by five must not read as if those were all.
+fn first_of(total: u64, listed: usize) -> String {
+    if (listed as u64) < total {
+        format!("first {listed}: ")
+    } else {
+        String::new()
+    }
+}
+
 /// `a`, `b`, `c` for the first [`MAX_LISTED`] values.
 fn code_list<'a>(values: impl IntoIterator<Item = &'a String>) -> String {
     values
@@ -316,15 +326,20 @@ fn workbook_lines(report: &WorkbookChanges) -> Vec<String> {
                 })
                 .collect();
             parts.push(format!(
-                "{} changed ({})",
+                "{} changed ({}{})",
                 plural(sheet.cells_changed, "cell", "cells"),
+                first_of(sheet.cells_changed, examples.len()),
                 examples.join("; ")
             ));
         }
         if sheet.formatting_changed > 0 {
             parts.push(format!(
-                "{} reformatted ({})",
+                "{} reformatted ({}{})",
                 plural(sheet.formatting_changed, "cell", "cells"),
+                first_of(
+                    sheet.formatting_changed,
+                    sheet.formatting_examples.len().min(MAX_LISTED)
+                ),
                 sheet
                     .formatting_examples
                     .iter()
@@ -559,6 +574,32 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.lines().count(), 3, "{text}");
+    }
+
+    #[test]
+    fn a_list_cut_to_the_first_five_says_so() {
+        let cells: Vec<String> = (1..=6)
+            .map(|row| format!(r#"{{"cell":"A{row}","before":"{row}","after":"x"}}"#))
+            .collect();
+        let report = ChangeReport::parse(&format!(
+            r#"{{"kind":"xlsx","changed":true,"sheets_added":[],"sheets_removed":[],"sheets_renamed":[],
+                "sheets":[{{"name":"S","cells_changed":6,"examples":[{}],
+                  "formatting_changed":7,"formatting_examples":["A1","A2","A3","A4","A5","A6","A7"],
+                  "rows_before":6,"rows_after":6,"columns_before":1,"columns_after":1,"other":[]}}],
+                "other":[]}}"#,
+            cells.join(",")
+        ))
+        .unwrap();
+        let text = report.render();
+        assert!(
+            text.contains("6 cells changed (first 5: `S`!A1: `1` -> `x`;"),
+            "{text}"
+        );
+        assert!(!text.contains("A6: `6`"), "{text}");
+        assert!(
+            text.contains("7 cells reformatted (first 5: A1, A2, A3, A4, A5)"),
+            "{text}"
+        );
     }
 
     #[test]

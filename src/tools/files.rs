@@ -13,8 +13,8 @@ use super::changes::{self, Compared};
 use super::filename::{output_name, safe_name};
 use super::filetype::{self, FileType};
 use super::{
-    Author, ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason,
-    human_size, local_io, non_empty,
+    AttemptLine, Author, ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools,
+    failure_reason, human_size, local_io, non_empty,
 };
 use crate::llm::Message;
 use crate::llm::code::extract_code;
@@ -153,12 +153,22 @@ impl<R: Runner> Tools<R> {
                     self.try_code(&task, code, &file_path, cancel).await?
                 }
             };
+            // The attempt's audit line waits for the comparison's verdict: an unchanged copy
+            // is a refused output, not `ok` (so the comparison's own line comes first).
             let result = match (result, &task.input) {
-                (Ok(bytes), Some(original)) => self
-                    .compare(&task, &original.source, &bytes, cancel)
-                    .await?
-                    .map(|report| (bytes, Some(report))),
-                (other, _) => other.map(|bytes| (bytes, None)),
+                (Ok((bytes, line)), Some(original)) => {
+                    match self
+                        .compare(&task, &original.source, &bytes, cancel)
+                        .await?
+                    {
+                        Ok(report) => Ok((bytes, Some(report))),
+                        Err(why) => {
+                            line.refuse(&why);
+                            Err(why)
+                        }
+                    }
+                }
+                (other, _) => other.map(|(bytes, _line)| (bytes, None)),
             };
             match result {
                 Ok((bytes, report)) => {
@@ -210,14 +220,16 @@ impl<R: Runner> Tools<R> {
         })
     }
 
-    /// Runs one script; `Ok(Err(reason))` is a failed attempt to report to the model.
+    /// Runs one script; `Ok(Err(reason))` is a failed attempt to report to the model (its
+    /// audit line says so). A valid file comes with the attempt's audit line, still open for
+    /// the comparison's verdict.
     async fn try_code(
         &self,
         task: &FileTask,
         code: String,
         file_path: &str,
         cancel: &CancellationToken,
-    ) -> Result<Result<Vec<u8>, String>, ToolError> {
+    ) -> Result<Result<(Vec<u8>, AttemptLine), String>, ToolError> {
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let input_file_path = task
@@ -230,8 +242,8 @@ impl<R: Runner> Tools<R> {
             file_path: Some(file_path.to_string()),
             input_file_path,
         };
-        let outcome = self
-            .run_attempt(job, Author::Model, out_dir.path(), cancel)
+        let (outcome, line) = self
+            .run_judged(job, Author::Model, None, out_dir.path(), cancel)
             .await?;
         let stderr = outcome.stderr.text();
         let reason = failure_reason(&outcome, self.runner.config());
@@ -243,14 +255,16 @@ impl<R: Runner> Tools<R> {
             .trim_start_matches('/');
         let Some(output) = outcome.outputs.iter().find(|file| file.path == wanted) else {
             let written: Vec<&str> = outcome.outputs.iter().map(|f| f.path.as_str()).collect();
-            return Ok(Err(format!(
+            let why = format!(
                 "The script finished but wrote no file at file_path ({file_path}). Files written to {OUTPUT_DIR}: {written:?}. Save to the preset `file_path`.{}",
                 if stderr.trim().is_empty() {
                     String::new()
                 } else {
                     format!("\nstderr:\n{stderr}")
                 }
-            )));
+            );
+            line.refuse(&why);
+            return Ok(Err(why));
         };
         let bytes = tokio::fs::read(&output.host_path)
             .await
@@ -279,11 +293,15 @@ impl<R: Runner> Tools<R> {
             })?
         };
         match verdict {
-            Ok(()) => Ok(Ok(bytes)),
-            Err(why) => Ok(Err(format!(
-                "The file at file_path is not a valid {}: {why}.",
-                task.file_type.label()
-            ))),
+            Ok(()) => Ok(Ok((bytes, line))),
+            Err(why) => {
+                let why = format!(
+                    "The file at file_path is not a valid {}: {why}.",
+                    task.file_type.label()
+                );
+                line.refuse(&why);
+                Ok(Err(why))
+            }
         }
     }
 

@@ -323,19 +323,23 @@ impl<R: Runner> Tools<R> {
         out_dir: &Path,
         cancel: &CancellationToken,
     ) -> Result<Outcome, ToolError> {
-        self.run_attempt_for(job, author, None, out_dir, cancel)
+        self.run_judged(job, author, None, out_dir, cancel)
             .await
+            .map(|(outcome, _line)| outcome)
     }
 
-    /// [`Self::run_attempt`] for a saved tool (its check or a call), marked so in the trail.
-    async fn run_attempt_for(
+    /// [`Self::run_attempt`] for a flow that checks what the attempt produced (marked as a
+    /// saved tool's check or call in the trail when `saved_tool` says so): its audit line is
+    /// written when the returned [`AttemptLine`] is dropped, after the flow has had the chance
+    /// to [`AttemptLine::refuse`] the output. A run that failed is written at once.
+    async fn run_judged(
         &self,
         job: Job,
         author: Author,
         saved_tool: Option<crate::audit::ToolMark>,
         out_dir: &Path,
         cancel: &CancellationToken,
-    ) -> Result<Outcome, ToolError> {
+    ) -> Result<(Outcome, AttemptLine), ToolError> {
         let started = std::time::Instant::now();
         let record = self.audit.as_ref().map(|_| Record {
             saved_tool,
@@ -373,7 +377,11 @@ impl<R: Runner> Tools<R> {
                 metrics.phase(phase, took);
             }
         }
-        if let (Some(audit), Some(mut record)) = (&self.audit, record) {
+        let mut line = AttemptLine {
+            audit: self.audit.clone(),
+            record: None,
+        };
+        if let Some(mut record) = record {
             record.duration_ms = started.elapsed().as_millis() as u64;
             record.status = status;
             match &result {
@@ -395,7 +403,7 @@ impl<R: Runner> Tools<R> {
                         })
                         .collect();
                     if outcome.status != Status::Ok {
-                        record.error = Some(crate::text::tail(&outcome.message, 1000));
+                        record.error = Some(crate::text::tail(&outcome.message, AUDIT_ERROR_CHARS));
                     }
                     if author == Author::FileAgent {
                         record.report_sha256 =
@@ -404,11 +412,9 @@ impl<R: Runner> Tools<R> {
                 }
                 Err(error) => record.error = Some(crate::error_chain(error)),
             }
-            if let Err(error) = audit.append(record) {
-                tracing::error!(error = %error, "could not write the audit trail");
-            }
+            line.record = Some(record);
         }
-        result
+        result.map(|outcome| (outcome, line))
     }
 
     /// A line of the audit trail for a change of a saved tool, when no container ran (saving,
@@ -486,6 +492,45 @@ impl Tools<Sandbox> {
     /// The sandbox (its pool, its containers, its engine).
     pub fn sandbox(&self) -> &Sandbox {
         &self.runner
+    }
+}
+
+/// `status` of an attempt whose script ended well but whose output file-agent refused: no
+/// file at `file_path`, not a file of the asked type, a modification that changed nothing, a
+/// saved tool's result that cannot be read. `error` says why.
+pub const REFUSED_OUTPUT: &str = "refused_output";
+/// Characters of an attempt's error kept in its audit line (the end).
+const AUDIT_ERROR_CHARS: usize = 1000;
+
+/// An attempt's audit line, waiting for the flow's verdict on what the attempt produced: it is
+/// appended when dropped, so a flow that returns early (`?`) still writes it as it stands.
+/// A script that exited 0 is `ok` only if the flow did not [`Self::refuse`] its output.
+#[must_use = "the line is written when dropped; refuse it first when the output is refused"]
+pub struct AttemptLine {
+    audit: Option<Arc<AuditLog>>,
+    record: Option<Record>,
+}
+
+impl AttemptLine {
+    /// Marks an attempt whose script ended well as [`REFUSED_OUTPUT`], with `why`, and writes
+    /// the line. A line whose status is already a failure keeps it.
+    pub fn refuse(mut self, why: &str) {
+        if let Some(record) = &mut self.record
+            && record.status == "ok"
+        {
+            record.status = REFUSED_OUTPUT.into();
+            record.error = Some(crate::text::tail(why, AUDIT_ERROR_CHARS));
+        }
+    }
+}
+
+impl Drop for AttemptLine {
+    fn drop(&mut self) {
+        if let (Some(audit), Some(record)) = (&self.audit, self.record.take())
+            && let Err(error) = audit.append(record)
+        {
+            tracing::error!(error = %error, "could not write the audit trail");
+        }
     }
 }
 

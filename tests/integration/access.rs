@@ -104,6 +104,10 @@ async fn tokens_guard_mcp_and_uploads_but_not_downloads_or_health() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
+    // It names what runs the attempts: the backend and the runtime the engine uses.
+    let health: serde_json::Value = with_timeout(health.json()).await.unwrap();
+    assert_eq!(health["sandbox"]["backend"], "docker", "{health}");
+    assert!(health["sandbox"]["runtime"].is_string(), "{health}");
     server.assert_nothing_left().await;
 }
 
@@ -164,6 +168,26 @@ async fn a_browser_origin_outside_the_allow_list_is_refused() {
     );
     // Clients that are not browsers send no Origin.
     assert_eq!(initialize(&server.url, &[]).await.status(), 200);
+}
+
+/// An admin who registers file-agent by its IP address gets a 403 from the DNS-rebinding guard;
+/// its body must say which setting lets that address in.
+#[tokio::test]
+async fn a_host_outside_the_allow_list_is_refused_with_the_setting_that_allows_it() {
+    let server = TestServer::start(&env(&[(
+        "FILE_AGENT_ALLOWED_HOSTS",
+        "localhost,file-agent",
+    )]))
+    .await;
+    let refused = initialize(&server.url, &[("host", "192.168.1.20:8000")]).await;
+    assert_eq!(refused.status(), 403);
+    let body = with_timeout(refused.text()).await.unwrap();
+    assert!(
+        body.contains("FILE_AGENT_ALLOWED_HOSTS") && body.contains("192.168.1.20:8000"),
+        "{body}"
+    );
+    let allowed = initialize(&server.url, &[("host", "file-agent:8000")]).await;
+    assert_eq!(allowed.status(), 200);
 }
 
 #[tokio::test]

@@ -103,6 +103,59 @@ async fn run_exits_1_for_a_failed_script_and_2_when_it_cannot_run() {
         "{}",
         bad_setting.stderr
     );
+    // doctor reads what serve reads: a setting serve refuses, doctor refuses.
+    let refused = run_cli(&["doctor"], &[("FILE_AGENT_DYNAMIC_TOOLS", "yes")]).await;
+    assert_eq!(refused.code, Some(2), "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("FILE_AGENT_DYNAMIC_TOOLS"),
+        "{}",
+        refused.stderr
+    );
+}
+
+/// A misspelt setting is ignored by the configuration, so the hardened runtime or the
+/// authentication asked for would be off in silence: serve warns, doctor fails, and both name
+/// the setting meant. A short access token stops serve before it announces anything.
+#[tokio::test]
+async fn misspelt_settings_are_named_and_bad_tokens_stop_serve_before_it_announces() {
+    let doctor = run_cli(&["doctor"], &[("SANDBOX_RUNTME", "runsc")]).await;
+    assert_eq!(doctor.code, Some(1), "{}", doctor.stdout);
+    assert!(
+        doctor
+            .stdout
+            .contains("SANDBOX_RUNTME is not a file-agent setting and is ignored; did you mean SANDBOX_RUNTIME?"),
+        "{}",
+        doctor.stdout
+    );
+    let data = tempfile::tempdir().unwrap();
+    let serve = run_cli(
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            ("FILE_AGENT_DATA_DIR", data.path().to_str().unwrap()),
+            ("FILE_AGENT_ACCES_TOKENS", "x"),
+            ("FILE_AGENT_ACCESS_TOKENS", "short"),
+        ],
+    )
+    .await;
+    assert_eq!(serve.code, Some(2), "{}", serve.stderr);
+    assert!(
+        serve
+            .stderr
+            .contains("FILE_AGENT_ACCES_TOKENS is not a file-agent setting")
+            && serve
+                .stderr
+                .contains("did you mean FILE_AGENT_ACCESS_TOKENS?"),
+        "{}",
+        serve.stderr
+    );
+    assert!(
+        serve
+            .stderr
+            .contains("FILE_AGENT_ACCESS_TOKENS: token number 1 is shorter than 16"),
+        "{}",
+        serve.stderr
+    );
+    assert!(!serve.stderr.contains("MCP at http"), "{}", serve.stderr);
 }
 
 #[tokio::test]
@@ -140,4 +193,52 @@ async fn sigterm_kills_the_attempt_and_removes_its_container() {
         "{json}"
     );
     sandbox.assert_nothing_left().await;
+}
+
+/// `image prune` removes the tags of its repository that no container uses and keeps the one a
+/// container uses. Scoped to a throw-away repository of this test's own: other servers on this
+/// engine build real `file-agent-sandbox:<hash>` images at the same time, and none may go.
+#[tokio::test]
+async fn image_prune_removes_unused_old_images_and_keeps_used_ones() {
+    let repository = format!("file-agent-prune-test-{}", std::process::id());
+    let docker = |args: &[&str]| {
+        let output = std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "docker {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    };
+    // Two distinct images (a label each, so two ids) from an empty root filesystem.
+    let empty = tempfile::tempdir().unwrap();
+    let tar = empty.path().join("empty.tar");
+    let status = std::process::Command::new("tar")
+        .args(["-cf", tar.to_str().unwrap(), "-T", "/dev/null"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for tag in ["old", "busy"] {
+        docker(&[
+            "import",
+            "--change",
+            &format!("LABEL prune-test={tag}"),
+            tar.to_str().unwrap(),
+            &format!("{repository}:{tag}"),
+        ]);
+    }
+    let container = docker(&["create", &format!("{repository}:busy"), "/nothing"]);
+    let pruned = run_cli(&["image", "prune", "--repository", &repository], &[]).await;
+    let listed = docker(&["images", "--format", "{{.Tag}}", &repository]);
+    docker(&["rm", &container]);
+    docker(&["rmi", &format!("{repository}:busy")]);
+    assert_eq!(pruned.code, Some(0), "{} {}", pruned.stdout, pruned.stderr);
+    assert!(
+        pruned.stdout.contains(&format!("removed {repository}:old"))
+            && pruned
+                .stdout
+                .contains(&format!("kept {repository}:busy: a container uses it")),
+        "{}",
+        pruned.stdout
+    );
+    assert_eq!(listed, "busy");
 }

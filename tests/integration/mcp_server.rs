@@ -951,12 +951,15 @@ pub async fn assert_no_containers_of(instance: String) {
 }
 
 /// Runs the official MCP Python SDK's client (`tests/sdk/python_client.py`) against the server
-/// at `url`, with `args` after the endpoint.
+/// at `url`, with `args` after the endpoint, with the venv's Python that `scripts/test-python.sh`
+/// made (`target/test-python`, or `FILE_AGENT_TEST_SDK_ENV`).
 pub async fn python_sdk(url: &str, args: &[&str]) -> std::process::Output {
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/python_client.py");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("tests/sdk/python_client.py");
+    let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
+        .map_or_else(|| root.join("target/test-python"), |dir| root.join(dir));
     with_timeout(
-        tokio::process::Command::new("python3")
+        tokio::process::Command::new(venv.join("bin/python3"))
             .arg(&script)
             .arg(format!("{url}/mcp"))
             .args(args)
@@ -969,12 +972,12 @@ pub async fn python_sdk(url: &str, args: &[&str]) -> std::process::Output {
 #[tokio::test]
 async fn the_official_python_sdk_lists_and_calls_the_tools() {
     let server = TestServer::start(&[]).await;
-    let output = python_sdk(&server.url, &["--saved-tool"]).await;
+    let output = python_sdk(&server.url, &["--user-id", "sdk-user", "--saved-tool"]).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "the MCP Python SDK client failed (is `mcp` installed? scripts/bootstrap.sh installs it)\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        "the MCP Python SDK client failed (is its venv there? scripts/test-python.sh makes it)\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(
         stdout.contains("tools: analyze_file,conduct_deep_research,create_tool,data_analysis_tool,delete_tool,generate_file,generate_tool,list_tools,modify_file,run_python"),

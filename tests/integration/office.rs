@@ -2,7 +2,7 @@
 //! through the real server, sandbox and image, with the fake model (the exact reports and the
 //! retry of an unchanged copy are in the fast tier, `local::files`). What file-agent made is read back by readers that
 //! file-agent does not use: the slides' XML read here, the PDF by poppler's `pdftotext` and
-//! `pdfinfo` (installed by `scripts/bootstrap.sh`).
+//! `pdfinfo` (installed by `scripts/test-setup.sh`).
 
 use std::io::{Read, Write};
 
@@ -62,9 +62,9 @@ fn poppler(tool: &str, pdf: &[u8]) -> String {
     if tool == "pdftotext" {
         command.arg("-");
     }
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("{tool} (poppler-utils, installed by bootstrap): {e}"));
+    let output = command.output().unwrap_or_else(|e| {
+        panic!("{tool} (poppler-utils, installed by scripts/test-setup.sh): {e}")
+    });
     assert!(output.status.success(), "{tool} failed: {output:?}");
     String::from_utf8(output.stdout).unwrap()
 }

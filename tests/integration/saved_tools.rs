@@ -239,6 +239,59 @@ async fn a_tool_the_model_writes_from_a_description_is_listed_with_its_schema_an
     server.assert_nothing_left().await;
 }
 
+/// Open WebUI sends no user id unless `ENABLE_FORWARD_USER_INFO_HEADERS` is on: per user, such
+/// requests (with no access token either) must not all become one owner whose tools everyone
+/// shares. They are refused, naming what to set; `shared` mode lets them through on purpose.
+#[tokio::test]
+async fn per_user_tools_refuse_http_requests_that_name_no_user_and_carry_no_token() {
+    let server = TestServer::start(&[]).await;
+    let (anonymous, alice) = (server.client(None).await, client_of(&server, "alice").await);
+    let (is_error, text) = call(&alice, "create_tool", double("double")).await;
+    assert!(!is_error, "{text}");
+    for (tool, arguments) in [
+        ("create_tool", double("mine")),
+        ("list_tools", json!({})),
+        ("delete_tool", json!({"name": "double"})),
+        ("my_double", json!({"x": 1})),
+        (
+            "generate_tool",
+            json!({"instructions": "A tool that doubles a number."}),
+        ),
+    ] {
+        let (is_error, text) = call(&anonymous, tool, arguments).await;
+        assert!(
+            is_error
+                && text.contains("ENABLE_FORWARD_USER_INFO_HEADERS")
+                && text.contains("FILE_AGENT_DYNAMIC_TOOLS=shared"),
+            "{tool}: {text}"
+        );
+    }
+    let listed = names(&anonymous).await;
+    assert!(listed.contains(&"create_tool".to_string()), "{listed:?}");
+    assert!(
+        !listed.iter().any(|name| name.starts_with("my_")),
+        "{listed:?}"
+    );
+    assert!(names(&alice).await.contains(&"my_double".to_string()));
+    let _ = anonymous.cancel().await;
+    let _ = alice.cancel().await;
+    // Only alice's check ran a container; the refusals are in the log, not in the trail.
+    let checks = server
+        .audit_lines()
+        .into_iter()
+        .filter(|line| line["saved_tool"]["action"] == "check")
+        .count();
+    assert_eq!(checks, 1);
+    server.assert_nothing_left().await;
+
+    let server = TestServer::start(&env(&[("FILE_AGENT_DYNAMIC_TOOLS", "shared")])).await;
+    let anonymous = server.client(None).await;
+    let (is_error, text) = call(&anonymous, "list_tools", json!({})).await;
+    assert!(!is_error && text.contains("No saved tools"), "{text}");
+    let _ = anonymous.cancel().await;
+    server.assert_nothing_left().await;
+}
+
 #[tokio::test]
 async fn with_saved_tools_off_the_tools_that_manage_them_are_not_listed() {
     let server = TestServer::start(&env(&[("FILE_AGENT_DYNAMIC_TOOLS", "off")])).await;

@@ -1,13 +1,15 @@
 """Checks file-agent with the official MCP Python SDK (2.x, the client Open WebUI uses).
 
-Usage: python3 tests/sdk/python_client.py http://127.0.0.1:8000/mcp [--client-name NAME] [--saved-tool]
+Usage: target/test-python/bin/python3 tests/sdk/python_client.py http://127.0.0.1:8000/mcp
+       [--client-name NAME] [--user-id ID] [--saved-tool]
 
 Like Open WebUI's "auto" mode it first tries `server/discover` (protocol 2026-07-28) and falls
 back to `initialize`; then it lists the tools and calls run_python. With --saved-tool it also
 saves a tool with create_tool, finds it in a new tools/list as `my_add` with its input schema,
-and calls it. Prints one line per step;
-exits non-zero on any failure. Run by the integration test
-`the_official_python_sdk_lists_and_calls_the_tools`; `scripts/bootstrap.sh` installs the SDK.
+and calls it. With --user-id it sends Open WebUI's `X-OpenWebUI-User-Id` header (per-user
+saved tools need a user). Prints one line per step; exits non-zero on any failure. Run by the
+integration test `the_official_python_sdk_lists_and_calls_the_tools`; `scripts/test-python.sh`
+installs the SDK in the venv `target/test-python`.
 """
 
 import argparse
@@ -15,13 +17,17 @@ import asyncio
 
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 
-async def main(url: str, client_name: str | None, saved_tool: bool) -> None:
+async def main(url: str, client_name: str | None, user_id: str | None, saved_tool: bool) -> None:
     # With --client-name the session introduces itself as NAME/9.9.9 (the audit test looks for
     # it); otherwise as the SDK's default.
     client_info = types.Implementation(name=client_name, version="9.9.9") if client_name else None
-    async with streamable_http_client(url) as streams:
+    headers = {"X-OpenWebUI-User-Id": user_id} if user_id else None
+    async with create_mcp_http_client(headers=headers) as http_client, streamable_http_client(
+        url, http_client=http_client
+    ) as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(read, write, client_info=client_info) as session:
             try:
@@ -74,6 +80,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("--client-name")
+    parser.add_argument("--user-id")
     parser.add_argument("--saved-tool", action="store_true")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.url, arguments.client_name, arguments.saved_tool))
+    asyncio.run(main(arguments.url, arguments.client_name, arguments.user_id, arguments.saved_tool))

@@ -149,6 +149,44 @@ async fn a_copy_saved_unchanged_goes_back_to_the_model() {
     assert!(text.contains("attempt 2 of 3"), "{text}");
     let retry = llm.message(1, 3);
     assert!(retry.contains("saved the file unchanged"), "{retry}");
+    // The first attempt's script exited 0, but the comparison refused its copy: its audit line
+    // says so (after the comparison's own line); the second attempt's is ok.
+    let models: Vec<_> = local
+        .audit_lines()
+        .into_iter()
+        .filter(|line| line["author"] == "model")
+        .collect();
+    assert_eq!(models.len(), 2);
+    assert_eq!(models[0]["status"], "refused_output", "{}", models[0]);
+    assert_eq!(models[0]["exit_code"], 0);
+    let error = models[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("saved the file unchanged"), "{error}");
+    assert_eq!(models[1]["status"], "ok", "{}", models[1]);
+    assert!(models[1]["error"].is_null());
+}
+
+/// The model wrote a workbook three times when a presentation was asked for: the tool fails,
+/// and no line of the audit trail may read `ok` for those attempts.
+#[tokio::test]
+async fn an_output_of_the_wrong_type_is_a_refused_attempt_in_the_audit_trail() {
+    let llm = scripted(&["excel_sales.py", "excel_sales.py", "excel_sales.py"]).await;
+    let local = LocalTools::start(&llm, &[]);
+    let error = local.generate("a deck", "pptx").await.unwrap_err();
+    assert!(
+        matches!(error, ToolError::AttemptsExhausted { attempts: 3, .. }),
+        "{error:?}"
+    );
+    let lines = local.audit_lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for line in lines {
+        assert_eq!(line["status"], "refused_output", "{line}");
+        assert_eq!(line["exit_code"], 0, "{line}");
+        let error = line["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("not a valid PowerPoint presentation"),
+            "{error}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -49,7 +49,7 @@ impl LocalRunner {
         let python = python_env().join("bin/python3");
         assert!(
             python.exists(),
-            "{} is missing: run scripts/sandbox-python.sh (or scripts/bootstrap.sh) first",
+            "{} is missing: run scripts/sandbox-python.sh (or scripts/test-setup.sh) first",
             python.display()
         );
         Self {

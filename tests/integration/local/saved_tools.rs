@@ -45,6 +45,7 @@ fn user(id: &str) -> Identity {
     Identity {
         user: Some(id.into()),
         token: None,
+        over_http: true,
     }
 }
 
