@@ -329,6 +329,12 @@ async fn build_image(
     method: Option<BuildMethod>,
     force: bool,
 ) -> anyhow::Result<ExitCode> {
+    // The image is built on the local Docker engine whatever the backend; under Kubernetes it
+    // is then pushed (see the README).
+    let config = SandboxConfig {
+        backend: crate::config::Backend::Docker,
+        ..config
+    };
     let sandbox = Sandbox::connect(config).await?;
     let tag = sandbox.config().image.clone();
     if !force && sandbox.image_present(&tag).await? {

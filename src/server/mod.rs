@@ -150,6 +150,13 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     let parts = ToolParts::load(config)?;
     let mut sandbox_config = config.sandbox.clone();
     let mut instance_lock = None;
+    // Under Kubernetes a replica is its pod: its sandbox pods carry its name.
+    if let crate::config::Backend::Kubernetes(kube) = &config.sandbox.backend
+        && sandbox_config.instance.is_none()
+        && let Some(owner) = kube.owner.as_ref().filter(|owner| owner.name.len() <= 63)
+    {
+        sandbox_config.instance = Some(owner.name.clone());
+    }
     if sandbox_config.instance.is_none() {
         let (instance, lock) = claim_instance(&config.data_dir);
         sandbox_config.instance = Some(instance);
@@ -158,6 +165,7 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     let sandbox = Sandbox::connect(sandbox_config)
         .await?
         .holding(instance_lock);
+    sandbox.check_isolation().await?;
     reap_leftovers(&sandbox, true).await;
     if !sandbox
         .image_present(&config.sandbox.image)
@@ -402,12 +410,14 @@ async fn health(State(tools): State<Tools>) -> impl IntoResponse {
             false,
         ),
     };
-    let ready = docker["reachable"] == true && image_present;
+    // A cluster pulls the image when a pod starts: nothing to check ahead.
+    let kubernetes = sandbox.backend() == "kubernetes";
+    let ready = docker["reachable"] == true && (image_present || kubernetes);
     let body = json!({
         "status": if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
-        "docker": docker,
-        "image": {"tag": image, "present": image_present},
+        "backend": sandbox.backend(),
+        "image": {"tag": image, "present": if kubernetes { serde_json::Value::Null } else { image_present.into() }},
         "storage": tools.storage().kind(),
         "llm": {"configured": tools.llm().is_configured(), "model": tools.llm().model()},
         "containers_running": sandbox.live_containers(),
@@ -419,6 +429,8 @@ async fn health(State(tools): State<Tools>) -> impl IntoResponse {
             "misses": pool.misses,
         })),
     });
+    let mut body = body;
+    body[if kubernetes { "kubernetes" } else { "docker" }] = docker;
     let status = if ready {
         StatusCode::OK
     } else {

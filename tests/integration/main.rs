@@ -11,6 +11,7 @@ mod cli;
 mod common;
 mod fakes;
 mod hostile;
+mod kube_manifests;
 mod lifecycle;
 mod load;
 mod local;
