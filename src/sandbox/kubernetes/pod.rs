@@ -9,7 +9,7 @@
 //!
 //! The pod: Pod Security "restricted" (non-root uid/gid 10001, read-only root, no privilege
 //! escalation, every capability dropped, seccomp `RuntimeDefault`), no service-account token,
-//! no service links, no host namespaces, no hostPath; `/tmp`, `/work` and `/work/out` on
+//! no service links, no host namespaces, no hostPath; `/tmp` and `/work` on
 //! memory-backed `emptyDir`s with size limits (they count against the memory limit, as the
 //! Docker backend's tmpfs do); limits equal to requests for cpu, memory and ephemeral storage;
 //! `restartPolicy: Never` and an `activeDeadlineSeconds` past the attempt's own limit, so the
@@ -32,6 +32,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 
+#[cfg(test)]
+use super::super::policy::WORK_SLACK_BYTES;
 use super::super::policy::{self, INSTANCE_LABEL, Kind, MANAGED_LABEL, WARM_LABEL};
 use super::super::{COPY_OUT_GRACE, SandboxError};
 use crate::config::{MIB, SandboxConfig};
@@ -177,17 +179,18 @@ pub fn pod_spec(
                     ..Default::default()
                 }),
                 security_context: Some(restricted),
-                volume_mounts: Some(vec![
-                    mount("tmp", "/tmp"),
-                    mount("work", "/work"),
-                    mount("out", "/work/out"),
-                ]),
+                volume_mounts: Some(vec![mount("tmp", "/tmp"), mount("work", "/work")]),
                 ..Default::default()
             }],
+            // One volume for the upload and the outputs: a mount inside another is made by
+            // the runtime as root and can leave `/work` unwritable for uid 10001. The output
+            // cap is the copy-out's (as with Docker), the memory limit bounds both.
             volumes: Some(vec![
                 memory_volume("tmp", limits.tmp_bytes),
-                memory_volume("work", policy::work_bytes(config, kind)),
-                memory_volume("out", limits.output_max_bytes),
+                memory_volume(
+                    "work",
+                    policy::work_bytes(config, kind).saturating_add(limits.output_max_bytes),
+                ),
             ]),
             ..Default::default()
         }),
@@ -505,20 +508,23 @@ mod tests {
         assert_eq!(resources["limits"]["memory"], "1024Mi");
         assert_eq!(resources["limits"]["ephemeral-storage"], "256Mi");
         let volumes = spec["volumes"].as_array().unwrap();
-        assert_eq!(volumes.len(), 3);
+        assert_eq!(volumes.len(), 2);
         for volume in volumes {
             assert_eq!(volume["emptyDir"]["medium"], "Memory", "{volume}");
             assert!(volume.get("hostPath").is_none());
         }
         assert_eq!(volumes[0]["emptyDir"]["sizeLimit"], "64Mi");
-        assert_eq!(volumes[2]["emptyDir"]["sizeLimit"], "256Mi");
+        assert_eq!(
+            volumes[1]["emptyDir"]["sizeLimit"],
+            (4096 + WORK_SLACK_BYTES + (256 << 20)).to_string()
+        );
         let mounts: Vec<&str> = container["volumeMounts"]
             .as_array()
             .unwrap()
             .iter()
             .map(|m| m["mountPath"].as_str().unwrap())
             .collect();
-        assert_eq!(mounts, ["/tmp", "/work", "/work/out"]);
+        assert_eq!(mounts, ["/tmp", "/work"]);
         let labels = &pod["metadata"]["labels"];
         assert_eq!(labels[MANAGED_LABEL], "true");
         assert_eq!(labels[INSTANCE_LABEL], "replica-a");
