@@ -274,3 +274,51 @@ async fn real_cluster_runs_run_python_when_configured() {
     assert!(!is_error && text.contains("42"), "{text}");
     server.assert_nothing_left().await;
 }
+
+/// Warm pods come through the same pool as warm containers: each serves one attempt and is
+/// deleted after it. Prints the time of an attempt in a warm pod (attach over the API
+/// double's WebSocket) beside one in a warm Docker container, side by side, for the record.
+#[tokio::test]
+async fn warm_pods_serve_one_attempt_each_beside_warm_containers() {
+    use crate::common::{TestSandbox, run_script, unique_instance};
+    const RUNS: usize = 5;
+    let (double, _home, vars) = cluster(true).await;
+    let instance = unique_instance("kube-warm", 12);
+    let mut lookup: std::collections::HashMap<String, String> = vars.into_iter().collect();
+    lookup.insert("SANDBOX_INSTANCE".into(), instance.clone());
+    let kube = TestSandbox::warm(1, std::time::Duration::from_secs(120), |config| {
+        *config = file_agent::config::SandboxConfig::from_lookup(|name| lookup.get(name).cloned())
+            .unwrap();
+    })
+    .await;
+    let docker = TestSandbox::warm(1, std::time::Duration::from_secs(120), |config| {
+        config.instance = Some(unique_instance("docker-warm", 12));
+    })
+    .await;
+    let script = "print('hi')";
+    let mut pod_ms = Vec::new();
+    let mut container_ms = Vec::new();
+    for _ in 0..RUNS {
+        for (sandbox, times) in [(&kube, &mut pod_ms), (&docker, &mut container_ms)] {
+            sandbox.until_warm(1).await;
+            let started = std::time::Instant::now();
+            let outcome = run_script(sandbox, script).await;
+            times.push(started.elapsed().as_millis());
+            assert_eq!(outcome.stdout.text().trim(), "hi", "{outcome:?}");
+            assert!(outcome.warm, "{outcome:?}");
+        }
+    }
+    pod_ms.sort();
+    container_ms.sort();
+    eprintln!(
+        "warm attempt, median of {RUNS} (ms): pod {} (all {pod_ms:?}), container {} (all {container_ms:?})",
+        pod_ms[RUNS / 2],
+        container_ms[RUNS / 2]
+    );
+    with_timeout(kube.shutdown()).await;
+    with_timeout(docker.shutdown()).await;
+    kube.assert_nothing_left().await;
+    docker.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
