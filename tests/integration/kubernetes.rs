@@ -322,3 +322,39 @@ async fn warm_pods_serve_one_attempt_each_beside_warm_containers() {
     assert_no_sandbox_pods(&double).await;
     with_timeout(double.shutdown()).await;
 }
+
+/// The model's flow and saved tools over MCP, each attempt in its own pod: `generate_file` with
+/// the fake model, then a saved tool created (its check is an attempt) and called.
+#[tokio::test]
+async fn generate_file_and_a_saved_tool_run_in_pods() {
+    use crate::fakes::openai::{FakeOpenAi, Reply};
+    use crate::mcp_server::llm_script;
+    let (double, _home, mut vars) = cluster(true).await;
+    let llm = FakeOpenAi::start(vec![Reply::Code(llm_script("excel_sales.py"))]).await;
+    vars.extend(llm.env());
+    let server = TestServer::start(&vars).await;
+    let (is_error, text) = server
+        .call(
+            None,
+            "generate_file",
+            json!({"instructions": "sales by region", "file_type": "excel", "filename_hint": "Sales"}),
+        )
+        .await;
+    assert!(!is_error, "{text}");
+    let cells = crate::mcp_server::xlsx_cells(&server.download(&first_link(&text)).await, "Sales");
+    assert_eq!(cells[1], vec!["North", "120"]);
+
+    let tool = json!({
+        "name": "double",
+        "description": "Doubles a number.",
+        "code": "def run(x):\n    \"\"\"Doubles x.\"\"\"\n    return {\"doubled\": 2 * x}\n",
+        "input_schema": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"], "examples": [{"x": 21}]}
+    });
+    let (is_error, text) = server.call(None, "create_tool", tool).await;
+    assert!(!is_error, "{text}");
+    let (is_error, text) = server.call(None, "my_double", json!({"x": 4})).await;
+    assert!(!is_error && text.contains('8'), "{text}");
+    server.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
