@@ -358,3 +358,80 @@ async fn generate_file_and_a_saved_tool_run_in_pods() {
     assert_no_sandbox_pods(&double).await;
     with_timeout(double.shutdown()).await;
 }
+
+/// A server killed mid-attempt (SIGKILL: no guard runs) leaves its pod to the cluster: the pod
+/// carries its deadline and its owner, and when the owner (the server's pod) goes, Kubernetes'
+/// garbage collector deletes it.
+#[tokio::test]
+async fn a_killed_server_leaves_its_pod_to_the_deadline_and_the_owner_gc() {
+    let (double, _home, vars) = cluster(true).await;
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
+        .arg("serve")
+        .envs(vars)
+        .env("FILE_AGENT_DATA_DIR", data.path())
+        .env("FILE_AGENT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SANDBOX_WARM", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut up = false;
+    for _ in 0..100 {
+        if let Ok(response) = reqwest::get(format!("{url}/health")).await
+            && response.status().is_success()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(up, "the server did not come up");
+    let call = tokio::spawn(async move {
+        let transport =
+            rmcp::transport::StreamableHttpClientTransport::from_uri(format!("{url}/mcp"));
+        use rmcp::ServiceExt;
+        let Ok(client) = rmcp::model::ClientInfo::default().serve(transport).await else {
+            return;
+        };
+        let arguments = json!({"code": "import time\ntime.sleep(120)"});
+        let _ = client
+            .call_tool(
+                rmcp::model::CallToolRequestParams::new("run_python")
+                    .with_arguments(arguments.as_object().unwrap().clone()),
+            )
+            .await;
+    });
+    let mut running = None;
+    for _ in 0..150 {
+        running = sandbox_pods(&double)
+            .await
+            .into_iter()
+            .find(|pod| pod["status"]["phase"] == "Running");
+        if running.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let pod = running.expect("a pod running the attempt");
+    server.kill().await.unwrap();
+    call.abort();
+    assert!(pod["spec"]["activeDeadlineSeconds"].as_i64().unwrap() > 0);
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["name"], SERVER_POD);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        sandbox_pods(&double).await.len(),
+        1,
+        "nobody deletes it yet"
+    );
+    assert!(with_timeout(double.delete_pod(NAMESPACE, SERVER_POD, 0)).await);
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
