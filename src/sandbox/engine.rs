@@ -17,7 +17,7 @@ pub(crate) enum Engine {
     /// A Docker engine.
     Docker(Docker),
     /// A Kubernetes cluster's API server.
-    Kubernetes(Cluster),
+    Kubernetes(Box<Cluster>),
 }
 
 impl Engine {

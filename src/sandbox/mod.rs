@@ -271,7 +271,7 @@ impl Sandbox {
         let engine = match &config.backend {
             Backend::Docker => Engine::Docker(Self::connect_docker(&config).await?),
             Backend::Kubernetes(kube) => {
-                Engine::Kubernetes(kubernetes::Cluster::connect(kube).await?)
+                Engine::Kubernetes(Box::new(kubernetes::Cluster::connect(kube).await?))
             }
         };
         let instance = config
@@ -340,7 +340,7 @@ impl Sandbox {
     /// The Kubernetes cluster, under that backend.
     pub(crate) fn cluster(&self) -> Option<&kubernetes::Cluster> {
         match self.engine() {
-            Engine::Kubernetes(cluster) => Some(cluster),
+            Engine::Kubernetes(cluster) => Some(cluster.as_ref()),
             Engine::Docker(_) => None,
         }
     }

@@ -235,8 +235,7 @@ async fn without_a_deny_all_network_policy_the_server_does_not_start() {
     .unwrap();
     let error = with_timeout(file_agent::server::build_tools(&config))
         .await
-        .err()
-        .expect("no NetworkPolicy: no server");
+        .expect_err("no NetworkPolicy: no server");
     let message = error.to_string();
     assert!(
         message.contains("NetworkPolicy") && message.contains("networkpolicy.yaml"),
@@ -398,7 +397,7 @@ async fn a_killed_server_leaves_its_pod_to_the_deadline_and_the_owner_gc() {
         let transport =
             rmcp::transport::StreamableHttpClientTransport::from_uri(format!("{url}/mcp"));
         use rmcp::ServiceExt;
-        let Ok(client) = rmcp::model::ClientInfo::default().serve(transport).await else {
+        let Ok(client) = rmcp::model::ClientConfig::default().serve(transport).await else {
             return;
         };
         let arguments = json!({"code": "import time\ntime.sleep(120)"});

@@ -210,7 +210,7 @@ impl Cluster {
             .map_err(|e| api_error("creating the sandbox pod", e))?;
         let (live, tracker) = bookkeeping;
         let guard = ContainerGuard::new(
-            super::engine::Engine::Kubernetes(self.clone()),
+            super::engine::Engine::Kubernetes(Box::new(self.clone())),
             name.clone(),
             live,
             tracker,

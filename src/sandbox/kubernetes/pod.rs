@@ -208,7 +208,7 @@ fn runtime_default() -> SeccompProfile {
 /// CPUs as a quantity: whole CPUs, else millicores (the API server's canonical forms).
 fn cpu_quantity(cpus: f64) -> Quantity {
     let milli = (cpus * 1000.0).round() as u64;
-    Quantity(if milli % 1000 == 0 {
+    Quantity(if milli.is_multiple_of(1000) {
         (milli / 1000).to_string()
     } else {
         format!("{milli}m")
@@ -217,7 +217,7 @@ fn cpu_quantity(cpus: f64) -> Quantity {
 
 /// Bytes as a quantity, in MiB when whole.
 fn byte_quantity(bytes: u64) -> Quantity {
-    Quantity(if bytes % MIB == 0 {
+    Quantity(if bytes.is_multiple_of(MIB) {
         format!("{}Mi", bytes / MIB)
     } else {
         bytes.to_string()
