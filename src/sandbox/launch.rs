@@ -76,6 +76,41 @@ impl std::fmt::Debug for Started {
     }
 }
 
+/// What a launch that got as far as its attach gives: the image id, the stdio, and how long
+/// starting took.
+pub(crate) type Attached = (String, OutputStream, InputStream, Duration);
+
+impl Started {
+    /// The end of every launch (a container's or a pod's): the started sandbox, or, when a
+    /// step after create failed, its removal and the error. `began` is when the launch began
+    /// (wall clock, for the audit trail, and monotonic, for the timings).
+    pub(crate) async fn settle(
+        guard: ContainerGuard,
+        result: Result<Attached, SandboxError>,
+        kind: Kind,
+        began: (SystemTime, Instant),
+    ) -> Result<Self, SandboxError> {
+        match result {
+            Ok((image_id, output, input, start)) => Ok(Self {
+                guard,
+                image_id,
+                output,
+                input,
+                kind,
+                created_at: began.0,
+                create: began.1.elapsed().saturating_sub(start),
+                start,
+            }),
+            Err(error) => {
+                if let Err(removal) = guard.remove().await {
+                    tracing::warn!(%removal, "could not remove a sandbox that failed to start");
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
 impl Launcher {
     /// Creates, verifies, attaches and starts one container of `kind`. A failure at any step
     /// removes what was created; `cancel` stops the launch (and removes the container).
@@ -116,24 +151,12 @@ impl Launcher {
                 () = cancel.cancelled() => Err(SandboxError::Cancelled),
             }
         };
-        match result {
-            Ok((image_id, AttachContainerResults { output, input }, start)) => Ok(Started {
-                guard,
-                image_id,
-                output,
-                input,
-                kind,
-                created_at,
-                create: phase.elapsed().saturating_sub(start),
-                start,
-            }),
-            Err(error) => {
-                if let Err(removal) = guard.remove().await {
-                    tracing::warn!(%removal, "could not remove a container that failed to start");
-                }
-                Err(error)
-            }
-        }
+        let result = result.map(
+            |(image_id, AttachContainerResults { output, input }, start)| {
+                (image_id, output, input, start)
+            },
+        );
+        Started::settle(guard, result, kind, (created_at, phase)).await
     }
 
     /// Inspect and verify, attach, start: the image id, the stdio, and how long attach and

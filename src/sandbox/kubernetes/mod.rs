@@ -29,7 +29,7 @@ use kube::api::{Api, AttachParams, DeleteParams, ListParams, PostParams, WatchEv
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::launch::{OutputStream, Started};
+use super::launch::{Attached, OutputStream, Started};
 use super::policy::{INSTANCE_LABEL, Kind, MANAGED_LABEL, WARM_LABEL};
 use super::{ContainerGuard, ReapFilter, ReapReport, SandboxError};
 use crate::config::{KubernetesConfig, SandboxConfig};
@@ -219,24 +219,7 @@ impl Cluster {
             result = self.verify_and_attach(&wanted, created, &config.image, kind) => result,
             () = cancel.cancelled() => Err(SandboxError::Cancelled),
         };
-        match result {
-            Ok((image_id, output, input, start)) => Ok(Started {
-                guard,
-                image_id,
-                output,
-                input,
-                kind,
-                created_at,
-                create: phase.elapsed().saturating_sub(start),
-                start,
-            }),
-            Err(error) => {
-                if let Err(removal) = guard.remove().await {
-                    tracing::warn!(%removal, "could not delete a pod that failed to start");
-                }
-                Err(error)
-            }
-        }
+        Started::settle(guard, result, kind, (created_at, phase)).await
     }
 
     /// Verify what was stored, wait for the pod to run, verify again (with the image it runs),
@@ -247,7 +230,7 @@ impl Cluster {
         created: Pod,
         image: &str,
         kind: Kind,
-    ) -> Result<(String, OutputStream, super::launch::InputStream, Duration), SandboxError> {
+    ) -> Result<Attached, SandboxError> {
         pod::verify(wanted, &created)?;
         let name = created.metadata.name.clone().unwrap_or_default();
         let phase = Instant::now();
