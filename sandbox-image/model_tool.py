@@ -21,12 +21,22 @@ How it is invoked
 
 MODE "check" (before a tool is saved)
     1. CODE is UTF-8 Python that parses.
-    2. Nothing runs when the tool is loaded. Its top level holds only imports (not ``from m
-       import *``), ``def`` and ``class``, assignments of constants (``ast.literal_eval``
-       accepts the value) to plain names, bare constants (docstrings) and ``pass``; no def or
-       class (or method) has a decorator, a default that is not a constant or a call in an
-       annotation; no class has a call in its bases, and class bodies hold only methods,
-       classes, constant assignments, bare constants and ``pass``.
+    2. Nothing of the tool's runs when the tool is loaded. Its top level holds only imports
+       (not ``from m import *``), ``def`` and ``class``, assignments of constants
+       (``ast.literal_eval`` accepts the value) to plain names, bare constants (docstrings) and
+       ``pass``; no def or class (or method) has a decorator, a default that is not a constant
+       or a call in an annotation; class bodies hold only methods, classes, constant
+       assignments, bare constants and ``pass``. Creating a class can call code too, so a
+       class statement has no keywords (``metaclass=`` or any other: they go to a metaclass or
+       to ``__init_subclass__``), and each base is a plain name: a class the tool defined
+       above it, or a builtin class (``object``, ``Exception``, ``dict``...) whose name the
+       tool never rebinds; never a call, subscript (``__class_getitem__``), attribute or
+       imported class (its metaclass, such as Enum's, may call the class's methods). No class
+       body defines a hook that class creation calls (``__init_subclass__``, ``__set_name__``,
+       ``__class_getitem__``, ``__mro_entries__``, ``__prepare__`` and the like), and no
+       top-level or class-level name is ``__builtins__``. Annotations are never evaluated: the
+       tool is compiled as under ``from __future__ import annotations``, so ``x: Hook[1] = 1``
+       stores a string and calls nothing.
     3. ``run`` is one top-level ``def`` (not async) without ``/``, ``*args`` or ``**kwargs``,
        whose parameters are exactly the schema's ``properties``; a property is ``required``
        exactly when its parameter has no default.
@@ -56,7 +66,10 @@ Output contract and exit codes
     stdout is empty unless the exit code is 0.
 """
 
+import __future__
 import ast
+import builtins
+import collections
 import contextlib
 import datetime
 import decimal
@@ -81,6 +94,24 @@ STATEMENTS = {
     ast.Nonlocal: "nonlocal statement", ast.Delete: "del statement", ast.Assert: "assert",
     ast.Raise: "raise", ast.Return: "return", ast.Expr: "expression",
 }
+
+# What creating a class calls (on the class, its bases or the values in its body), beside the
+# metaclass: a class body may not define these.
+CLASS_HOOKS = frozenset({
+    "__init_subclass__", "__set_name__", "__class_getitem__", "__mro_entries__", "__prepare__",
+    "__instancecheck__", "__subclasscheck__", "__subclasshook__", "__builtins__",
+    "__build_class__", "__metaclass__",
+})
+# Builtin classes a tool's class may derive from, when the tool does not rebind their names:
+# object, the containers and scalars, and every exception. None has a metaclass of its own or
+# an __init_subclass__ that calls anything.
+BUILTIN_BASES = frozenset(
+    name for name, value in vars(builtins).items()
+    if isinstance(value, type) and (issubclass(value, BaseException) or name in {
+        "object", "dict", "list", "tuple", "set", "frozenset", "str", "int", "float",
+        "complex", "bytes", "bytearray"}))
+# The tool is compiled with this flag: annotations stay strings, never evaluated at load.
+LAZY_ANNOTATIONS = __future__.annotations.compiler_flag
 
 
 class Failure(Exception):
@@ -126,7 +157,70 @@ def is_inert(node):
         isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
 
 
-def check_definition(node, what, problems):
+def bindings(tree):
+    """How often the code binds each name, anywhere (imports, assignments, defs, classes,
+    parameters, targets): a builtin class's name bound at all, or a class's name bound twice,
+    may stand for something else when a class derives from it."""
+    names = collections.Counter()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] += 1
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names[node.id] += 1
+        elif isinstance(node, ast.arg):
+            names[node.arg] += 1
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            names[node.name] += 1
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names[node.rest] += 1
+    return names
+
+
+def check_class(node, what, scope, problems):
+    """What creating the class ``node`` calls besides ``type``: its keywords (a metaclass, or
+    arguments for __init_subclass__), its bases, and hooks its body defines. ``scope`` has
+    the classes defined above it (``classes``) and how often each name is bound
+    (``bindings``)."""
+    line = f"line {node.lineno}: "
+    if node.keywords:
+        keyword = node.keywords[0].arg
+        shown = f"'{keyword}='" if keyword else "'**'"
+        problems.append(f"{line}the class keyword {shown} of {what} {AT_LOAD} (a metaclass or "
+                        f"__init_subclass__ receives it); remove it and write a plain class")
+    for base in node.bases:
+        bound = scope["bindings"][base.id] if isinstance(base, ast.Name) else 0
+        if isinstance(base, ast.Name) and (
+                (base.id in scope["classes"] and bound == 1)
+                or (base.id in BUILTIN_BASES and bound == 0)):
+            continue
+        shown = ast.unparse(base)
+        kind = ("a call" if has_call(base) else
+                "a subscript" if isinstance(base, ast.Subscript) else
+                "an attribute" if isinstance(base, ast.Attribute) else
+                "not a class defined (once) above it" if isinstance(base, ast.Name) else
+                "an expression")
+        problems.append(f"{line}the base '{shown}' of {what} is {kind}, and creating the class "
+                        f"may call its code (a metaclass, __mro_entries__, __class_getitem__); "
+                        f"derive only from classes the tool defines above it, or from builtin "
+                        f"classes such as object, dict or Exception")
+    for statement in node.body:
+        names = ([statement.name] if isinstance(statement, (ast.FunctionDef,
+                                                              ast.AsyncFunctionDef,
+                                                              ast.ClassDef)) else
+                 [t.id for t in getattr(statement, "targets", [getattr(statement, "target",
+                                                                         None)])
+                  if isinstance(t, ast.Name)])
+        for name in names:
+            if name in CLASS_HOOKS:
+                problems.append(f"line {statement.lineno}: {what} defines {name}, which "
+                                f"creating a class calls, so it {AT_LOAD}; remove it")
+
+
+def check_definition(node, what, scope, problems):
     """What a def or class statement evaluates when it runs: decorators, defaults, annotations
     and base classes."""
     line = f"line {node.lineno}: "
@@ -134,9 +228,7 @@ def check_definition(node, what, problems):
         problems.append(f"line {node.decorator_list[0].lineno}: the decorator on {what} "
                         f"{AT_LOAD}; remove it (do what it does inside the function instead)")
     if isinstance(node, ast.ClassDef):
-        if any(has_call(n) for n in node.bases + node.keywords):
-            problems.append(f"{line}the base classes of {what} contain a call, which {AT_LOAD}; "
-                            f"remove the call")
+        check_class(node, what, scope, problems)
         return
     args = node.args
     positional = args.posonlyargs + args.args
@@ -176,21 +268,28 @@ def check_assignment(node, problems):
                         f"function")
 
 
-def check_body(body, owner, problems):
-    """The statements of the module (owner None) or of the class ``owner``."""
+def check_body(body, owner, scope, problems):
+    """The statements of the module (owner None) or of the class ``owner``; ``scope`` as for
+    check_class."""
     for node in body:
         line = f"line {node.lineno}: "
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if owner is None and node.name == "run" and isinstance(node, ast.AsyncFunctionDef):
                 problems.append(f"{line}run must be a plain function (def run, not async def run)")
             what = f"method '{owner}.{node.name}'" if owner else f"function '{node.name}'"
-            check_definition(node, what, problems)
+            check_definition(node, what, scope, problems)
         elif isinstance(node, ast.ClassDef):
             name = f"{owner}.{node.name}" if owner else node.name
-            check_definition(node, f"class '{name}'", problems)
-            check_body(node.body, name, problems)
+            check_definition(node, f"class '{name}'", scope, problems)
+            check_body(node.body, name, scope, problems)
+            scope["classes"].add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             check_assignment(node, problems)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if owner is None and isinstance(target, ast.Name) and target.id in CLASS_HOOKS:
+                    problems.append(f"{line}assigning {target.id} changes what runs when the "
+                                    f"tool is loaded; use another name")
         elif is_inert(node) or (owner is None and isinstance(node, ast.Import)):
             pass
         elif owner is None and isinstance(node, ast.ImportFrom):
@@ -289,7 +388,8 @@ def check(code_path, schema_path):
         problems.append("the code is nested too deeply to be parsed")
     schema = read_schema(schema_path, problems)
     if tree is not None:
-        check_body(tree.body, None, problems)
+        scope = {"classes": set(), "bindings": bindings(tree)}
+        check_body(tree.body, None, scope, problems)
         check_run(tree, schema, problems)
     return problems
 
@@ -325,7 +425,8 @@ def stdout_to_stderr():
 def load(code_path):
     """The tool's run. Raises Failure, or whatever the code raised while loading."""
     try:
-        code = compile(read_code(code_path), code_path, "exec")
+        code = compile(read_code(code_path), code_path, "exec", flags=LAZY_ANNOTATIONS,
+                       dont_inherit=True)
     except ValueError as error:  # unreadable, not UTF-8, or a null byte
         raise Failure(str(error)) from None
     module = types.ModuleType("tool")

@@ -4,53 +4,81 @@ Invoked as ``python3 -I -B /opt/file-agent/runner.py [--warm --max-idle SECONDS]
 ``--work DIR`` moves ``/work`` elsewhere: file-agent's tests run this runner with the host's Python
 in a temporary folder (their local runner); containers always use ``/work``.
 
+Two processes, forked before any request arrives:
+
+- **PID 1** (this process; the standard library only) speaks to file-agent. It alone reads the
+  container's stdin and writes the container's stdout and stderr.
+- **The worker**, forked at start, runs the script. Its stdin is ``/dev/null``; its stdout and
+  stderr are pipes that PID 1 reads. It never sees the request, and PID 1 keeps no secret it
+  could find: nothing that PID 1 writes can be written by the script.
+
 A container is either *cold* (created for an attempt that is already waiting) or *warm* (created
-ahead by file-agent's pool: ``--warm``). A warm runner first imports what nearly every attempt
-needs (``PRELOAD``) and writes ``READY`` on stdout; file-agent reads that line and keeps the
-container until an attempt takes it. While it waits untaken for ``IDLE_PRELOAD_AFTER_S``, it also
-imports what many attempts need (``IDLE_PRELOAD``), one module at a time, looking at stdin in
-between: on a quiet server every warm container has them, while under load (containers taken as
-soon as they are ready) no CPU goes to imports an attempt may not use. Either way the container
-serves exactly one attempt and is then removed: nothing here loops.
+ahead by file-agent's pool: ``--warm``). A warm worker first imports what nearly every attempt
+needs (``PRELOAD``), then tells PID 1, which writes ``READY`` on stdout; file-agent reads that line
+and keeps the container until an attempt takes it. While it waits untaken for
+``IDLE_PRELOAD_AFTER_S``, the worker also imports what many attempts need (``IDLE_PRELOAD``), one
+module at a time, looking between them for the script: on a quiet server every warm container
+has them, while under load (containers taken as soon as they are ready) no CPU goes to imports an
+attempt may not use. A cold worker imports nothing ahead. Either way the container serves exactly
+one attempt and is then removed: nothing here loops.
 
 Everything that belongs to the attempt arrives on stdin, never through the container's
 environment or labels (so a warm container was created knowing nothing of the attempt):
 
-1. one line of JSON, at most ``HEADER_MAX_BYTES``: ``seed`` (the output boundary is its
-   SHA-256, so a script that prints what it finds cannot cut its own stdout by accident),
-   ``upload_bytes``, ``timeout_s``, ``file_path`` and ``input_file_path``;
-2. ``upload_bytes`` bytes of tar, unpacked into ``/work`` (a size-capped tmpfs): ``script.py``
-   and ``in/<name>``, read-only;
+1. one line of JSON, at most ``HEADER_MAX_BYTES``: ``key`` (fresh for each attempt),
+   ``upload_bytes``, ``timeout_s``, ``stdio_max_bytes``, ``file_path`` and ``input_file_path``;
+2. ``upload_bytes`` bytes of tar, which PID 1 unpacks into ``/work`` (a size-capped tmpfs):
+   ``script.py`` and ``in/<name>``, read-only;
 3. nothing more: file-agent keeps stdin open for the whole attempt, and end of file means the
    server is gone (Docker closes a container's stdin when its one attached client goes away).
 
-Then the runner forks. The child drops the script's reassignments of the preset names (with
-Python's own ``ast``: the old server's regular expressions missed tuples, ``for`` targets,
-``with ... as`` and the walrus operator) and runs it as ``__main__`` in ``/work/out``, with the
-preloaded modules already in ``sys.modules``. The parent (PID 1) waits for whichever comes first:
+PID 1 then hands the worker the script's path and its preset names (the worker drops the
+script's reassignments of them, with Python's own ``ast``, and runs it as ``__main__`` in
+``/work/out``, with the preloaded modules already in ``sys.modules``), and relays what the worker
+writes. Everything PID 1 writes on stdout after ``READY`` is a *frame*: one byte of kind, four
+bytes of length (big-endian), that many bytes (at most ``FRAME_MAX_BYTES``), then ``MAC_BYTES`` of
+HMAC-SHA256 under ``key`` over the frame's sequence number (eight bytes, big-endian, from 0), its
+kind, length and payload. The script's bytes only ever travel inside a payload, so none of them
+can end a frame or add one; and the MAC holds even where the script can reach PID 1's stdout
+itself (gVisor lets a process open ``/proc/1/fd/1`` whatever PID 1's dumpable flag says): the
+key exists only in PID 1's memory and file-agent's, so bytes the script writes there make the
+stream fail to parse, which file-agent counts as a failed attempt. The kinds, in order:
 
-- the child exits: the parent kills whatever the script left behind and writes the boundary and a
-  tar of ``/work/out`` on stdout; file-agent unpacks it as untrusted input (a script can forge
-  the stream, but only to spoil its own result). Then one last line on stderr, after an exit
-  marker derived from the same seed, says how it ended (``exit_code``, and ``oom_killed`` when
-  the cgroup's counter of out-of-memory kills can be read), so that file-agent has the whole
-  result without waiting for the container to be reported gone;
+- ``o`` and ``e``: the script's stdout and stderr (and PID 1's own words about the attempt, on
+  ``e``), each cut at ``stdio_max_bytes``: PID 1 reads the rest and counts it as dropped;
+- ``x``: how the script ended, one JSON object: ``ended`` (``exited``, ``deadline``, or
+  ``bad_request`` when the request could not be read), ``exit_code`` (from PID 1's ``waitpid``;
+  128 + the signal when a signal ended it), ``signal``, ``oom_killed`` (from the cgroup's counter
+  of out-of-memory kills, ``null`` when it cannot be read), ``duration_s`` (PID 1's clock, from
+  handing over the script to its end) and ``stdout_dropped``/``stderr_dropped``;
+- ``a``: a tar of ``/work/out`` (file-agent unpacks it as untrusted input: the script chose its
+  content);
+- ``z``: the end; nothing follows.
+
+PID 1 waits for whichever comes first:
+
+- the worker exits: PID 1 kills whatever the script left behind, relays the last of its output,
+  and writes ``x``, ``a`` and ``z``, so that file-agent has the whole result without waiting for
+  the container to be reported gone;
 - ``timeout_s`` + ``DEADLINE_GRACE_S`` pass: file-agent kills the container at ``timeout_s``; this
   is the runner's own backstop, which also holds when no server is watching any more;
 - stdin ends: the server crashed or was killed; nobody will read a result, so everything stops.
 
-The parent is not dumpable (no ptrace of it by the script, which runs as the same user), keeps no
-secret, and as PID 1 cannot be killed from inside the container. The script's process has the
-highest OOM score, so the kernel's out-of-memory killer takes it rather than the runner.
+PID 1 is not dumpable (no ptrace of it, and no reading of its memory, nor under runc of its
+descriptors, through ``/proc/1``, by the script, which runs as the same user). It ignores the
+signals a script could send it to end it (``SIGINT``, ``SIGTERM``, ``SIGHUP``, ``SIGQUIT`` and
+the like); the kernel
+delivers no other signal from inside the container to a PID 1, and file-agent's own stop is a
+``SIGKILL`` from outside, which always works. The worker has the highest OOM score, so the
+kernel's out-of-memory killer takes it rather than PID 1.
 
 It does not enforce the sandbox: the container does (no network, read-only root, dropped
 capabilities, limits). A script that imports ``os`` and writes elsewhere only reaches what the
 container lets it reach.
 """
 
-import ast
-import gc
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -68,7 +96,7 @@ OUTPUT_DIR = "/work/out"
 INPUT_DIR = "/work/in"
 PROTECTED = ("file_path", "input_file_path", "output_dir", "input_dir", "input_files")
 DISCARD_PREFIX = "_file_agent_ignored_"
-# What a warm container imports before it says READY: what nearly every attempt needs (pandas'
+# What a warm worker imports before it says READY: what nearly every attempt needs (pandas'
 # Excel formatting is imported on the first to_excel, by most attempts).
 PRELOAD = ("numpy", "pandas", "pandas.io.formats.excel", "xlsxwriter")
 # What it imports while it waits untaken: what many attempts need (reading and changing
@@ -77,26 +105,250 @@ IDLE_PRELOAD = ("openpyxl", "docx", "matplotlib", "matplotlib.pyplot")
 IDLE_PRELOAD_AFTER_S = 3.0
 READY = b"--file-agent-ready--\n"
 HEADER_MAX_BYTES = 64 * 1024
+# The largest payload of one frame; file-agent refuses a longer one.
+FRAME_MAX_BYTES = 64 * 1024
+FRAME_STDOUT = b"o"
+FRAME_STDERR = b"e"
+FRAME_EXIT = b"x"
+FRAME_ARCHIVE = b"a"
+FRAME_END = b"z"
+# Bytes of HMAC-SHA256 that close every frame.
+MAC_BYTES = 16
+# The cap on each of stdout and stderr when the request names none.
+STDIO_MAX_BYTES = 1 << 20
 # The runner's own deadline comes this long after file-agent's, which normally acts first.
 DEADLINE_GRACE_S = 5.0
+# Once the worker has ended, the longest PID 1 waits for the end of its pipes (everything
+# that could hold them has been killed; outside a container, an escaped process may not be).
+DRAIN_S = 2.0
 # Exit codes of the runner itself (a script's own code passes through).
 EXIT_BAD_REQUEST = 3
+EXIT_WORKER_LOST = 4
 EXIT_DEADLINE = 124
 EXIT_SERVER_GONE = 125
 PR_SET_DUMPABLE = 4
+# Signals a script could send PID 1 to end it: PID 1 ignores them (see the module's comment).
+IGNORED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
 
 
-class _DropReassignments(ast.NodeTransformer):
-    """Renames stores and deletes of the protected names, wherever they stand."""
+# ---------------------------------------------------------------------------------------------
+# Shared by both processes (defined before the fork).
 
-    def __init__(self):
-        self.dropped = []
 
-    def visit_Name(self, node):
-        if node.id in PROTECTED and isinstance(node.ctx, (ast.Store, ast.Del)):
-            self.dropped.append((node.lineno, node.id))
-            return ast.copy_location(ast.Name(id=DISCARD_PREFIX + node.id, ctx=node.ctx), node)
-        return node
+def _readable(fds, timeout):
+    """Which of ``fds`` can be read (or have ended) within ``timeout`` seconds (None: no
+    limit). poll, not select: gVisor refuses select."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    milliseconds = None if timeout is None else max(0, int(timeout * 1000))
+    while True:
+        try:
+            return {fd for fd, _ in poller.poll(milliseconds)}
+        except InterruptedError:
+            continue
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _flush_standard_streams():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or replaced stream is not our problem
+            pass
+
+
+def _set_dumpable(dumpable):
+    """PR_SET_DUMPABLE: a process that is not dumpable cannot be traced by another process of
+    the same user, and its /proc files (memory, descriptors, environment) belong to root."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(dumpable), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # defence in depth only; the container's boundary does not depend on it
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker: imports, waits for its job, runs the script, exits. It never returns.
+
+
+def _import(name):
+    """Imports ``name``; a failure is reported and skipped: the script's own import will say
+    what is wrong."""
+    try:
+        __import__(name)
+    except Exception as error:  # noqa: BLE001 - any import failure is only reported
+        print(f"file-agent: preloading {name} failed: {error}", file=sys.stderr, flush=True)
+
+
+def _freeze():
+    """Objects that exist now are never collected, so the script's garbage collections do not
+    walk the libraries' objects."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def _exercise():
+    """Writes a small DataFrame to a workbook in memory, once: the lazy imports and caches of
+    a script's first ``to_excel`` are then paid before READY, not by the attempt."""
+    try:
+        import pandas
+
+        frame = pandas.DataFrame({"number": [1, 2], "text": ["a", "b"]})
+        with pandas.ExcelWriter(io.BytesIO(), engine="xlsxwriter") as writer:
+            frame.to_excel(writer, sheet_name="warm-up", index=False)
+    except Exception as error:  # noqa: BLE001 - only an optimisation
+        print(f"file-agent: the warm-up failed: {error}", file=sys.stderr, flush=True)
+
+
+def _preload_while_idle(control):
+    """The idle preload: only while no job has arrived on ``control``; returns as soon as one
+    has (or PID 1 is gone), at the latest after the module being imported."""
+    if _readable([control], IDLE_PRELOAD_AFTER_S):
+        return
+    for name in IDLE_PRELOAD:
+        _import(name)
+        if _readable([control], 0):
+            break
+    _freeze()
+
+
+def _read_job(control):
+    """The job PID 1 sends: one line of JSON (the script's path and its preset names); None
+    when PID 1 closed the pipe first."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(control, 1 << 16)
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data)
+
+
+def _exit_code(exit):
+    """The process exit code Python would give for this SystemExit."""
+    if exit.code is None:
+        return 0
+    if isinstance(exit.code, int):
+        return exit.code
+    print(exit.code, file=sys.stderr)
+    return 1
+
+
+def _without_reassignments(tree):
+    """Renames stores and deletes of the protected names, wherever they stand (tuples, ``for``
+    targets, ``with ... as``, the walrus operator); returns the tree and what was renamed."""
+    import ast
+
+    dropped = []
+
+    class DropReassignments(ast.NodeTransformer):
+        def visit_Name(self, node):
+            if node.id in PROTECTED and isinstance(node.ctx, (ast.Store, ast.Del)):
+                dropped.append((node.lineno, node.id))
+                return ast.copy_location(ast.Name(id=DISCARD_PREFIX + node.id, ctx=node.ctx), node)
+            return node
+
+    return ast.fix_missing_locations(DropReassignments().visit(tree)), dropped
+
+
+def _run(script, names):
+    """Runs the script in this process; returns its exit code."""
+    import ast
+    import gc
+
+    with open(script, "rb") as handle:
+        source = handle.read()
+    try:
+        tree = ast.parse(source, filename=script)
+    except SyntaxError:
+        traceback.print_exc(limit=0)
+        return 1
+
+    tree, dropped = _without_reassignments(tree)
+    for line, name in dropped:
+        print(
+            f"file-agent: ignored reassignment of `{name}` on line {line}; "
+            f"it is preset and must not be changed",
+            file=sys.stderr,
+        )
+
+    os.makedirs(OUTPUT_DIR, exist_ok=True)
+    os.chdir(OUTPUT_DIR)
+    namespace = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__}
+    namespace.update(names)
+    code = compile(tree, script, "exec")
+    try:
+        exec(code, namespace)
+    except SystemExit as exit:
+        return _exit_code(exit)
+    except BaseException:
+        # Show the user's frames only: the first frame is this runner's exec call.
+        etype, value, tb = sys.exc_info()
+        traceback.print_exception(etype, value, tb.tb_next if tb is not None else None)
+        return 1
+    finally:
+        # Drop the script's objects so files it left open are flushed and closed before
+        # the worker exits.
+        namespace.clear()
+        gc.collect()
+    return 0
+
+
+def _worker(warm, fds):
+    """The forked worker; ``fds`` are the pipe ends it keeps, by name (``control``: jobs from
+    PID 1; ``status``: READY to PID 1; ``stdout``/``stderr``: what PID 1 relays), and ``close``
+    the ends that are PID 1's. Never returns."""
+    code = 1
+    try:
+        for fd in fds["close"]:
+            os.close(fd)
+        # Nothing of the container's own streams: stdin is empty, stdout and stderr are pipes.
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(fds["stdout"], 1)
+        os.dup2(fds["stderr"], 2)
+        os.close(fds["stdout"])
+        os.close(fds["stderr"])
+        _set_dumpable(True)
+        try:
+            with open("/proc/self/oom_score_adj", "w") as handle:
+                handle.write("1000")
+        except OSError:
+            pass
+        if warm:
+            for name in PRELOAD:
+                _import(name)
+            _exercise()
+            _freeze()
+            _flush_standard_streams()
+            _write_all(fds["status"], b"ready\n")
+            _preload_while_idle(fds["control"])
+        os.close(fds["status"])
+        job = _read_job(fds["control"])
+        os.close(fds["control"])
+        if job is not None:
+            code = _run(job["script"], job["names"])
+        else:
+            code = 0
+    except BaseException:  # noqa: BLE001 - whatever happens, the worker must exit here
+        traceback.print_exc()
+    _flush_standard_streams()
+    os._exit(code & 0xFF)
+
+
+# ---------------------------------------------------------------------------------------------
+# PID 1.
 
 
 class _Stdin:
@@ -148,6 +400,276 @@ class _Exactly(io.RawIOBase):
         return len(data)
 
 
+class _Frames:
+    """PID 1's stdout after READY: frames (see the module's comment), each closed by its MAC
+    under the request's ``key``, with the script's stdout and stderr each cut at ``cap`` bytes
+    and the rest counted."""
+
+    def __init__(self, key, cap):
+        self.mac = hmac.new(key.encode(), digestmod=hashlib.sha256)
+        self.sequence = 0
+        self.cap = cap
+        self.kept = {FRAME_STDOUT: 0, FRAME_STDERR: 0}
+        self.dropped = {FRAME_STDOUT: 0, FRAME_STDERR: 0}
+
+    def write(self, kind, payload=b""):
+        """Writes ``payload`` as frames of ``kind`` (one, empty, when there is nothing)."""
+        start = 0
+        while True:
+            chunk = payload[start : start + FRAME_MAX_BYTES]
+            head = kind + len(chunk).to_bytes(4, "big")
+            mac = self.mac.copy()
+            mac.update(self.sequence.to_bytes(8, "big"))
+            mac.update(head)
+            mac.update(chunk)
+            _write_all(1, head + chunk + mac.digest()[:MAC_BYTES])
+            self.sequence += 1
+            start += FRAME_MAX_BYTES
+            if start >= len(payload):
+                return
+
+    def relay(self, kind, data):
+        """The script's ``data`` on stdout or stderr, up to the cap."""
+        room = max(0, self.cap - self.kept[kind])
+        kept = data[:room]
+        if kept:
+            self.write(kind, kept)
+            self.kept[kind] += len(kept)
+        self.dropped[kind] += len(data) - len(kept)
+
+    def say(self, text):
+        """PID 1's own words about the attempt, on the script's stderr (not counted)."""
+        self.write(FRAME_STDERR, f"file-agent: {text}\n".encode())
+
+    def report(self, ended, exit_code=None, signal_number=None, oom_killed=None, duration=0.0):
+        self.write(
+            FRAME_EXIT,
+            json.dumps(
+                {
+                    "ended": ended,
+                    "exit_code": exit_code,
+                    "signal": signal_number,
+                    "oom_killed": oom_killed,
+                    "duration_s": round(duration, 6),
+                    "stdout_dropped": self.dropped[FRAME_STDOUT],
+                    "stderr_dropped": self.dropped[FRAME_STDERR],
+                }
+            ).encode(),
+        )
+
+
+class _ArchiveFrames(io.RawIOBase):
+    """A write-only file whose bytes go out as ``a`` frames, for tarfile's stream mode."""
+
+    def __init__(self, frames):
+        self.frames = frames
+        self.pending = bytearray()
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        self.pending += data
+        while len(self.pending) >= FRAME_MAX_BYTES:
+            self.frames.write(FRAME_ARCHIVE, bytes(self.pending[:FRAME_MAX_BYTES]))
+            del self.pending[:FRAME_MAX_BYTES]
+        return len(data)
+
+    def flush(self):
+        if self.pending:
+            self.frames.write(FRAME_ARCHIVE, bytes(self.pending))
+            self.pending.clear()
+
+
+class _Worker:
+    """PID 1's side of the worker: its pid, the pipes, and its end once reaped."""
+
+    def __init__(self, warm):
+        control = os.pipe()
+        status = os.pipe()
+        stdout = os.pipe()
+        stderr = os.pipe()
+        _flush_standard_streams()
+        self.pid = os.fork()
+        if self.pid == 0:
+            _worker(
+                warm,
+                {
+                    "control": control[0],
+                    "status": status[1],
+                    "stdout": stdout[1],
+                    "stderr": stderr[1],
+                    "close": (control[1], status[0], stdout[0], stderr[0]),
+                },
+            )
+        for fd in (control[0], status[1], stdout[1], stderr[1]):
+            os.close(fd)
+        self.control = control[1]
+        self.status = status[0]
+        self.stdout = stdout[0]
+        self.stderr = stderr[0]
+        # SIGCHLD wakes PID 1's waits through this pipe (poll returns on it).
+        self.wakeup = os.pipe()
+        for fd in self.wakeup:
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self.wakeup[1])
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.ended = None
+
+    def reap(self):
+        """Reaps every child that has ended (PID 1 inherits the script's orphans); the
+        worker's wait status once it has ended, else None."""
+        try:
+            os.read(self.wakeup[0], 4096)
+        except (BlockingIOError, InterruptedError):
+            pass
+        while self.ended is None:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid == self.pid:
+                self.ended = status
+        return self.ended
+
+    def await_ready(self):
+        """Waits for the warm worker's imports; what it writes meanwhile (an import warning)
+        goes to the container's stderr, for file-agent's log. False when it died first."""
+        line = b""
+        while True:
+            ready = _readable([self.status, self.stdout, self.stderr, self.wakeup[0]], None)
+            for fd in (self.stdout, self.stderr):
+                if fd in ready:
+                    data = os.read(fd, 1 << 16)
+                    if data:
+                        _write_all(2, data)
+            if self.status in ready:
+                chunk = os.read(self.status, 64)
+                line += chunk
+                if line == b"ready\n":
+                    return True
+                if not chunk:
+                    return False
+            if self.reap() is not None:
+                return False
+
+    def await_request(self, max_idle):
+        """Waits until stdin has something (the request, or its end): "request"; "idle" when
+        ``max_idle`` passed first (None: no limit), "worker lost" when the worker died. What
+        the worker writes meanwhile is read and dropped: nothing may reach stdout before the
+        request."""
+        deadline = None if max_idle is None else time.monotonic() + max_idle
+        watched = [0, self.stdout, self.stderr, self.wakeup[0]]
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return "idle"
+            ready = _readable(watched, remaining)
+            if 0 in ready:
+                return "request"
+            for fd in (self.stdout, self.stderr):
+                if fd in ready and not os.read(fd, 1 << 16):
+                    watched.remove(fd)
+            if self.reap() is not None:
+                return "worker lost"
+
+    def start(self, script, names):
+        """Hands the worker its job; False when it is gone."""
+        job = json.dumps({"script": script, "names": names}).encode() + b"\n"
+        try:
+            _write_all(self.control, job)
+            os.close(self.control)
+        except OSError:
+            return False
+        return True
+
+    def relay(self, frames, deadline):
+        """Relays the worker's output until it has ended (its wait status), ``deadline``
+        passes ("deadline") or stdin ends ("server gone")."""
+        watched = {self.stdout: FRAME_STDOUT, self.stderr: FRAME_STDERR}
+        while True:
+            if self.reap() is not None:
+                return self.ended
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "deadline"
+            ready = _readable([*watched, self.wakeup[0], 0], remaining)
+            for fd in [fd for fd in watched if fd in ready]:
+                data = os.read(fd, 1 << 16)
+                if data:
+                    frames.relay(watched[fd], data)
+                else:
+                    del watched[fd]
+            if 0 in ready and not os.read(0, 4096):
+                return "server gone"
+
+    def drain(self, frames):
+        """Relays what is left in the pipes, once everything that could write them has been
+        killed: until both end, or ``DRAIN_S``."""
+        watched = {self.stdout: FRAME_STDOUT, self.stderr: FRAME_STDERR}
+        deadline = time.monotonic() + DRAIN_S
+        while watched:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for fd in _readable(list(watched), remaining):
+                data = os.read(fd, 1 << 16)
+                if data:
+                    if frames is not None:
+                        frames.relay(watched[fd], data)
+                else:
+                    del watched[fd]
+
+    def stop_everything(self):
+        """Kills the worker and whatever the script started, so nothing writes after this."""
+        if os.getpid() == 1:
+            # As the container's init: every other process in it.
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        elif os.getpgrp() == os.getpid():
+            # Outside a container (the tests' local runner starts it as the leader of its own
+            # process group): every other process of the group.
+            for pid in _group_members():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if self.ended is None:
+            try:
+                _, self.ended = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+        self.reap()
+
+
+def _group_members():
+    """Processes of this process group other than this one (from /proc)."""
+    group = os.getpgrp()
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == group:
+            members.append(int(entry))
+    return members
+
+
+def _ignore_signals_from_inside():
+    for name in IGNORED_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:
+            signal.signal(number, signal.SIG_IGN)
+
+
 def _cpu_quota():
     """The container's CPU limit, rounded up (cgroup v2 or v1); 1 when unknown."""
     try:
@@ -171,7 +693,7 @@ def _cpu_quota():
 
 def _limit_threads():
     """Math libraries start a thread per host CPU by default, which the pids limit and a
-    one-CPU quota do not want (and which forking would have to restart)."""
+    one-CPU quota do not want. Set before the worker is forked, so that it inherits them."""
     threads = str(_cpu_quota())
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, threads)
@@ -187,61 +709,6 @@ def _seed_matplotlib_cache():
         shutil.copytree(MATPLOTLIB_SEED, target)
     except OSError:
         pass  # matplotlib rebuilds it; slower, not wrong
-
-
-def _import(name):
-    """Imports ``name``; a failure is reported and skipped: the script's own import will say
-    what is wrong."""
-    try:
-        __import__(name)
-    except Exception as error:  # noqa: BLE001 - any import failure is only reported
-        print(f"file-agent: preloading {name} failed: {error}", file=sys.stderr, flush=True)
-
-
-def _freeze():
-    """Objects that exist now are never collected, so the script's garbage collections do not
-    touch (and copy) the pages it shares with this process after the fork."""
-    gc.collect()
-    gc.freeze()
-
-
-def _exercise():
-    """Writes a small DataFrame to a workbook in memory, once: the lazy imports and caches of
-    a script's first ``to_excel`` are then paid before READY, not by the attempt."""
-    try:
-        import pandas
-
-        frame = pandas.DataFrame({"number": [1, 2], "text": ["a", "b"]})
-        with pandas.ExcelWriter(io.BytesIO(), engine="xlsxwriter") as writer:
-            frame.to_excel(writer, sheet_name="warm-up", index=False)
-    except Exception as error:  # noqa: BLE001 - only an optimisation
-        print(f"file-agent: the warm-up failed: {error}", file=sys.stderr, flush=True)
-
-
-def _readable(fds, timeout):
-    """Which of ``fds`` can be read (or have ended) within ``timeout`` seconds (None: no
-    limit). poll, not select: gVisor refuses select."""
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN)
-    milliseconds = None if timeout is None else max(0, int(timeout * 1000))
-    return {fd for fd, _ in poller.poll(milliseconds)}
-
-
-def _stdin_ready(timeout):
-    return bool(_readable([0], timeout))
-
-
-def _preload_while_idle():
-    """The idle preload: only while nothing has arrived on stdin; returns as soon as something
-    has (a request, or the end of stdin), at the latest after the module being imported."""
-    if _stdin_ready(IDLE_PRELOAD_AFTER_S):
-        return
-    for name in IDLE_PRELOAD:
-        _import(name)
-        if _stdin_ready(0):
-            break
-    _freeze()
 
 
 def _receive_upload(stdin, size):
@@ -287,143 +754,6 @@ def _preset_names(request):
     }
 
 
-def _exit_code(exit):
-    """The process exit code Python would give for this SystemExit."""
-    if exit.code is None:
-        return 0
-    if isinstance(exit.code, int):
-        return exit.code
-    print(exit.code, file=sys.stderr)
-    return 1
-
-
-def _run(script, names):
-    """Runs the script in this process; returns its exit code."""
-    with open(script, "rb") as handle:
-        source = handle.read()
-    try:
-        tree = ast.parse(source, filename=script)
-    except SyntaxError:
-        traceback.print_exc(limit=0)
-        return 1
-
-    transformer = _DropReassignments()
-    tree = ast.fix_missing_locations(transformer.visit(tree))
-    for line, name in transformer.dropped:
-        print(
-            f"file-agent: ignored reassignment of `{name}` on line {line}; "
-            f"it is preset and must not be changed",
-            file=sys.stderr,
-        )
-
-    os.makedirs(OUTPUT_DIR, exist_ok=True)
-    os.chdir(OUTPUT_DIR)
-    namespace = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__}
-    namespace.update(names)
-    code = compile(tree, script, "exec")
-    try:
-        exec(code, namespace)
-    except SystemExit as exit:
-        return _exit_code(exit)
-    except BaseException:
-        # Show the user's frames only: the first frame is this runner's exec call.
-        etype, value, tb = sys.exc_info()
-        traceback.print_exception(etype, value, tb.tb_next if tb is not None else None)
-        return 1
-    finally:
-        # Drop the script's objects so files it left open are flushed and closed before
-        # /work/out is sent back.
-        namespace.clear()
-        gc.collect()
-    return 0
-
-
-def _flush_standard_streams():
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed or replaced stream is not our problem
-            pass
-
-
-def _set_dumpable(dumpable):
-    """PR_SET_DUMPABLE: a process that is not dumpable cannot be traced by another process of
-    the same user, and its /proc files belong to root."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(dumpable), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # defence in depth only; the container's boundary does not depend on it
-
-
-def _child(script, names, wakeup, done):
-    """The forked child: runs the script, tells the parent its exit code on ``done`` (so the
-    parent need not wait for this process to be torn down) and exits; never returns."""
-    code = 1
-    try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in wakeup + (done[0],):
-            os.close(fd)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        _set_dumpable(True)
-        try:
-            with open("/proc/self/oom_score_adj", "w") as handle:
-                handle.write("1000")
-        except OSError:
-            pass
-        code = _run(script, names)
-    except BaseException:  # noqa: BLE001 - whatever happens, the child must exit here
-        traceback.print_exc()
-    _flush_standard_streams()
-    try:
-        os.write(done[1], str(code & 0xFF).encode())
-    except OSError:
-        pass
-    os._exit(code & 0xFF)
-
-
-def _wait(pid, wakeup, done, deadline):
-    """Waits for the child ``pid``: its exit code (told on ``done``, or read from its exit
-    status when it died without telling), or "deadline", or "server gone". Reaps every other
-    child that ends meanwhile (PID 1 inherits the script's orphans)."""
-    read_end = wakeup[0]
-    watched = [read_end, done, 0]
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return "deadline"
-        ready = _readable(watched, remaining)
-        if done in ready:
-            told = os.read(done, 16)
-            if told:
-                try:
-                    return int(told)
-                except ValueError:
-                    pass
-            watched.remove(done)
-        if read_end in ready:
-            try:
-                os.read(read_end, 4096)
-            except BlockingIOError:
-                pass
-        if 0 in ready and not os.read(0, 4096):
-            return "server gone"
-        while True:
-            try:
-                ended, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if ended == 0:
-                break
-            if ended == pid:
-                code = os.waitstatus_to_exitcode(status)
-                return code if code >= 0 else 128 - code
-
-
 def _oom_kills():
     """How many processes the kernel's out-of-memory killer has killed in this container's
     cgroup (v2 or v1), or None when the counter cannot be read (gVisor, old kernels)."""
@@ -437,31 +767,6 @@ def _oom_kills():
         except (OSError, ValueError):
             continue
     return None
-
-
-def _stop_other_processes():
-    """As the container's init, kill whatever the script started, so nothing writes after us."""
-    if os.getpid() == 1:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _send_outputs(boundary):
-    """Writes the boundary, then /work/out as a tar stream, on stdout."""
-    with os.fdopen(1, "wb", closefd=False) as raw:
-        raw.write(boundary.encode())
-        with tarfile.open(fileobj=raw, mode="w|", format=tarfile.PAX_FORMAT) as archive:
-            for folder, dirs, files in os.walk(OUTPUT_DIR):
-                dirs.sort()
-                for name in sorted(dirs) + sorted(files):
-                    path = os.path.join(folder, name)
-                    arcname = os.path.relpath(path, OUTPUT_DIR)
-                    try:
-                        archive.add(path, arcname=arcname, recursive=False)
-                    except OSError as error:
-                        print(f"file-agent: could not copy out {arcname}: {error}", file=sys.stderr)
 
 
 def _parse_args(argv):
@@ -497,21 +802,91 @@ def _use_work_dir(work):
     INPUT_DIR = os.path.join(work, "in")
 
 
-def _read_request(stdin, max_idle):
-    """The attempt's header and upload, or None when stdin ends first (nobody took this
-    container, or its server is gone). A warm container that waits longer than ``max_idle``
-    ends on its own."""
-    if max_idle is not None:
-        if not _stdin_ready(max_idle):
-            return None
+
+
+def _read_request(stdin):
+    """The attempt's header, once its upload is unpacked; None when stdin ends first (nobody
+    took this container, or its server is gone)."""
     try:
         request = json.loads(stdin.read_line(HEADER_MAX_BYTES))
     except EOFError:
         return None
-    if not isinstance(request, dict) or not isinstance(request.get("seed"), str):
+    if (
+        not isinstance(request, dict)
+        or not isinstance(request.get("upload_bytes"), int)
+        or not isinstance(request.get("key"), str)
+    ):
         raise ValueError("the request header is not the JSON object file-agent sends")
-    _receive_upload(stdin, int(request.get("upload_bytes", 0)))
+    try:
+        _receive_upload(stdin, request["upload_bytes"])
+    except (OSError, ValueError, EOFError, tarfile.TarError) as error:
+        raise _BadUpload(request, error) from error
     return request
+
+
+class _BadUpload(Exception):
+    """An upload that could not be unpacked, under a header that could (so with its key)."""
+
+    def __init__(self, request, error):
+        super().__init__(str(error))
+        self.request = request
+
+
+def _send_outputs(frames):
+    """Writes /work/out as a tar stream in ``a`` frames."""
+    sink = _ArchiveFrames(frames)
+    with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as archive:
+        for folder, dirs, files in os.walk(OUTPUT_DIR):
+            dirs.sort()
+            for name in sorted(dirs) + sorted(files):
+                path = os.path.join(folder, name)
+                arcname = os.path.relpath(path, OUTPUT_DIR)
+                try:
+                    archive.add(path, arcname=arcname, recursive=False)
+                except OSError as error:
+                    frames.say(f"could not copy out {arcname}: {error}")
+    sink.flush()
+
+
+def _attempt(worker, frames, script, request):
+    """Runs the attempt the request describes in the worker and writes its result; returns
+    PID 1's exit code."""
+    timeout = float(request.get("timeout_s") or 0)
+    deadline = time.monotonic() + timeout + DEADLINE_GRACE_S
+    oom_kills_before = _oom_kills()
+    started = time.monotonic()
+    if not worker.start(script, _preset_names(request)):
+        worker.reap()
+    ended = worker.relay(frames, deadline)
+    duration = time.monotonic() - started
+    worker.stop_everything()
+    if ended == "server gone":
+        return EXIT_SERVER_GONE
+    worker.drain(frames)
+    if ended == "deadline":
+        frames.say("the script ran past its deadline and was stopped by the runner")
+        frames.report("deadline", duration=duration)
+        frames.write(FRAME_END)
+        return EXIT_DEADLINE
+    code = os.waitstatus_to_exitcode(ended)
+    signal_number = -code if code < 0 else None
+    if signal_number is not None:
+        code = 128 + signal_number
+    oom_kills_after = _oom_kills()
+    oom_killed = None
+    if oom_kills_before is not None and oom_kills_after is not None:
+        oom_killed = oom_kills_after > oom_kills_before
+    elif signal_number != signal.SIGKILL:
+        # No counter (gVisor): a script that was not killed was not killed for its memory;
+        # for one that was, file-agent asks Docker.
+        oom_killed = False
+    frames.report("exited", code, signal_number, oom_killed, duration)
+    try:
+        _send_outputs(frames)
+    except (OSError, tarfile.TarError) as error:
+        frames.say(f"could not send the outputs: {error}")
+    frames.write(FRAME_END)
+    return code
 
 
 def main(argv):
@@ -524,71 +899,49 @@ def main(argv):
     _set_dumpable(False)
     _limit_threads()
     _seed_matplotlib_cache()
+    worker = _Worker(warm)
+    _ignore_signals_from_inside()
     if warm:
-        for name in PRELOAD:
-            _import(name)
-        _exercise()
-        _freeze()
-        os.write(1, READY)
-        _preload_while_idle()
+        if not worker.await_ready():
+            print("file-agent: the warm worker ended before it was ready", file=sys.stderr)
+            return EXIT_WORKER_LOST
+        _write_all(1, READY)
+    waited = worker.await_request(max_idle)
+    if waited != "request":
+        worker.stop_everything()
+        if waited == "worker lost":
+            print("file-agent: the worker ended before the request came", file=sys.stderr)
+            return EXIT_WORKER_LOST
+        return EXIT_SERVER_GONE
     stdin = _Stdin()
     try:
-        request = _read_request(stdin, max_idle)
-    except (OSError, ValueError, EOFError, tarfile.TarError) as error:
-        print(f"file-agent: could not receive the script and inputs: {error}", file=sys.stderr)
+        request = _read_request(stdin)
+    except _BadUpload as bad:
+        worker.stop_everything()
+        frames = _frames_for(bad.request)
+        frames.say(f"could not receive the script and inputs: {bad}")
+        frames.report("bad_request", EXIT_BAD_REQUEST)
+        frames.write(FRAME_END)
+        return EXIT_BAD_REQUEST
+    except (OSError, ValueError, EOFError) as error:
+        # No key to frame with: said on stderr, and file-agent sees no report.
+        worker.stop_everything()
+        print(f"file-agent: could not read the request: {error}", file=sys.stderr)
         return EXIT_BAD_REQUEST
     if request is None:
+        worker.stop_everything()
         return EXIT_SERVER_GONE
-    digest = hashlib.sha256(request["seed"].encode()).hexdigest()
-    boundary = f"\n--file-agent-outputs-{digest}--\n"
-    exit_marker = f"\n--file-agent-exit-{digest}--\n"
-    deadline = time.monotonic() + float(request.get("timeout_s", 0)) + DEADLINE_GRACE_S
-    names = _preset_names(request)
-    del request
+    return _attempt(worker, _frames_for(request), script, request)
 
-    # SIGCHLD wakes the wait below through this pipe; installed before the fork so that a child
-    # that ends at once is not missed.
-    wakeup = os.pipe()
-    for fd in wakeup:
-        os.set_blocking(fd, False)
-    signal.set_wakeup_fd(wakeup[1])
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    _flush_standard_streams()
-    oom_kills_before = _oom_kills()
-    done = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        _child(script, names, wakeup, done)
-    os.close(done[1])
-    ended = _wait(pid, wakeup, done[0], deadline)
-    _stop_other_processes()
-    if ended == "server gone":
-        return EXIT_SERVER_GONE
-    if ended == "deadline":
-        print("file-agent: the script ran past its deadline and was stopped by the runner", file=sys.stderr)
-        return EXIT_DEADLINE
-    try:
-        _send_outputs(boundary)
-    except OSError as error:
-        print(f"file-agent: could not send the outputs: {error}", file=sys.stderr)
-        return ended or 1
-    oom_kills_after = _oom_kills()
-    oom_killed = None
-    if oom_kills_before is not None and oom_kills_after is not None:
-        oom_killed = oom_kills_after > oom_kills_before
-    elif ended != 128 + signal.SIGKILL:
-        # No counter (gVisor): a script that was not killed was not killed for its memory;
-        # for one that was, file-agent asks Docker.
-        oom_killed = False
-    trailer = json.dumps({"exit_code": ended, "oom_killed": oom_killed})
-    _flush_standard_streams()
-    os.write(2, f"{exit_marker}{trailer}\n".encode())
-    return ended
+
+def _frames_for(request):
+    cap = request.get("stdio_max_bytes")
+    return _Frames(request["key"], cap if isinstance(cap, int) and cap >= 0 else STDIO_MAX_BYTES)
 
 
 if __name__ == "__main__":
     code = main(sys.argv)
     _flush_standard_streams()
-    # Skip interpreter finalisation (tearing down pandas and friends takes ~0.1 s): the outputs
-    # are sent and the streams flushed, and the container is removed right after.
+    # Skip interpreter finalisation: the result is sent and the streams flushed, and the
+    # container is removed right after.
     os._exit(code & 0xFF)

@@ -78,6 +78,13 @@ enum Command {
     /// Check or read the audit trail (FILE_AGENT_AUDIT_FILE).
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// The PDF check's child process (run by the server, not by hand): caps its own memory at
+    /// MEMORY bytes, reads a PDF on stdin and prints the verdict as JSON.
+    #[command(name = "check-pdf", hide = true)]
+    CheckPdf {
+        /// The address space it may use, in bytes.
+        memory: String,
+    },
     /// Measure attempts, cold and warm, beside `docker run --rm`, a plain python3 subprocess
     /// and the script's body alone; throughput; and `run_python` over MCP. All in one run.
     Bench {
@@ -167,6 +174,10 @@ enum ImageCommand {
 /// Parses the command line, runs the command, and maps the result to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before anything else: the PDF check's child caps itself and reads nothing but stdin.
+    if let Some(Command::CheckPdf { memory }) = &cli.command {
+        return crate::tools::pdf::child_main(memory);
+    }
     // Before any thread exists: `.env` fills in variables the environment does not set.
     match dotenvy::from_path(".env") {
         Ok(()) => {}
@@ -225,7 +236,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     let config = SandboxConfig::from_env()?;
     match command {
-        Command::Serve(_) | Command::Audit(_) | Command::Health { .. } => {
+        Command::Serve(_)
+        | Command::Audit(_)
+        | Command::Health { .. }
+        | Command::CheckPdf { .. } => {
             unreachable!("handled above")
         }
         Command::Run(args) => Ok(run::run(config, args).await),

@@ -404,7 +404,7 @@ impl ServerHandler for FileAgentServer {
                 .map(|tool| {
                     rmcp::model::Tool::new(
                         tool.listed_name(),
-                        tool.description,
+                        crate::tools::dynamic::description_for(&tool, &identity),
                         std::sync::Arc::new(tool.input_schema),
                     )
                 }),

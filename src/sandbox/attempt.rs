@@ -1,42 +1,70 @@
 //! One attempt in a started container, from sending its request to knowing how it ended:
-//! the streams (request in, stdout/stderr and the output archive out), the race between the
-//! runner's report, the container's exit, the deadline and cancellation, and [`classify`],
-//! the pure judgement of how it ended.
+//! the streams (the request in; stdout and stderr out, read by [`stream::read_attempt`], the
+//! one parser of what a runner sends back), the race between the runner's report, the
+//! container's exit, the deadline and cancellation, and [`classify`], the pure judgement of how
+//! it ended.
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bollard::container::LogOutput;
 use bollard::query_parameters::KillContainerOptionsBuilder;
-use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
-use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, oneshot};
+use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncWriteExt};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::Engine;
 use super::launch::{InputStream, OutputStream};
 use super::request::Request;
-use super::stream::{Piece, StderrSplitter, StdoutSplitter, Trailer, capture};
-use super::{COPY_OUT_GRACE, Captured, Sandbox, SandboxError, Status, Timings, archive};
-use crate::config::Limits;
+use super::stream::{self, Reading, Relayed, Report, RunnerEnd};
+use super::{COPY_OUT_GRACE, Sandbox, SandboxError, Status, Timings, archive};
+use crate::config::{Limits, SandboxConfig};
 
 /// Time allowed for the attach stream to close after the container exited.
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
+/// Bytes of the attach stream held for the parser, per stream, before Docker is read further.
+const DEMUX_BUFFER: usize = 2 * stream::FRAME_MAX_BYTES;
+
+/// Docker's attach output as two byte streams, stdout and stderr, for the parser: a task
+/// copies each message into its stream. Once a reader is dropped, what comes for it is read
+/// and dropped, so the container never blocks; both streams end with the attach stream.
+fn demux(
+    mut output: OutputStream,
+) -> (impl AsyncRead + Send + Unpin, impl AsyncRead + Send + Unpin) {
+    // Duplex, not simplex: a dropped end makes the other end's writes fail and its reads end.
+    let (stdout, stdout_writer) = tokio::io::duplex(DEMUX_BUFFER);
+    let (stderr, stderr_writer) = tokio::io::duplex(DEMUX_BUFFER);
+    tokio::spawn(async move {
+        let mut writers = (Some(stdout_writer), Some(stderr_writer));
+        while let Some(item) = output.next().await {
+            let (writer, message) = match item {
+                Ok(LogOutput::StdOut { message }) => (&mut writers.0, message),
+                Ok(LogOutput::StdErr { message }) => (&mut writers.1, message),
+                Ok(_) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "the container's output stream broke");
+                    break;
+                }
+            };
+            if let Some(sink) = writer
+                && sink.write_all(&message).await.is_err()
+            {
+                *writer = None;
+            }
+        }
+    });
+    (stdout, stderr)
+}
 
 /// The tasks of one attempt's streams, started together.
 struct Streams {
-    /// Reads stdout and stderr, and feeds the archive to the unpacker.
-    pump: JoinHandle<Pumped>,
-    /// Fires when the runner's boundary came: the script has finished.
-    script_done: oneshot::Receiver<()>,
+    /// Reads stdout and stderr, and unpacks the outputs.
+    reading: Reading,
     /// Sends the request; gives back how long it took and the writer (kept open until the
     /// attempt is over: the runner takes its end for "the server is gone").
     copy_in: JoinHandle<(Duration, InputStream)>,
-    /// Unpacks the output archive into the caller's folder, as hostile input.
-    unpacker: JoinHandle<std::io::Result<archive::Unpacked>>,
 }
 
 impl Streams {
@@ -47,28 +75,23 @@ impl Streams {
         limits: &Limits,
     ) -> Self {
         let (output, mut input) = stdio;
-        let (archive_tx, archive_rx) = mpsc::channel::<Bytes>(16);
-        let (seen_tx, script_done) = oneshot::channel();
-        let unpack_limits = archive::UnpackLimits {
-            max_bytes: limits.output_max_bytes,
-            max_entries: limits.output_max_files,
-        };
-        let unpacker = tokio::task::spawn_blocking(move || {
-            archive::unpack(ChannelReader::new(archive_rx), &out_dir, unpack_limits)
-        });
+        let (stdout, stderr) = demux(output);
         let Request {
             header,
             upload,
-            boundary,
-            exit_marker,
+            key,
         } = request;
-        let pump = tokio::spawn(pump(
-            output,
-            (boundary, exit_marker),
+        let reading = stream::read_attempt(
+            stdout,
+            stderr,
+            key,
             limits.stdio_max_bytes,
-            archive_tx,
-            seen_tx,
-        ));
+            out_dir,
+            archive::UnpackLimits {
+                max_bytes: limits.output_max_bytes,
+                max_entries: limits.output_max_files,
+            },
+        );
         let copy_in = tokio::spawn(async move {
             let started = Instant::now();
             let sent = async {
@@ -78,17 +101,12 @@ impl Streams {
             }
             .await;
             if let Err(error) = sent {
-                // The runner reports a short upload on stderr; the outcome shows it.
+                // The runner reports a short upload; the outcome shows it.
                 tracing::warn!(%error, "sending the script and inputs failed");
             }
             (started.elapsed(), input)
         });
-        Self {
-            pump,
-            script_done,
-            copy_in,
-            unpacker,
-        }
+        Self { reading, copy_in }
     }
 }
 
@@ -108,13 +126,16 @@ impl Sandbox {
         // The script's clock starts when its request is sent.
         let phase = Instant::now();
         let Streams {
-            mut pump,
-            script_done,
+            reading:
+                Reading {
+                    relay: mut pump,
+                    finished,
+                    unpacker,
+                },
             copy_in,
-            unpacker,
         } = Streams::start(stdio, request, out_dir, limits);
-        let (end, pumped) = self
-            .await_end(id, &mut pump, script_done, limits.timeout, cancel)
+        let (end, relayed) = self
+            .await_end(id, &mut pump, finished, limits.timeout, cancel)
             .await?;
         let exited_at = Instant::now();
         // Done by now unless the container died mid-upload; then the stream is closed or about
@@ -134,43 +155,44 @@ impl Sandbox {
             pump.abort();
             return Err(SandboxError::Cancelled);
         };
-        let pumped = match pumped {
-            Some(pumped) => pumped,
+        let relayed = match relayed {
+            Some(relayed) => relayed,
             None => drain(pump).await?,
         };
         drop(input);
-        timings.logs = pumped.ended.saturating_duration_since(exited_at);
+        timings.logs = relayed.ended.saturating_duration_since(exited_at);
         let unpacked = unpacked(unpacker).await?;
-        let script_done = pumped.boundary_at.unwrap_or(exited_at);
+        let script_done = relayed.finished_at.unwrap_or(exited_at);
         timings.run = script_done.saturating_duration_since(phase);
-        timings.copy_out = pumped
-            .boundary_at
+        timings.copy_out = relayed
+            .finished_at
             .map(|at| Instant::now().saturating_duration_since(at))
             .unwrap_or_default();
-        let oom_killed = match pumped.trailer.and_then(|trailer| trailer.oom_killed) {
+        let oom_killed = match relayed.report.as_ref().and_then(|report| report.oom_killed) {
             Some(reported) => reported,
             None => self.oom_killed(id).await?,
         };
         Ok(Ended {
             end,
             oom_killed,
-            boundary_seen: pumped.boundary_at.is_some(),
-            pumped,
+            gvisor: runs_gvisor(self.config()),
+            relayed,
             unpacked,
         })
     }
 
-    /// Waits for whichever comes first: the runner's closing report (the pump ends with it),
-    /// the container's exit, the deadline (`timeout`, then the copy-out grace once the script
-    /// is done) or cancellation (`None`). The pump's result comes back when it ended first.
+    /// Waits for whichever comes first: the runner's whole result (the relay ends with its
+    /// end frame), the container's exit, the deadline (`timeout`, then the copy-out grace once
+    /// the script is done) or cancellation (`None`). The relay's result comes back when it
+    /// ended first.
     async fn await_end(
         &self,
         id: &str,
-        pump: &mut JoinHandle<Pumped>,
-        script_done: oneshot::Receiver<()>,
+        pump: &mut JoinHandle<Relayed>,
+        finished: oneshot::Receiver<()>,
         timeout: Duration,
         cancel: &CancellationToken,
-    ) -> Result<(Option<End>, Option<Pumped>), SandboxError> {
+    ) -> Result<(Option<End>, Option<Relayed>), SandboxError> {
         let exit = async {
             let docker = match self.engine() {
                 Engine::Docker(docker) => docker,
@@ -189,28 +211,28 @@ impl Sandbox {
         let deadline = async {
             tokio::select! {
                 _ = tokio::time::sleep(timeout) => {}
-                Ok(()) = script_done => tokio::time::sleep(COPY_OUT_GRACE).await,
+                Ok(()) = finished => tokio::time::sleep(COPY_OUT_GRACE).await,
             }
         };
         tokio::pin!(exit, deadline);
-        // Usually the pump ends first, with the runner's closing line: the result is whole and
+        // Usually the relay ends first, with the runner's end frame: the result is whole and
         // the container need not be seen to exit. Otherwise (a runner that could not say, a
         // kill, a stream that ended early) Docker's exit code and OOM flag decide.
         tokio::select! {
             joined = pump => {
-                let done = joined.map_err(|e| SandboxError::Io {
+                let relayed = joined.map_err(|e| SandboxError::Io {
                     action: "reading the container's output".to_string(),
                     source: std::io::Error::other(e),
                 })?;
-                let end = match done.trailer {
-                    Some(trailer) => Some(End::Exited(Some(trailer.exit_code))),
-                    None => tokio::select! {
+                let end = match (&relayed.report, relayed.complete) {
+                    (Some(report), true) => Some(End::Exited(report.exit_code)),
+                    _ => tokio::select! {
                         code = &mut exit => Some(End::Exited(code?)),
                         () = &mut deadline => Some(End::TimedOut),
                         () = cancel.cancelled() => None,
                     },
                 };
-                Ok((end, Some(done)))
+                Ok((end, Some(relayed)))
             }
             code = &mut exit => Ok((Some(End::Exited(code?)), None)),
             () = &mut deadline => Ok((Some(End::TimedOut), None)),
@@ -276,8 +298,8 @@ async fn unpacked(
         })
 }
 
-/// The pump's result once the container has ended: the stream closes within [`DRAIN_GRACE`].
-async fn drain(pump: JoinHandle<Pumped>) -> Result<Pumped, SandboxError> {
+/// The relay's result once the container has ended: the stream closes within [`DRAIN_GRACE`].
+async fn drain(pump: JoinHandle<Relayed>) -> Result<Relayed, SandboxError> {
     let error = |source| SandboxError::Io {
         action: "reading the container's output".to_string(),
         source,
@@ -294,18 +316,27 @@ async fn drain(pump: JoinHandle<Pumped>) -> Result<Pumped, SandboxError> {
 /// How the wait for the container ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
-    /// It exited, with this code if Docker knew one.
+    /// It exited, with this code if Docker (or the runner's report) knew one.
     Exited(Option<i64>),
     /// The time limit (or the copy-out grace) ran out and it was killed.
     TimedOut,
+}
+
+/// Whether the sandbox runs under gVisor (`runsc`), where a script that exhausts the process
+/// limit stops the whole sandbox.
+pub fn runs_gvisor(config: &SandboxConfig) -> bool {
+    config
+        .runtime
+        .as_deref()
+        .is_some_and(|runtime| runtime.contains("runsc") || runtime.contains("gvisor"))
 }
 
 /// Everything [`Sandbox::drive`] learnt from a container that ran to an end.
 pub(super) struct Ended {
     end: End,
     oom_killed: bool,
-    boundary_seen: bool,
-    pub(super) pumped: Pumped,
+    gvisor: bool,
+    pub(super) relayed: Relayed,
     pub(super) unpacked: archive::Unpacked,
 }
 
@@ -314,8 +345,10 @@ impl Ended {
         Ending {
             end: self.end,
             oom_killed: self.oom_killed,
-            boundary_seen: self.boundary_seen,
-            runner_reported: self.pumped.trailer.is_some(),
+            report: self.relayed.report.as_ref(),
+            complete: self.relayed.complete,
+            stream_error: self.relayed.error.as_deref(),
+            gvisor: self.gvisor,
             limit: self.unpacked.limit.as_deref(),
             malformed: self.unpacked.malformed.as_deref(),
         }
@@ -325,25 +358,73 @@ impl Ended {
 /// The facts [`classify`] judges an attempt by.
 #[derive(Debug, Clone, Copy)]
 pub struct Ending<'a> {
-    /// How the wait ended.
+    /// How the wait ended: the exit code (the runner's report's, else Docker's), or the
+    /// server's deadline.
     pub end: End,
     /// Whether the kernel killed the script for its memory (the runner's report, else
     /// Docker's flag).
     pub oom_killed: bool,
-    /// Whether the runner's boundary came (the script finished and outputs followed).
-    pub boundary_seen: bool,
-    /// Whether the runner's closing line came (it saw its script end and said how).
-    pub runner_reported: bool,
+    /// The runner's report of how the script ended, if it came.
+    pub report: Option<&'a Report>,
+    /// Whether the runner's end frame came (everything it had to send has come).
+    pub complete: bool,
+    /// What was wrong with the runner's stream, if anything: the attempt then fails.
+    pub stream_error: Option<&'a str>,
+    /// Whether the sandbox runs under gVisor ([`runs_gvisor`]).
+    pub gvisor: bool,
     /// The cap that stopped the unpacking, if one did.
     pub limit: Option<&'a str>,
     /// What was wrong with the output archive, if anything.
     pub malformed: Option<&'a str>,
 }
 
+/// The name of a signal the kernel uses to end a process, by number (Linux, x86 and arm).
+fn signal_name(number: i64) -> Option<&'static str> {
+    Some(match number {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        _ => return None,
+    })
+}
+
+/// A signal's name and number, for a message.
+fn describe_signal(number: i64) -> String {
+    match signal_name(number) {
+        Some(name) => format!("{name} (signal {number})"),
+        None => format!("signal {number}"),
+    }
+}
+
+fn code_text(code: Option<i64>) -> String {
+    code.map(|c| c.to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// How an attempt ended, as a status, an exit code and one sentence a person can act on.
 pub fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, String) {
+    let timed_out = format!(
+        "the script ran longer than {} s and was killed; make it faster or raise SCRIPT_TIMEOUT",
+        limits.timeout.as_secs()
+    );
+    let report = ending.report;
     let code = match ending.end {
-        End::TimedOut if ending.boundary_seen => {
+        End::TimedOut if report.is_some_and(|r| r.ended == RunnerEnd::Exited) => {
             return (
                 Status::Timeout,
                 None,
@@ -353,15 +434,10 @@ pub fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, S
                 ),
             );
         }
-        End::TimedOut => {
-            return (
-                Status::Timeout,
-                None,
-                format!(
-                    "the script ran longer than {} s and was killed; make it faster or raise SCRIPT_TIMEOUT",
-                    limits.timeout.as_secs()
-                ),
-            );
+        End::TimedOut => return (Status::Timeout, None, timed_out),
+        // The runner's own deadline: the server's did not act (a loaded engine).
+        End::Exited(_) if report.is_some_and(|r| r.ended == RunnerEnd::Deadline) => {
+            return (Status::Timeout, None, timed_out);
         }
         End::Exited(code) => code,
     };
@@ -375,16 +451,40 @@ pub fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, S
             ),
         );
     }
+    if let Some(error) = ending.stream_error {
+        return (
+            Status::Failed,
+            code,
+            format!(
+                "the sandbox's result could not be read ({error}); the attempt counts as failed: run it again, and report it if it keeps happening"
+            ),
+        );
+    }
+    let Some(report) = report else {
+        return no_report(ending, code, limits);
+    };
+    if report.ended == RunnerEnd::BadRequest {
+        return (
+            Status::Failed,
+            code,
+            "the sandbox could not receive the script and its inputs; see stderr".to_string(),
+        );
+    }
+    if !ending.complete {
+        return (
+            Status::Failed,
+            code,
+            format!(
+                "the script ended (exit code {}) but its outputs did not arrive whole; run it again",
+                code_text(code)
+            ),
+        );
+    }
     match (ending.limit, ending.malformed, code) {
         (Some(limit), _, code) => (
             Status::OutputLimit,
             code,
             format!("the script wrote {limit}; what came before the limit was kept"),
-        ),
-        (None, _, Some(0)) if !ending.boundary_seen => (
-            Status::Ok,
-            Some(0),
-            "the script exited before the runner could return its outputs (os._exit?); no files were copied out".to_string(),
         ),
         (None, Some(malformed), Some(0)) => (
             Status::Failed,
@@ -392,153 +492,70 @@ pub fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, S
             format!("the outputs could not be read back: {malformed}"),
         ),
         (None, _, Some(0)) => (Status::Ok, Some(0), "the script succeeded".to_string()),
-        // The runner (PID 1) always reports before it exits; without its report, the sandbox
-        // itself went down. Under gVisor that is how a script that exhausts the process limit
-        // ends: the limit also binds gVisor's own kernel, which stops.
-        (None, _, code) if !ending.runner_reported => (
+        (None, _, code) => match report.signal {
+            Some(9) => (
+                Status::Failed,
+                code,
+                format!(
+                    "the script was killed by {} (not for its memory): something in the sandbox killed it; see stderr",
+                    describe_signal(9)
+                ),
+            ),
+            Some(signal) => (
+                Status::Failed,
+                code,
+                format!(
+                    "the script was ended by {} (exit code {}); see stderr",
+                    describe_signal(i64::from(signal)),
+                    code_text(code)
+                ),
+            ),
+            None => (
+                Status::Failed,
+                code,
+                format!(
+                    "the script failed with exit code {}; see stderr",
+                    code_text(code)
+                ),
+            ),
+        },
+    }
+}
+
+/// An attempt whose runner (PID 1) never reported: the sandbox itself went down, since the
+/// runner reports whatever the script does.
+fn no_report(
+    ending: &Ending<'_>,
+    code: Option<i64>,
+    limits: &Limits,
+) -> (Status, Option<i64>, String) {
+    // Under gVisor that is how a script that exhausts the process limit ends: the limit also
+    // binds gVisor's own kernel, which stops.
+    if ending.gvisor {
+        return (
             Status::Failed,
             code,
             format!(
                 "the sandbox stopped before its runner could report (exit code {}): the script probably started more processes or threads than the limit of {} allows, which ends a gVisor sandbox; start fewer, or raise SANDBOX_PIDS",
-                code.map(|c| c.to_string())
-                    .unwrap_or_else(|| "unknown".into()),
+                code_text(code),
                 limits.pids
             ),
+        );
+    }
+    let cause = match code {
+        Some(code @ 129..=192) => format!(
+            "its runner was ended by {} from outside the container (exit code {code})",
+            describe_signal(code - 128)
         ),
-        (None, _, code) => (
-            Status::Failed,
-            code,
-            format!(
-                "the script failed with exit code {}; see stderr",
-                code.map(|c| c.to_string())
-                    .unwrap_or_else(|| "unknown".into())
-            ),
+        code => format!("its runner exited with code {}", code_text(code)),
+    };
+    (
+        Status::Failed,
+        code,
+        format!(
+            "the sandbox stopped before it could report how the script ended: {cause}; see stderr, and run it again"
         ),
-    }
-}
-
-/// What the attach stream carried.
-pub(super) struct Pumped {
-    pub(super) stdout: Captured,
-    pub(super) stderr: Captured,
-    /// When the runner's boundary arrived (the script had finished).
-    boundary_at: Option<Instant>,
-    /// The runner's closing line, when it came.
-    trailer: Option<Trailer>,
-    /// When the stream closed.
-    ended: Instant,
-}
-
-/// Reads the attach stream: stdout and stderr into capped buffers, the archive to the
-/// unpacker. It ends when the stream does, or as soon as everything has come: the runner's
-/// closing line on stderr, and the archive's end (the unpacker has stopped reading). Bytes past
-/// a cap, or after the unpacker stopped, are read and dropped so that the container never blocks
-/// on a full pipe.
-async fn pump(
-    mut output: impl Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
-    markers: (String, String),
-    cap: usize,
-    archive: mpsc::Sender<Bytes>,
-    seen: oneshot::Sender<()>,
-) -> Pumped {
-    let (boundary, exit_marker) = markers;
-    let mut splitter = StdoutSplitter::new(boundary.into_bytes());
-    let mut trailer_splitter = StderrSplitter::new(exit_marker.into_bytes());
-    let mut stdout = Captured::default();
-    let mut stderr = Captured::default();
-    let mut boundary_at = None;
-    let mut seen = Some(seen);
-    let mut archive = Some(archive);
-    loop {
-        let item = match (&archive, trailer_splitter.trailer()) {
-            // Both streams are complete once the archive has ended too.
-            (None, Some(_)) => break,
-            (Some(sender), Some(_)) => tokio::select! {
-                item = output.next() => item,
-                () = sender.closed() => {
-                    archive = None;
-                    continue;
-                }
-            },
-            (_, None) => output.next().await,
-        };
-        let Some(item) = item else { break };
-        let message = match item {
-            Ok(LogOutput::StdOut { message }) => message,
-            Ok(LogOutput::StdErr { message }) => {
-                for bytes in trailer_splitter.push(message) {
-                    capture(&mut stderr, cap, &bytes);
-                }
-                continue;
-            }
-            Ok(_) => continue,
-            Err(error) => {
-                tracing::warn!(%error, "the container's output stream broke");
-                break;
-            }
-        };
-        for piece in splitter.push(message) {
-            match piece {
-                Piece::Stdout(bytes) => capture(&mut stdout, cap, &bytes),
-                Piece::Boundary => {
-                    boundary_at = Some(Instant::now());
-                    if let Some(seen) = seen.take() {
-                        let _ = seen.send(());
-                    }
-                }
-                Piece::Archive(bytes) => {
-                    if let Some(sender) = &archive
-                        && sender.send(bytes).await.is_err()
-                    {
-                        // The unpacker is done (the archive ended, or a limit); drain the rest.
-                        archive = None;
-                    }
-                }
-            }
-        }
-    }
-    if let Some(rest) = splitter.finish() {
-        capture(&mut stdout, cap, &rest);
-    }
-    if let Some(rest) = trailer_splitter.finish() {
-        capture(&mut stderr, cap, &rest);
-    }
-    Pumped {
-        stdout,
-        stderr,
-        boundary_at,
-        trailer: trailer_splitter.trailer(),
-        ended: Instant::now(),
-    }
-}
-
-/// A blocking reader over the chunks the pump sends; EOF when the pump is done.
-struct ChannelReader {
-    chunks: mpsc::Receiver<Bytes>,
-    current: Bytes,
-}
-
-impl ChannelReader {
-    fn new(chunks: mpsc::Receiver<Bytes>) -> Self {
-        Self {
-            chunks,
-            current: Bytes::new(),
-        }
-    }
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
-            match self.chunks.blocking_recv() {
-                Some(chunk) => self.current = chunk,
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current.split_to(n));
-        Ok(n)
-    }
+    )
 }
 
 #[cfg(test)]
@@ -551,12 +568,26 @@ mod tests {
             .limits
     }
 
-    fn ended(code: i64, runner_reported: bool) -> Ending<'static> {
+    fn report(exit_code: Option<i64>, signal: Option<i32>) -> Report {
+        Report {
+            ended: RunnerEnd::Exited,
+            exit_code,
+            signal,
+            oom_killed: Some(false),
+            duration_s: 0.1,
+            stdout_dropped: 0,
+            stderr_dropped: 0,
+        }
+    }
+
+    fn ended(code: i64, report: Option<&Report>) -> Ending<'_> {
         Ending {
             end: End::Exited(Some(code)),
             oom_killed: false,
-            boundary_seen: runner_reported,
-            runner_reported,
+            report,
+            complete: report.is_some(),
+            stream_error: None,
+            gvisor: false,
             limit: None,
             malformed: None,
         }
@@ -564,34 +595,88 @@ mod tests {
 
     #[test]
     fn a_script_that_fails_points_at_its_stderr() {
-        let (status, code, message) = classify(&ended(1, true), &limits());
+        let reported = report(Some(1), None);
+        let (status, code, message) = classify(&ended(1, Some(&reported)), &limits());
         assert_eq!((status, code), (Status::Failed, Some(1)));
         assert!(message.contains("see stderr"), "{message}");
     }
 
     #[test]
-    fn a_sandbox_that_went_down_without_its_runners_report_names_the_likely_limit() {
-        let (status, code, message) = classify(&ended(2, false), &limits());
-        assert_eq!((status, code), (Status::Failed, Some(2)));
+    fn a_signal_ending_is_named_for_what_it_is() {
+        let reported = report(Some(130), Some(2));
+        let (status, code, message) = classify(&ended(130, Some(&reported)), &limits());
+        assert_eq!((status, code), (Status::Failed, Some(130)));
+        assert!(message.contains("SIGINT (signal 2)"), "{message}");
+        assert!(!message.contains("SANDBOX_PIDS"), "{message}");
+        // A script's own sys.exit(130) is an exit code, not a signal.
+        let exited = report(Some(130), None);
+        let (_, _, message) = classify(&ended(130, Some(&exited)), &limits());
         assert!(
-            message.contains("SANDBOX_PIDS") && !message.contains("see stderr"),
+            message.contains("exit code 130") && !message.contains("SIGINT"),
             "{message}"
         );
     }
 
     #[test]
-    fn oom_and_timeout_come_before_the_exit_code() {
+    fn without_the_runners_report_only_gvisor_is_blamed_on_the_process_limit() {
+        let gvisor = Ending {
+            gvisor: true,
+            ..ended(2, None)
+        };
+        let (status, code, message) = classify(&gvisor, &limits());
+        assert_eq!((status, code), (Status::Failed, Some(2)));
+        assert!(message.contains("SANDBOX_PIDS"), "{message}");
+        let (status, _, message) = classify(&ended(130, None), &limits());
+        assert_eq!(status, Status::Failed);
+        assert!(
+            message.contains("SIGINT") && !message.contains("SANDBOX_PIDS"),
+            "{message}"
+        );
+        // Exit 0 without a report is no success: the runner always reports.
+        let (status, _, message) = classify(&ended(0, None), &limits());
+        assert_eq!(status, Status::Failed, "{message}");
+    }
+
+    #[test]
+    fn a_stream_that_does_not_parse_or_ends_early_fails() {
+        let reported = report(Some(0), None);
+        let broken = Ending {
+            stream_error: Some("a frame of unknown kind 0x71"),
+            ..ended(0, Some(&reported))
+        };
+        let (status, _, message) = classify(&broken, &limits());
+        assert_eq!(status, Status::Failed);
+        assert!(message.contains("unknown kind"), "{message}");
+        let cut = Ending {
+            complete: false,
+            ..ended(0, Some(&reported))
+        };
+        assert_eq!(classify(&cut, &limits()).0, Status::Failed);
+        assert_eq!(
+            classify(&ended(0, Some(&reported)), &limits()).0,
+            Status::Ok
+        );
+    }
+
+    #[test]
+    fn oom_and_timeouts_come_before_the_exit_code() {
         let oom = Ending {
             oom_killed: true,
-            ..ended(137, false)
+            ..ended(137, None)
         };
         assert_eq!(classify(&oom, &limits()).0, Status::OutOfMemory);
         let late = Ending {
             end: End::TimedOut,
-            ..ended(0, false)
+            ..ended(0, None)
         };
         let (status, code, message) = classify(&late, &limits());
         assert_eq!((status, code), (Status::Timeout, None));
         assert!(message.contains("SCRIPT_TIMEOUT"), "{message}");
+        let runner_deadline = Report {
+            ended: RunnerEnd::Deadline,
+            ..report(None, None)
+        };
+        let (status, code, _) = classify(&ended(124, Some(&runner_deadline)), &limits());
+        assert_eq!((status, code), (Status::Timeout, None));
     }
 }

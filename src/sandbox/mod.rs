@@ -11,9 +11,11 @@
 //!    [`policy::verify`] agrees with what Docker applied, attach, start);
 //! 3. send the request on stdin (kept open: its end tells the runner the server is gone) and
 //!    wait up to the timeout (kill on timeout or cancellation);
-//! 4. meanwhile split stdout at the runner's boundary: before it the script's stdout (capped),
-//!    after it the tar of `/work/out`, unpacked safely as it streams ([`archive::unpack`]);
-//! 5. read the exit code and the OOM flag, and [`classify`] how the attempt ended;
+//! 4. meanwhile read the runner's frames ([`stream::read_attempt`]): the script's stdout and
+//!    stderr (capped), the runner's report, then the tar of `/work/out`, unpacked safely as it
+//!    streams ([`archive::unpack`]);
+//! 5. take the exit code and the OOM flag from the report (else from Docker), and [`classify`]
+//!    how the attempt ended;
 //! 6. remove the container, on every path ([`ContainerGuard`]), in the background once the
 //!    result is whole. A container serves one attempt, ever: warm or cold, nothing gives it
 //!    back.
@@ -42,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use archive::{Input, InputSource};
-pub use attempt::{End, Ending, classify};
+pub use attempt::{End, Ending, classify, runs_gvisor};
 pub use guard::ContainerGuard;
 pub use outcome::{Captured, Outcome, OutputFile, SandboxError, Skipped, Status, Timings};
 pub use pool::PoolStats;
@@ -571,8 +573,8 @@ impl Runner for Sandbox {
         cancel: &CancellationToken,
     ) -> Result<Outcome, SandboxError> {
         let started = Instant::now();
-        let timeout = self.config().limits.timeout;
-        let request = tokio::task::spawn_blocking(move || Request::build(&job, timeout))
+        let limits = self.config().limits.clone();
+        let request = tokio::task::spawn_blocking(move || Request::build(&job, &limits))
             .await
             .map_err(|e| SandboxError::Io {
                 action: "packing the inputs".to_string(),
@@ -618,8 +620,8 @@ impl Runner for Sandbox {
         Ok(Outcome {
             status,
             exit_code,
-            stdout: ended.pumped.stdout,
-            stderr: ended.pumped.stderr,
+            stdout: ended.relayed.stdout,
+            stderr: ended.relayed.stderr,
             outputs: ended.unpacked.files,
             skipped: ended.unpacked.skipped,
             timings,

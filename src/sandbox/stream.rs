@@ -1,18 +1,54 @@
-//! Splitting a container's attached output into capped stdout, capped stderr, the output
-//! archive and the runner's closing line.
+//! Reading what a sandbox's runner sends back, over plain byte streams, so that every backend
+//! (Docker's attach, the tests' local process, a Kubernetes attach) goes through this one
+//! parser: [`read_attempt`] takes the container's stdout and stderr as [`AsyncRead`]s.
 //!
-//! The runner writes a per-attempt boundary on stdout after the script, then the tar of
-//! `/work/out`. [`StdoutSplitter`] finds the boundary across chunk edges; bytes before it are the
-//! script's stdout (kept up to the cap, the rest counted and dropped), bytes after it go to the
-//! unpacker. Then the runner ends stderr with an exit marker and one line of JSON, the
-//! [`Trailer`]; [`StderrSplitter`] takes it off the script's stderr. Nothing here blocks the
-//! container: output past a cap is read and discarded, so a script that floods stdout still runs
-//! to its end (or its timeout).
+//! After the request, everything the runner (PID 1) writes on stdout is a frame: one byte of
+//! kind, four bytes of length (big-endian, at most [`FRAME_MAX_BYTES`]), the payload, then
+//! [`MAC_BYTES`] of HMAC-SHA256 under the request's key over the frame's sequence number (eight
+//! bytes, big-endian, from 0), kind, length and payload. Only PID 1 writes the container's
+//! streams; the script's stdout and stderr reach it through pipes and travel only inside
+//! payloads, so no byte of the script can end a frame or add one. The MAC covers what the pipes
+//! cannot: under gVisor a script can open `/proc/1/fd/1` and write to PID 1's stdout itself,
+//! but without the key (only in PID 1's memory and here) it cannot write a frame that passes,
+//! nor drop, replay or reorder one.
+//! The kinds: `o` and `e` (the script's stdout and stderr, already cut at the cap by the
+//! runner; kept here up to the cap again, the rest counted), `x` (the runner's [`Report`] of
+//! how the script ended), `a` (the tar of `/work/out`, fed to the unpacker), `z` (the end).
+//!
+//! A stream that does not parse (an unknown kind, an oversized frame, a report that is not
+//! one, frames out of order, an end mid-frame) is recorded as [`Relayed::error`]: the attempt
+//! then fails, it never succeeds. The container's stderr carries only the runner's own words
+//! (a runner that could not start); it is appended to the script's stderr, capped. Nothing here
+//! blocks the container: what comes past a cap is read and dropped.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Instant;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use serde::Deserialize;
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
-use super::Captured;
+use super::{Captured, archive};
+
+/// The largest payload of one frame (`FRAME_MAX_BYTES` in runner.py).
+pub const FRAME_MAX_BYTES: usize = 64 * 1024;
+/// One byte of kind, four of length.
+const FRAME_HEADER_BYTES: usize = 5;
+/// Bytes of HMAC-SHA256 that close every frame (`MAC_BYTES` in runner.py).
+pub const MAC_BYTES: usize = 16;
+/// SHA-256's block size, for HMAC.
+const SHA256_BLOCK: usize = 64;
+/// The longest report the runner writes; anything longer is not one.
+const REPORT_MAX_BYTES: usize = 4096;
+/// Archive chunks waiting for the unpacker.
+const ARCHIVE_QUEUE: usize = 16;
+/// Bytes read from the container's stderr at a time.
+const STDERR_CHUNK: usize = 8192;
 
 /// Appends to a [`Captured`] up to `cap` bytes, counting the rest as dropped.
 pub fn capture(into: &mut Captured, cap: usize, bytes: &[u8]) {
@@ -22,247 +58,590 @@ pub fn capture(into: &mut Captured, cap: usize, bytes: &[u8]) {
     into.dropped += (bytes.len() - kept) as u64;
 }
 
-/// Where a piece of stdout belongs.
-#[derive(Debug, PartialEq)]
-pub enum Piece {
-    /// The script's own output.
-    Stdout(Bytes),
-    /// Part of the output archive.
-    Archive(Bytes),
-    /// The boundary was just found (the script has finished).
-    Boundary,
-}
-
-/// Finds the boundary in a stream of stdout chunks.
-#[derive(Debug)]
-pub struct StdoutSplitter {
-    boundary: Vec<u8>,
-    /// Stdout bytes held back because they could be the start of the boundary.
-    pending: Vec<u8>,
-    found: bool,
-}
-
-impl StdoutSplitter {
-    /// A splitter looking for `boundary` (non-empty).
-    pub fn new(boundary: impl Into<Vec<u8>>) -> Self {
-        Self {
-            boundary: boundary.into(),
-            pending: Vec::new(),
-            found: false,
-        }
-    }
-
-    /// Whether the boundary has been seen.
-    pub fn found(&self) -> bool {
-        self.found
-    }
-
-    /// Feeds a chunk; returns its pieces in order.
-    pub fn push(&mut self, chunk: Bytes) -> Vec<Piece> {
-        if self.found {
-            return vec![Piece::Archive(chunk)];
-        }
-        let mut data = std::mem::take(&mut self.pending);
-        data.extend_from_slice(&chunk);
-        if let Some(at) = find(&data, &self.boundary) {
-            self.found = true;
-            let data = Bytes::from(data);
-            let mut pieces = Vec::with_capacity(3);
-            if at > 0 {
-                pieces.push(Piece::Stdout(data.slice(..at)));
-            }
-            pieces.push(Piece::Boundary);
-            let rest = data.slice(at + self.boundary.len()..);
-            if !rest.is_empty() {
-                pieces.push(Piece::Archive(rest));
-            }
-            return pieces;
-        }
-        // Hold back the longest tail that is a prefix of the boundary.
-        let keep = (1..self.boundary.len().min(data.len() + 1))
-            .rev()
-            .find(|&n| data.ends_with(&self.boundary[..n]))
-            .unwrap_or(0);
-        self.pending = data.split_off(data.len() - keep);
-        if data.is_empty() {
-            Vec::new()
-        } else {
-            vec![Piece::Stdout(Bytes::from(data))]
-        }
-    }
-
-    /// The stream ended: whatever was held back is stdout after all.
-    pub fn finish(&mut self) -> Option<Bytes> {
-        let pending = std::mem::take(&mut self.pending);
-        (!pending.is_empty()).then(|| Bytes::from(pending))
-    }
-}
-
-/// Longest closing line the runner writes; anything longer is not one.
-const TRAILER_MAX_BYTES: usize = 4096;
-
-/// How the script ended, as the runner reports it after the outputs. Both streams are then
-/// complete: stdout ended with the archive, stderr with this line.
+/// How the runner's wait for the script ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct Trailer {
-    /// The script's exit code (128 + the signal when a signal killed it).
-    pub exit_code: i64,
+#[serde(rename_all = "snake_case")]
+pub enum RunnerEnd {
+    /// The script's process exited (or a signal ended it).
+    Exited,
+    /// The runner's own deadline passed (file-agent's normally acts first) and it killed the
+    /// script.
+    Deadline,
+    /// The runner could not read the request (the script never ran).
+    BadRequest,
+}
+
+/// How the script ended, as the runner (PID 1) saw it: from its `waitpid`, its clock and the
+/// cgroup's counter, none of which the script can write.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Report {
+    /// How the wait ended.
+    pub ended: RunnerEnd,
+    /// The script's exit code (128 + the signal when a signal ended it); `None` when it did
+    /// not exit.
+    pub exit_code: Option<i64>,
+    /// The signal that ended the script, if one did.
+    pub signal: Option<i32>,
     /// Whether the cgroup counted an out-of-memory kill while the script ran; `None` when the
     /// runner could not read the counter (then Docker's flag is asked instead).
     pub oom_killed: Option<bool>,
+    /// From handing the script over to its end, by the runner's clock.
+    pub duration_s: f64,
+    /// Bytes of stdout the runner read past the cap and dropped.
+    pub stdout_dropped: u64,
+    /// Bytes of stderr the runner read past the cap and dropped.
+    pub stderr_dropped: u64,
 }
 
-/// Takes the runner's [`Trailer`] off the end of stderr.
-#[derive(Debug)]
-pub struct StderrSplitter {
-    marker: StdoutSplitter,
-    line: Vec<u8>,
-    trailer: Option<Trailer>,
+/// Why the runner's stream could not be read.
+#[derive(Debug, Error)]
+pub enum StreamError {
+    /// A frame of a kind the runner never writes.
+    #[error("a frame of unknown kind {0:#04x}")]
+    UnknownKind(u8),
+    /// A frame longer than the runner ever writes.
+    #[error("a frame of {0} bytes (at most {FRAME_MAX_BYTES})")]
+    TooLong(usize),
+    /// The stream ended inside a frame.
+    #[error("the stream ended inside a frame")]
+    Truncated,
+    /// The `x` frame is not the runner's report.
+    #[error("the runner's report could not be read: {0}")]
+    BadReport(String),
+    /// A frame where it cannot be.
+    #[error("{0}")]
+    OutOfOrder(&'static str),
+    /// A frame whose MAC is not the runner's: bytes the runner did not write.
+    #[error("frame {0} does not carry the runner's MAC")]
+    Forged(u64),
+    /// Reading failed.
+    #[error("reading the stream failed: {0}")]
+    Read(#[from] std::io::Error),
 }
 
-impl StderrSplitter {
-    /// A splitter looking for the exit `marker` (non-empty).
-    pub fn new(marker: impl Into<Vec<u8>>) -> Self {
+/// One frame.
+enum Frame {
+    Stdout(Bytes),
+    Stderr(Bytes),
+    Exit(Report),
+    Archive(Bytes),
+    End,
+}
+
+/// HMAC-SHA256 (RFC 2104) under one key, ready for many messages.
+#[derive(Clone)]
+struct Mac {
+    inner: sha2::Sha256,
+    outer: sha2::Sha256,
+}
+
+impl Mac {
+    fn new(key: &[u8]) -> Self {
+        use sha2::Digest;
+        let mut block = [0u8; SHA256_BLOCK];
+        if key.len() > SHA256_BLOCK {
+            block[..32].copy_from_slice(&sha2::Sha256::digest(key));
+        } else {
+            block[..key.len()].copy_from_slice(key);
+        }
+        let pad = |byte: u8| {
+            let mut hasher = sha2::Sha256::new();
+            hasher.update(block.map(|b| b ^ byte));
+            hasher
+        };
         Self {
-            marker: StdoutSplitter::new(marker),
-            line: Vec::new(),
-            trailer: None,
+            inner: pad(0x36),
+            outer: pad(0x5c),
         }
     }
 
-    /// Feeds a chunk of stderr; returns what of it is the script's.
-    pub fn push(&mut self, chunk: Bytes) -> Vec<Bytes> {
-        let mut stderr = Vec::new();
-        for piece in self.marker.push(chunk) {
-            match piece {
-                Piece::Stdout(bytes) => stderr.push(bytes),
-                Piece::Boundary => {}
-                Piece::Archive(bytes) if self.trailer.is_none() => {
-                    self.line.extend_from_slice(&bytes);
-                    if let Some(end) = self.line.iter().position(|b| *b == b'\n') {
-                        self.trailer = serde_json::from_slice(&self.line[..end]).ok();
-                        self.line.clear();
-                    } else if self.line.len() > TRAILER_MAX_BYTES {
-                        self.line.clear();
-                    }
+    /// The MAC of the concatenated `parts`.
+    fn of(&self, parts: &[&[u8]]) -> [u8; 32] {
+        use sha2::Digest;
+        let mut inner = self.inner.clone();
+        for part in parts {
+            inner.update(part);
+        }
+        let mut outer = self.outer.clone();
+        outer.update(inner.finalize());
+        outer.finalize().into()
+    }
+}
+
+/// Compares without stopping at the first difference.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The next frame, its MAC checked as frame number `sequence`; `None` at the end of the
+/// stream, between frames.
+async fn next_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    mac: &Mac,
+    sequence: u64,
+) -> Result<Option<Frame>, StreamError> {
+    let mut head = [0u8; FRAME_HEADER_BYTES];
+    let mut got = 0;
+    while got < head.len() {
+        let n = reader.read(&mut head[got..]).await?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(StreamError::Truncated)
+            };
+        }
+        got += n;
+    }
+    let length = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if length > FRAME_MAX_BYTES {
+        return Err(StreamError::TooLong(length));
+    }
+    let mut payload = vec![0; length + MAC_BYTES];
+    reader
+        .read_exact(&mut payload)
+        .await
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::UnexpectedEof => StreamError::Truncated,
+            _ => StreamError::Read(error),
+        })?;
+    let tag = payload.split_off(length);
+    let expected = mac.of(&[&sequence.to_be_bytes(), &head, &payload]);
+    if !same(&tag, &expected[..MAC_BYTES]) {
+        return Err(StreamError::Forged(sequence));
+    }
+    Ok(Some(match head[0] {
+        b'o' => Frame::Stdout(payload.into()),
+        b'e' => Frame::Stderr(payload.into()),
+        b'x' if length > REPORT_MAX_BYTES => return Err(StreamError::TooLong(length)),
+        b'x' => Frame::Exit(
+            serde_json::from_slice(&payload)
+                .map_err(|error| StreamError::BadReport(error.to_string()))?,
+        ),
+        b'a' => Frame::Archive(payload.into()),
+        b'z' => Frame::End,
+        kind => return Err(StreamError::UnknownKind(kind)),
+    }))
+}
+
+/// What the runner's streams carried.
+#[derive(Debug)]
+pub struct Relayed {
+    /// The script's stdout, capped (with what the runner dropped counted).
+    pub stdout: Captured,
+    /// The script's stderr and the runner's own words, capped.
+    pub stderr: Captured,
+    /// The runner's report, when it came.
+    pub report: Option<Report>,
+    /// When the report came (the script had ended).
+    pub finished_at: Option<Instant>,
+    /// Whether the end frame came: everything the runner had to send has come.
+    pub complete: bool,
+    /// What was wrong with the stream, if anything.
+    pub error: Option<String>,
+    /// When reading ended.
+    pub ended: Instant,
+}
+
+/// The frames as they are read, before the runner's own stderr is added.
+struct Frames {
+    stdout: Captured,
+    stderr: Captured,
+    report: Option<Report>,
+    finished_at: Option<Instant>,
+    complete: bool,
+    error: Option<StreamError>,
+}
+
+/// Reads frames until the end frame, the end of the stream or an error. After an error the
+/// rest of the stream is read and dropped, so that the container never blocks on a full pipe.
+async fn read_frames<R: AsyncRead + Unpin>(
+    reader: R,
+    key: &str,
+    cap: usize,
+    archive: mpsc::Sender<Bytes>,
+    finished: oneshot::Sender<()>,
+) -> Frames {
+    let mut reader = BufReader::with_capacity(FRAME_MAX_BYTES + FRAME_HEADER_BYTES, reader);
+    let mut frames = Frames {
+        stdout: Captured::default(),
+        stderr: Captured::default(),
+        report: None,
+        finished_at: None,
+        complete: false,
+        error: None,
+    };
+    let mut archive = Some(archive);
+    let mut finished = Some(finished);
+    let mac = Mac::new(key.as_bytes());
+    for sequence in 0.. {
+        let frame = match next_frame(&mut reader, &mac, sequence).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(error) => {
+                frames.error = Some(error);
+                break;
+            }
+        };
+        match frame {
+            Frame::Stdout(bytes) => capture(&mut frames.stdout, cap, &bytes),
+            Frame::Stderr(bytes) => capture(&mut frames.stderr, cap, &bytes),
+            Frame::Exit(_) if frames.report.is_some() => {
+                frames.error = Some(StreamError::OutOfOrder("a second report"));
+                break;
+            }
+            Frame::Exit(report) => {
+                frames.stdout.dropped += report.stdout_dropped;
+                frames.stderr.dropped += report.stderr_dropped;
+                frames.report = Some(report);
+                frames.finished_at = Some(Instant::now());
+                if let Some(finished) = finished.take() {
+                    let _ = finished.send(());
                 }
-                Piece::Archive(_) => {}
+            }
+            Frame::Archive(_) if frames.report.is_none() => {
+                frames.error = Some(StreamError::OutOfOrder("outputs before the report"));
+                break;
+            }
+            Frame::Archive(bytes) => {
+                if let Some(sender) = &archive
+                    && sender.send(bytes).await.is_err()
+                {
+                    // The unpacker is done (a limit); the rest is read and dropped.
+                    archive = None;
+                }
+            }
+            Frame::End if frames.report.is_none() => {
+                frames.error = Some(StreamError::OutOfOrder("the end before the report"));
+                break;
+            }
+            Frame::End => {
+                frames.complete = true;
+                return frames;
             }
         }
-        stderr
     }
-
-    /// The runner's closing line, once it has come whole.
-    pub fn trailer(&self) -> Option<Trailer> {
-        self.trailer
+    // The outputs are cut short: the unpacker must not take them for whole.
+    drop(archive);
+    if frames.error.is_some() {
+        let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
     }
+    frames
+}
 
-    /// The stream ended: whatever was held back is the script's after all.
-    pub fn finish(&mut self) -> Option<Bytes> {
-        self.marker.finish()
+/// Reads the runner's `stdout` (frames, authenticated under `key`) and `stderr` (its own words)
+/// until the end frame, or until stdout ends. The archive goes to `archive` as it comes (the
+/// sender is dropped when it has ended); `finished` fires when the report comes.
+pub async fn relay<O, E>(
+    stdout: O,
+    mut stderr: E,
+    key: &str,
+    cap: usize,
+    archive: mpsc::Sender<Bytes>,
+    finished: oneshot::Sender<()>,
+) -> Relayed
+where
+    O: AsyncRead + Unpin,
+    E: AsyncRead + Unpin,
+{
+    let reading = read_frames(stdout, key, cap, archive, finished);
+    tokio::pin!(reading);
+    let mut runner_stderr = Captured::default();
+    let mut chunk = vec![0u8; STDERR_CHUNK];
+    let mut stderr_open = true;
+    let frames = loop {
+        tokio::select! {
+            frames = &mut reading => break frames,
+            read = stderr.read(&mut chunk), if stderr_open => match read {
+                Ok(0) | Err(_) => stderr_open = false,
+                Ok(n) => capture(&mut runner_stderr, cap, &chunk[..n]),
+            },
+        }
+    };
+    // What the runner wrote on stderr and is there already (it wrote it before its end frame).
+    while stderr_open {
+        match stderr.read(&mut chunk).now_or_never() {
+            Some(Ok(n)) if n > 0 => capture(&mut runner_stderr, cap, &chunk[..n]),
+            _ => stderr_open = false,
+        }
+    }
+    let mut stderr = frames.stderr;
+    capture(&mut stderr, cap, &runner_stderr.bytes);
+    stderr.dropped += runner_stderr.dropped;
+    Relayed {
+        stdout: frames.stdout,
+        stderr,
+        report: frames.report,
+        finished_at: frames.finished_at,
+        complete: frames.complete,
+        error: frames.error.map(|error| error.to_string()),
+        ended: Instant::now(),
     }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || haystack.len() < needle.len() {
-        return None;
+/// The tasks reading one attempt's result: the relay, its "the script has ended" signal, and
+/// the unpacker writing the outputs as hostile input.
+pub struct Reading {
+    /// Reads the streams (see [`relay`]).
+    pub relay: JoinHandle<Relayed>,
+    /// Fires when the runner's report came: the script has ended.
+    pub finished: oneshot::Receiver<()>,
+    /// Unpacks the output archive into the destination folder.
+    pub unpacker: JoinHandle<std::io::Result<archive::Unpacked>>,
+}
+
+/// Starts reading an attempt's `stdout` and `stderr` (its frames authenticated under `key`, the
+/// request's [`super::request::Request::key`]), unpacking the outputs into `out_dir` under
+/// `limits`, with stdout and stderr each kept up to `cap` bytes. Every backend calls this on
+/// the streams of its container.
+pub fn read_attempt<O, E>(
+    stdout: O,
+    stderr: E,
+    key: String,
+    cap: usize,
+    out_dir: PathBuf,
+    limits: archive::UnpackLimits,
+) -> Reading
+where
+    O: AsyncRead + Unpin + Send + 'static,
+    E: AsyncRead + Unpin + Send + 'static,
+{
+    let (archive_tx, archive_rx) = mpsc::channel::<Bytes>(ARCHIVE_QUEUE);
+    let (finished_tx, finished) = oneshot::channel();
+    let unpacker = tokio::task::spawn_blocking(move || {
+        archive::unpack(ChannelReader::new(archive_rx), &out_dir, limits)
+    });
+    let relay =
+        tokio::spawn(
+            async move { relay(stdout, stderr, &key, cap, archive_tx, finished_tx).await },
+        );
+    Reading {
+        relay,
+        finished,
+        unpacker,
     }
-    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A blocking reader over the chunks the relay sends; EOF when the relay is done with them.
+struct ChannelReader {
+    chunks: mpsc::Receiver<Bytes>,
+    current: Bytes,
+}
+
+impl ChannelReader {
+    fn new(chunks: mpsc::Receiver<Bytes>) -> Self {
+        Self {
+            chunks,
+            current: Bytes::new(),
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.chunks.blocking_recv() {
+                Some(chunk) => self.current = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run(boundary: &str, chunks: &[&str]) -> (String, String, bool) {
-        let mut splitter = StdoutSplitter::new(boundary.as_bytes());
-        let (mut stdout, mut archive) = (Vec::new(), Vec::new());
-        let mut pieces = Vec::new();
-        for chunk in chunks {
-            pieces.extend(splitter.push(Bytes::copy_from_slice(chunk.as_bytes())));
-        }
-        pieces.extend(splitter.finish().map(Piece::Stdout));
-        for piece in pieces {
-            match piece {
-                Piece::Stdout(b) => stdout.extend_from_slice(&b),
-                Piece::Archive(b) => archive.extend_from_slice(&b),
-                Piece::Boundary => {}
+    const KEY: &str = "test-key";
+
+    /// Frames as the runner writes them, numbered from 0.
+    struct Runner {
+        mac: Mac,
+        sequence: u64,
+    }
+
+    impl Runner {
+        fn with_key(key: &str) -> Self {
+            Self {
+                mac: Mac::new(key.as_bytes()),
+                sequence: 0,
             }
         }
-        (
-            String::from_utf8(stdout).unwrap(),
-            String::from_utf8(archive).unwrap(),
-            splitter.found(),
+
+        fn frame(&mut self, kind: u8, payload: &[u8]) -> Vec<u8> {
+            let mut bytes = vec![kind];
+            bytes.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+            let tag = self
+                .mac
+                .of(&[&self.sequence.to_be_bytes(), &bytes, payload]);
+            bytes.extend_from_slice(payload);
+            bytes.extend_from_slice(&tag[..MAC_BYTES]);
+            self.sequence += 1;
+            bytes
+        }
+    }
+
+    fn runner() -> Runner {
+        Runner::with_key(KEY)
+    }
+
+    const REPORT: &[u8] = br#"{"ended": "exited", "exit_code": 0, "signal": null, "oom_killed": false, "duration_s": 0.1, "stdout_dropped": 5, "stderr_dropped": 0}"#;
+
+    /// Relays `stdout` (and `stderr`) with a cap of `cap`; the archive's bytes as they came.
+    async fn run(stdout: Vec<u8>, stderr: &[u8], cap: usize) -> (Relayed, Vec<u8>, bool) {
+        let (archive_tx, mut archive_rx) = mpsc::channel(64);
+        let (finished_tx, finished_rx) = oneshot::channel();
+        let relayed = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            relay(&stdout[..], stderr, KEY, cap, archive_tx, finished_tx),
         )
-    }
-
-    #[test]
-    fn splits_at_a_boundary_inside_one_chunk() {
-        assert_eq!(
-            run("@@B@@", &["hello\n@@B@@tar"]),
-            ("hello\n".into(), "tar".into(), true)
-        );
-    }
-
-    #[test]
-    fn finds_a_boundary_cut_across_chunks() {
-        assert_eq!(
-            run("@@B@@", &["hel", "lo@", "@B", "@", "@t", "ar"]),
-            ("hello".into(), "tar".into(), true)
-        );
-    }
-
-    #[test]
-    fn a_near_miss_is_stdout() {
-        assert_eq!(
-            run("@@B@@", &["a@@B", "x@@"]),
-            ("a@@Bx@@".into(), String::new(), false)
-        );
-    }
-
-    #[test]
-    fn only_the_first_boundary_counts() {
-        assert_eq!(
-            run("@@B@@", &["@@B@@x@@B@@y"]),
-            (String::new(), "x@@B@@y".into(), true)
-        );
-    }
-
-    #[test]
-    fn the_trailer_comes_off_stderr_even_when_cut_across_chunks() {
-        let mut splitter = StderrSplitter::new(&b"\n--X--\n"[..]);
-        let mut stderr = Vec::new();
-        for chunk in [
-            "Traceback: boom",
-            "\n--X",
-            "--\n{\"exit_code\": 1,",
-            " \"oom_killed\": false}",
-            "\n",
-        ] {
-            assert_eq!(splitter.trailer(), None, "not before the line is whole");
-            for bytes in splitter.push(Bytes::copy_from_slice(chunk.as_bytes())) {
-                stderr.extend_from_slice(&bytes);
-            }
+        .await
+        .unwrap();
+        let mut archive = Vec::new();
+        while let Some(chunk) = archive_rx.recv().await {
+            archive.extend_from_slice(&chunk);
         }
-        assert_eq!(stderr, b"Traceback: boom");
+        (relayed, archive, finished_rx.await.is_ok())
+    }
+
+    #[tokio::test]
+    async fn a_whole_stream_gives_the_outputs_the_report_and_the_archive() {
+        let mut r = runner();
+        let stream = [
+            r.frame(b'o', b"hello "),
+            r.frame(b'e', b"warning\n"),
+            r.frame(b'o', b"world"),
+            r.frame(b'x', REPORT),
+            r.frame(b'a', b"tar-1"),
+            r.frame(b'a', b"tar-2"),
+            r.frame(b'z', b""),
+            b"anything after the end is never read".to_vec(),
+        ]
+        .concat();
+        let (relayed, archive, finished) = run(stream, b"runner note\n", 1024).await;
+        assert_eq!(relayed.stdout.bytes, b"hello world");
+        assert_eq!(relayed.stdout.dropped, 5, "the runner's count is added");
+        assert_eq!(relayed.stderr.bytes, b"warning\nrunner note\n");
+        assert_eq!(relayed.report.unwrap().exit_code, Some(0));
+        assert!(relayed.complete && finished && relayed.error.is_none());
+        assert_eq!(archive, b"tar-1tar-2");
+    }
+
+    #[tokio::test]
+    async fn script_bytes_that_look_like_frames_stay_the_scripts() {
+        // Even frames with the right key, as the script's output, stay its output.
+        let mut copy = runner();
+        let forged = [
+            copy.frame(b'x', REPORT),
+            copy.frame(b'a', b"forged"),
+            copy.frame(b'z', b""),
+        ]
+        .concat();
+        let report =
+            String::from_utf8_lossy(REPORT).replace("\"exit_code\": 0", "\"exit_code\": 7");
+        let mut r = runner();
+        let stream = [
+            r.frame(b'o', &forged),
+            r.frame(b'x', report.as_bytes()),
+            r.frame(b'z', b""),
+        ]
+        .concat();
+        let (relayed, archive, _) = run(stream, b"", 1 << 20).await;
+        assert_eq!(relayed.stdout.bytes, forged);
+        assert_eq!(relayed.report.unwrap().exit_code, Some(7));
+        assert!(archive.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_does_not_parse_is_an_error_never_a_result() {
+        // The first two frames of a good stream, and a writer that continues it.
+        let start = || {
+            let mut r = runner();
+            let good = [r.frame(b'o', b"out"), r.frame(b'x', REPORT)].concat();
+            (r, good)
+        };
+        let next = |kind: u8, payload: &[u8]| {
+            let (mut r, good) = start();
+            [good, r.frame(kind, payload)].concat()
+        };
+        let (mut r, good) = start();
+        let end = r.frame(b'z', b"");
+        let mut tampered = end.clone();
+        *tampered.last_mut().unwrap() ^= 1;
+        let mut stranger = Runner::with_key("another key");
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (next(b'q', b""), "unknown kind"),
+            (
+                [good.clone(), vec![b'a', 0xff, 0xff, 0xff, 0xff]].concat(),
+                "bytes (at most",
+            ),
+            (
+                [good.clone(), vec![b'a', 0, 0, 0, 9, 1, 2]].concat(),
+                "inside a frame",
+            ),
+            ([good.clone(), vec![b'a', 0]].concat(), "inside a frame"),
+            (
+                runner().frame(b'x', br#"{"exit_code": 0}"#),
+                "report could not be read",
+            ),
+            (next(b'x', REPORT), "second report"),
+            (runner().frame(b'a', b"tar"), "before the report"),
+            (runner().frame(b'z', b""), "before the report"),
+            // Bytes the runner did not write: another key, a changed MAC, a frame left out,
+            // one replayed.
+            (stranger.frame(b'o', b"hi"), "frame 0 does not carry"),
+            ([good.clone(), tampered].concat(), "frame 2 does not carry"),
+            (
+                [runner().frame(b'o', b"out"), end.clone()].concat(),
+                "frame 1 does not carry",
+            ),
+            (
+                [runner().frame(b'o', b"a"), runner().frame(b'o', b"a")].concat(),
+                "frame 1 does not carry",
+            ),
+        ];
+        for (stream, expected) in cases {
+            let (relayed, _, _) = run(stream, b"", 1024).await;
+            let error = relayed.error.unwrap_or_default();
+            assert!(error.contains(expected), "{expected}: {error}");
+            assert!(!relayed.complete);
+        }
+        // Ending between frames is no error, but not complete either.
+        let (relayed, _, finished) = run(good, b"", 1024).await;
+        assert!(relayed.error.is_none() && !relayed.complete && finished);
+    }
+
+    #[tokio::test]
+    async fn the_cap_holds_over_frames_and_the_runners_stderr() {
+        let mut r = runner();
+        let stream = [
+            r.frame(b'o', &[b'x'; 3000]),
+            r.frame(b'o', &[b'y'; 3000]),
+            r.frame(b'e', &[b'e'; 10]),
+        ]
+        .concat();
+        let (relayed, _, _) = run(stream, &[b'r'; 10], 4096).await;
+        assert_eq!(relayed.stdout.bytes.len(), 4096);
+        assert_eq!(relayed.stdout.dropped, 6000 - 4096);
+        assert_eq!(relayed.stderr.bytes.len(), 20);
+    }
+
+    #[test]
+    fn the_mac_is_hmac_sha256() {
+        // RFC 4231, test case 2, and a key longer than a block (test case 6).
         assert_eq!(
-            splitter.trailer(),
-            Some(Trailer {
-                exit_code: 1,
-                oom_killed: Some(false)
-            })
+            hex::encode(Mac::new(b"Jefe").of(&[b"what do ya want ", b"for nothing?"])),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
-        let mut unknown = StderrSplitter::new(&b"@@"[..]);
-        unknown.push(Bytes::from_static(
-            b"@@{\"exit_code\": 137, \"oom_killed\": null}\n",
-        ));
-        assert_eq!(unknown.trailer().unwrap().oom_killed, None);
-        let mut garbled = StderrSplitter::new(&b"@@"[..]);
-        garbled.push(Bytes::from_static(b"@@not json\n"));
         assert_eq!(
-            garbled.trailer(),
-            None,
-            "a line that is not the runner's is no trailer"
+            hex::encode(
+                Mac::new(&[0xaa; 131])
+                    .of(&[b"Test Using Larger Than Block-Size Key - Hash Key First"])
+            ),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
         );
     }
 

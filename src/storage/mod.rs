@@ -171,12 +171,13 @@ impl Storage {
     }
 
     /// `NoCredential` when this store needs a credential for `caller` and has none (Open
-    /// WebUI without `OPENWEBUI_API_KEY`, and no forwarded user token). The tools that fetch
-    /// or store check this first, so that nothing is asked of a model and no container runs
-    /// for a result that could not be stored.
-    pub fn require_credential(&self, caller: &Caller) -> Result<(), StorageError> {
+    /// WebUI without `OPENWEBUI_API_KEY`, and no forwarded user token), `Unauthorized` when
+    /// Open WebUI refuses it (asked once, remembered for a minute). The tools that fetch or
+    /// store check this first, so that nothing is asked of a model and no container runs for
+    /// a result that could not be stored.
+    pub async fn require_credential(&self, caller: &Caller) -> Result<(), StorageError> {
         match self {
-            Self::OpenWebUi(store) => store.require_credential(caller),
+            Self::OpenWebUi(store) => store.require_credential(caller).await,
             Self::Local(_) => Ok(()),
         }
     }

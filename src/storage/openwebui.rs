@@ -4,9 +4,17 @@
 //!
 //! Credentials: the MCP request's own bearer token when forwarding is on (Open WebUI's
 //! "session" auth sends the user's token, so each user reaches only their files), else
-//! `OPENWEBUI_API_KEY` (which reaches whatever that key's user may read).
+//! `OPENWEBUI_API_KEY` (which reaches whatever that key's user may read). Before a tool asks a
+//! model or runs anything, [`OpenWebUi::require_credential`] asks Open WebUI once whether the
+//! credential is accepted (`GET /api/v1/auths/`, the session user's own record), and remembers
+//! the answer for [`CREDENTIAL_CHECK_TTL`]: a refused key costs one cheap request, not a
+//! model call and a sandbox attempt.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
 
 use serde::Deserialize;
 
@@ -19,6 +27,16 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 /// How much of an error body goes into a message.
 const DETAIL_MAX: usize = 300;
+/// How long Open WebUI's answer on a credential is trusted.
+pub const CREDENTIAL_CHECK_TTL: Duration = Duration::from_secs(60);
+/// Time allowed for that question.
+const CREDENTIAL_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Credentials whose answer is remembered (forwarded tokens are one per user).
+const CREDENTIAL_CACHE_MAX: usize = 1024;
+
+/// Open WebUI's answers on credentials, by the SHA-256 of the token (never the token itself):
+/// accepted or not, and when it said so.
+type CredentialCache = Mutex<HashMap<[u8; 32], (bool, Instant)>>;
 
 /// A client of one Open WebUI.
 #[derive(Debug, Clone)]
@@ -29,6 +47,8 @@ pub struct OpenWebUi {
     api_key: Option<Secret>,
     forward_user_token: bool,
     limits: TransferLimits,
+    /// What Open WebUI said of each credential lately.
+    credentials: Arc<CredentialCache>,
 }
 
 #[derive(Deserialize)]
@@ -63,6 +83,7 @@ impl OpenWebUi {
             api_key: config.api_key.clone(),
             forward_user_token: config.forward_user_token,
             limits,
+            credentials: Arc::default(),
         })
     }
 
@@ -74,9 +95,76 @@ impl OpenWebUi {
             .ok_or(StorageError::NoCredential)
     }
 
-    /// `NoCredential` unless a request for `caller` would carry a token.
-    pub fn require_credential(&self, caller: &Caller) -> Result<(), StorageError> {
-        self.token(caller).map(|_| ())
+    /// `NoCredential` unless a request for `caller` would carry a token; `Unauthorized` when
+    /// Open WebUI refuses that token (401), asked at most once per [`CREDENTIAL_CHECK_TTL`].
+    /// Any other answer (a 403 of API-key endpoint restrictions, an error, no answer) decides
+    /// nothing: the real request will say.
+    pub async fn require_credential(&self, caller: &Caller) -> Result<(), StorageError> {
+        let token = self.token(caller)?;
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let known = self.credentials.lock().ok().and_then(|cache| {
+            cache
+                .get(&key)
+                .filter(|(_, at)| at.elapsed() < CREDENTIAL_CHECK_TTL)
+                .map(|(accepted, _)| *accepted)
+        });
+        let accepted = match known {
+            Some(accepted) => accepted,
+            None => match self.ask_about(token).await {
+                Some(accepted) => {
+                    self.remember(key, accepted);
+                    accepted
+                }
+                None => true,
+            },
+        };
+        if accepted {
+            Ok(())
+        } else {
+            Err(StorageError::Unauthorized {
+                status: 401,
+                detail: "Open WebUI does not accept the credential (checked before any work)"
+                    .into(),
+            })
+        }
+    }
+
+    /// Whether Open WebUI accepts `token`: `Some(true)` on 200, `Some(false)` on 401, `None`
+    /// on anything else.
+    async fn ask_about(&self, token: &str) -> Option<bool> {
+        let url = format!("{}/api/v1/auths/", self.internal_url);
+        let response = self
+            .http
+            .get(&url)
+            .bearer_auth(token)
+            .timeout(CREDENTIAL_CHECK_TIMEOUT)
+            .send()
+            .await;
+        match response.as_ref().map(reqwest::Response::status) {
+            Ok(status) if status.is_success() => Some(true),
+            Ok(reqwest::StatusCode::UNAUTHORIZED) => Some(false),
+            Ok(status) => {
+                tracing::debug!(%status, "Open WebUI's credential check decided nothing");
+                None
+            }
+            Err(error) => {
+                tracing::debug!(error = %crate::error_chain(error), "Open WebUI's credential check got no answer");
+                None
+            }
+        }
+    }
+
+    fn remember(&self, key: [u8; 32], accepted: bool) {
+        let Ok(mut cache) = self.credentials.lock() else {
+            return;
+        };
+        if cache.len() >= CREDENTIAL_CACHE_MAX {
+            cache.retain(|_, (_, at)| at.elapsed() < CREDENTIAL_CHECK_TTL);
+            if cache.len() >= CREDENTIAL_CACHE_MAX {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (accepted, Instant::now()));
     }
 
     fn unreachable(&self, error: &reqwest::Error) -> StorageError {

@@ -53,7 +53,7 @@ impl<R: Runner> Tools<R> {
         })?;
         let instructions = non_empty(instructions, "instructions")?;
         self.require_llm()?;
-        self.storage.require_credential(caller)?;
+        self.storage.require_credential(caller).await?;
         let system_prompt = match file_type {
             FileType::Excel => self.prompts.create_excel.clone(),
             FileType::Docx => self.prompts.create_docx.clone(),
@@ -88,7 +88,7 @@ impl<R: Runner> Tools<R> {
         let file_id = non_empty(file_id, "file_id")?;
         let instructions = non_empty(instructions, "instructions")?;
         self.require_llm()?;
-        self.storage.require_credential(caller)?;
+        self.storage.require_credential(caller).await?;
         let original = self.storage.fetch(file_id.trim(), caller).await?;
         let file_type = filetype::detect(
             &original.bytes,
@@ -255,17 +255,29 @@ impl<R: Runner> Tools<R> {
         let bytes = tokio::fs::read(&output.host_path)
             .await
             .map_err(local_io("cannot read the attempt's output"))?;
-        // Inflating a package within its caps can still take a second of CPU: keep it off
-        // the async workers.
         let file_type = task.file_type;
-        let (bytes, verdict) = tokio::task::spawn_blocking(move || {
-            let verdict = filetype::validate(file_type, &bytes);
+        let (bytes, verdict) = if file_type == FileType::Pdf {
+            // A PDF's parse has no memory bound of its own: it runs in a capped child.
+            let verdict = self
+                .pdf
+                .check(&bytes)
+                .await
+                .map_err(|error| local_io("cannot check the PDF")(std::io::Error::other(error)))?
+                .map(|_pages| ())
+                .map_err(|error| error.to_string());
             (bytes, verdict)
-        })
-        .await
-        .map_err(|error| {
-            local_io("cannot check the attempt's output")(std::io::Error::other(error))
-        })?;
+        } else {
+            // Inflating a package within its caps can still take a second of CPU: keep it
+            // off the async workers.
+            tokio::task::spawn_blocking(move || {
+                let verdict = filetype::validate(file_type, &bytes);
+                (bytes, verdict)
+            })
+            .await
+            .map_err(|error| {
+                local_io("cannot check the attempt's output")(std::io::Error::other(error))
+            })?
+        };
         match verdict {
             Ok(()) => Ok(Ok(bytes)),
             Err(why) => Ok(Err(format!(

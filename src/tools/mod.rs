@@ -147,6 +147,8 @@ pub struct Tools<R = Sandbox> {
     audit: Option<Arc<AuditLog>>,
     /// The tools callers and the model saved; `None` when `FILE_AGENT_DYNAMIC_TOOLS=off`.
     saved_tools: Option<Arc<dynamic::SavedTools>>,
+    /// Checks PDF outputs in a memory-capped child process (never in this one).
+    pdf: Arc<pdf::Checker>,
     /// The calls under way, so that shutdown can wait for them.
     calls: TaskTracker,
     /// Cancelled when shutdown stops the calls still running.
@@ -192,6 +194,7 @@ impl<R: Runner> Tools<R> {
         research: ResearchConfig,
         admission: AdmissionConfig,
     ) -> Self {
+        let pdf = Arc::new(pdf::Checker::this_program(admission.max_concurrent));
         Self {
             runner,
             llm,
@@ -199,6 +202,7 @@ impl<R: Runner> Tools<R> {
             fetcher,
             prompts,
             research,
+            pdf,
             admission: Admission::new(admission),
             audit: None,
             saved_tools: None,
@@ -246,6 +250,14 @@ impl<R: Runner> Tools<R> {
     /// Serves the tools in `saved` (`None`: saved tools are off).
     pub fn with_saved_tools(mut self, saved: Option<dynamic::SavedTools>) -> Self {
         self.saved_tools = saved.map(Arc::new);
+        self
+    }
+
+    /// Checks PDFs with `program` (a `file-agent` executable) instead of this process's own:
+    /// for a server started inside another program, such as a test.
+    pub fn with_pdf_checker(mut self, program: std::path::PathBuf) -> Self {
+        let parallel = self.admission.config().max_concurrent;
+        self.pdf = Arc::new(pdf::Checker::new(program, parallel));
         self
     }
 

@@ -10,8 +10,9 @@
 //!   it is past [`RATIO_CHECKED_FROM_BYTES`] (no real Office part comes close: real sheets
 //!   compress about 15:1);
 //! - checks every entry's CRC-32, and that its inflated size matches the declared one;
-//! - refuses encryption, compression methods other than stored and deflate, and two entries
-//!   with the same name (ASCII case ignored, as Office part names are);
+//! - refuses encryption, compression methods other than stored and deflate, two entries
+//!   with the same name (ASCII case ignored, as Office part names are), and entries whose
+//!   bytes overlap (a non-recursive zip bomb's way of inflating one kernel many times);
 //! - keeps in memory only what a caller asks for, up to a cap it names: everything else is
 //!   inflated through a fixed buffer and dropped.
 //!
@@ -31,7 +32,7 @@ pub const MAX_ENTRIES: usize = 10_000;
 pub const MAX_NAME_BYTES: usize = 1024;
 /// Bytes one entry may inflate to.
 pub const MAX_ENTRY_INFLATED_BYTES: u64 = 512 * MIB;
-/// Bytes all entries together may inflate to (overlapping entries count every time).
+/// Bytes all entries together may inflate to.
 pub const MAX_TOTAL_INFLATED_BYTES: u64 = 1024 * MIB;
 /// The largest inflated-to-compressed ratio of an entry past [`RATIO_CHECKED_FROM_BYTES`].
 pub const MAX_RATIO: u64 = 100;
@@ -174,6 +175,8 @@ struct Entry {
     declared_size: u64,
     /// Where the compressed bytes start (after the local header).
     data_start: usize,
+    /// Where its local header starts.
+    local_start: usize,
 }
 
 /// A zip's directory over its bytes: names known, nothing inflated yet.
@@ -337,6 +340,7 @@ impl<'a> Archive<'a> {
                 "its central directory holds more than its end record says",
             ));
         }
+        refuse_overlaps(&entries)?;
         Ok(Self {
             bytes,
             entries,
@@ -346,7 +350,6 @@ impl<'a> Archive<'a> {
     }
 
     /// The entries' names, in directory order.
-    #[cfg(test)]
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|entry| entry.name.as_str())
     }
@@ -591,7 +594,34 @@ fn read_central_entry(cursor: &mut Cursor<'_>, bytes: &[u8]) -> Result<Entry, Zi
         compressed_size,
         declared_size,
         data_start: header.at,
+        local_start: local,
     })
+}
+
+/// Refuses entries whose bytes (local header to the end of the compressed data) overlap.
+/// Writers never do that; a non-recursive zip bomb does, so that thousands of entries
+/// inflate the same compressed kernel (each would count towards the total cap, but only
+/// after a gigabyte of inflating).
+fn refuse_overlaps(entries: &[Entry]) -> Result<(), ZipError> {
+    let mut spans: Vec<(usize, usize, &str)> = entries
+        .iter()
+        .map(|entry| {
+            let end = entry
+                .data_start
+                .saturating_add(usize::try_from(entry.compressed_size).unwrap_or(usize::MAX));
+            (entry.local_start, end, entry.name.as_str())
+        })
+        .collect();
+    spans.sort_unstable();
+    for pair in spans.windows(2) {
+        let ((_, end, first), (start, _, second)) = (pair[0], pair[1]);
+        if start < end {
+            return Err(damaged(format!(
+                "parts {first} and {second} overlap (a zip bomb's trick)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A zip of `entries` (name, text), written by the zip crate with its default options: the

@@ -293,3 +293,18 @@ pub async fn run_cli(args: &[&str], env: &[(&str, &str)]) -> CliResult {
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// `VmHWM` or `VmRSS` of this process, in bytes.
+pub fn memory(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"));
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|value| value.parse().ok())
+        .unwrap();
+    kib * 1024
+}

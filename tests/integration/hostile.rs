@@ -2,11 +2,13 @@
 //! tens of millions of cells deflated to a few MB and a zip bomb that lies about its size,
 //! which the server must refuse without inflating them into its own memory; download paths
 //! with encoded dots, NUL or another case; a multipart file name with a path and line breaks;
-//! a JSON body nested 400,000 deep; terminal escapes meant for `audit show`.
+//! a JSON body nested 400,000 deep; terminal escapes meant for `audit show`; a 2.4 KB PDF that
+//! took lopdf to 6 GB in the server; Office outputs of 10,000 zip entries, and entries that
+//! overlap to inflate one kernel thousands of times.
 
 use serde_json::json;
 
-use crate::common::{run_cli, with_timeout};
+use crate::common::{memory, run_cli, with_timeout};
 use crate::fakes::openai::{FakeOpenAi, Reply};
 use crate::mcp_server::TestServer;
 
@@ -161,6 +163,18 @@ pub fn deflate_repeated(
 /// The parts of a one-sheet workbook around `sheet` (already compressed).
 pub fn workbook_with_sheet(sheet: &[u8], method: Method, crc: u32, declared_size: u32) -> Vec<u8> {
     let mut zip = RawZip::default();
+    add_workbook_parts(&mut zip, sheet, method, crc, declared_size);
+    zip.finish()
+}
+
+/// Adds the parts of a one-sheet workbook around `sheet` (already compressed) to `zip`.
+fn add_workbook_parts(
+    zip: &mut RawZip,
+    sheet: &[u8],
+    method: Method,
+    crc: u32,
+    declared_size: u32,
+) {
     zip.add_stored(
         "[Content_Types].xml",
         br#"<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/></Types>"#,
@@ -184,7 +198,6 @@ pub fn workbook_with_sheet(sheet: &[u8], method: Method, crc: u32, declared_size
         crc,
         declared_size,
     );
-    zip.finish()
 }
 
 /// A valid .xlsx whose one sheet has `cells` cells (rows of [`ATTACK_COLUMNS`] cells without
@@ -205,21 +218,6 @@ pub fn attack_workbook(cells: u64) -> Vec<u8> {
         b"</sheetData></worksheet>",
     );
     workbook_with_sheet(&sheet, Method::Deflated, crc, size as u32)
-}
-
-/// `VmHWM` or `VmRSS` of this process, in bytes.
-fn memory(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status
-        .lines()
-        .find(|line| line.starts_with(field))
-        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"));
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|value| value.parse().ok())
-        .unwrap();
-    kib * 1024
 }
 
 #[tokio::test]
@@ -463,4 +461,238 @@ async fn audit_show_prints_no_terminal_escapes_from_a_hostile_client_or_code() {
         control, None,
         "a control character reached the terminal: {shown:?}"
     );
+}
+
+/// The parts of a one-slide presentation, each `(name, content)`.
+fn deck_parts() -> Vec<(&'static str, &'static [u8])> {
+    vec![
+        (
+            "[Content_Types].xml",
+            br#"<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="xml" ContentType="application/xml"/><Override PartName="/ppt/presentation.xml" ContentType="application/vnd.openxmlformats-officedocument.presentationml.presentation.main+xml"/></Types>"#,
+        ),
+        (
+            "_rels/.rels",
+            br#"<Relationships><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="ppt/presentation.xml"/></Relationships>"#,
+        ),
+        (
+            "ppt/presentation.xml",
+            br#"<p:presentation xmlns:p="p" xmlns:r="r"><p:sldIdLst><p:sldId id="256" r:id="rId2"/></p:sldIdLst></p:presentation>"#,
+        ),
+        (
+            "ppt/_rels/presentation.xml.rels",
+            br#"<Relationships><Relationship Id="rId2" Type="x/slide" Target="slides/slide1.xml"/></Relationships>"#,
+        ),
+        ("ppt/slides/slide1.xml", br#"<p:sld xmlns:p="p"><p:cSld/></p:sld>"#),
+    ]
+}
+
+/// Validates `bytes` as `file_type`, asserting it took under 2 s and grew this process's
+/// peak memory by under 64 MiB; returns the verdict.
+fn validated_within_bounds(
+    file_type: file_agent::tools::filetype::FileType,
+    bytes: &[u8],
+) -> Result<(), String> {
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let before = memory("VmRSS:");
+    let started = std::time::Instant::now();
+    let verdict = file_agent::tools::filetype::validate(file_type, bytes);
+    let (took, growth) = (started.elapsed(), memory("VmHWM:").saturating_sub(before));
+    eprintln!(
+        "{} bytes: {took:?}, +{} MiB: {verdict:?}",
+        bytes.len(),
+        growth >> 20
+    );
+    assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
+    assert!(growth < 64 * 1024 * 1024, "grew by {} MiB", growth >> 20);
+    verdict
+}
+
+#[test]
+fn office_outputs_of_ten_thousand_entries_are_checked_within_bounds_and_one_more_is_refused() {
+    use file_agent::tools::filetype::FileType;
+    let filler = |zip: &mut RawZip, count: usize| {
+        for n in 0..count {
+            zip.add_stored(&format!("ppt/media/filler{n}.bin"), b"x");
+        }
+    };
+    for (extra, accepted) in [(10_000 - 5, true), (10_000 - 4, false)] {
+        let mut zip = RawZip::default();
+        for (name, content) in deck_parts() {
+            zip.add_stored(name, content);
+        }
+        filler(&mut zip, extra);
+        let verdict = validated_within_bounds(FileType::Pptx, &zip.finish());
+        assert_eq!(
+            verdict.is_ok(),
+            accepted,
+            "{} entries: {verdict:?}",
+            extra + 5
+        );
+        if !accepted {
+            let error = verdict.unwrap_err();
+            assert!(
+                error.contains("10000") || error.contains("10,000"),
+                "{error}"
+            );
+        }
+    }
+    // A workbook with 10,001 entries too.
+    let mut zip = RawZip::default();
+    for n in 0..10_001 {
+        zip.add_stored(&format!("xl/media/filler{n}.bin"), b"x");
+    }
+    assert!(validated_within_bounds(FileType::Excel, &zip.finish()).is_err());
+}
+
+#[test]
+fn overlapping_entries_that_share_one_kernel_are_refused_within_bounds() {
+    use file_agent::tools::filetype::FileType;
+    // David Fifield's non-recursive zip bomb, small: entry i's compressed data is a stored
+    // DEFLATE block quoting entry i+1's local header, then entry i+1's compressed data; the
+    // last one's is a kernel that inflates to 1 MiB. Each entry inflates to the kernel's MiB
+    // plus the headers after it, and all of them share the same bytes.
+    let entries = 2_000usize;
+    let kernel_size = 1024 * 1024usize;
+    let kernel = {
+        use std::io::Write;
+        let mut encoder =
+            flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(&vec![b'a'; kernel_size]).unwrap();
+        encoder.finish().unwrap()
+    };
+    let names: Vec<String> = (0..entries)
+        .map(|n| format!("xl/media/m{n:05}.bin"))
+        .collect();
+    let local_header = |name: &str, crc: u32, compressed: u64, size: u64| {
+        let mut header = Vec::new();
+        header.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+        header.extend_from_slice(&20u16.to_le_bytes());
+        header.extend_from_slice(&0u16.to_le_bytes());
+        header.extend_from_slice(&8u16.to_le_bytes());
+        header.extend_from_slice(&0u16.to_le_bytes());
+        header.extend_from_slice(&0x21u16.to_le_bytes());
+        header.extend_from_slice(&crc.to_le_bytes());
+        header.extend_from_slice(&(compressed as u32).to_le_bytes());
+        header.extend_from_slice(&(size as u32).to_le_bytes());
+        header.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        header.extend_from_slice(&0u16.to_le_bytes());
+        header.extend_from_slice(name.as_bytes());
+        header
+    };
+    // From the last entry back: its header, compressed size, size and CRC.
+    let mut headers = vec![Vec::new(); entries];
+    let mut sums = vec![(0u32, 0u64, 0u64); entries];
+    let mut kernel_crc = crc32fast::Hasher::new();
+    kernel_crc.update(&vec![b'a'; kernel_size]);
+    let (mut crc, mut compressed, mut size) =
+        (kernel_crc.clone(), kernel.len() as u64, kernel_size as u64);
+    for index in (0..entries).rev() {
+        sums[index] = (crc.clone().finalize(), compressed, size);
+        headers[index] = local_header(&names[index], sums[index].0, compressed, size);
+        if index > 0 {
+            let quoted = &headers[index];
+            let mut next = crc32fast::Hasher::new();
+            next.update(quoted);
+            next.combine(&crc);
+            crc = next;
+            compressed += 5 + quoted.len() as u64;
+            size += quoted.len() as u64;
+        }
+    }
+    let mut zip = RawZip::default();
+    let sheet = br#"<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData/></worksheet>"#;
+    add_workbook_parts(
+        &mut zip,
+        sheet,
+        Method::Stored,
+        crc32fast::hash(sheet),
+        sheet.len() as u32,
+    );
+    let bytes = &mut zip.bytes;
+    let mut offsets = Vec::new();
+    for (index, header) in headers.iter().enumerate() {
+        if index > 0 {
+            let length = header.len() as u16;
+            bytes.push(0);
+            bytes.extend_from_slice(&length.to_le_bytes());
+            bytes.extend_from_slice(&(!length).to_le_bytes());
+        }
+        offsets.push(bytes.len() as u32);
+        bytes.extend_from_slice(header);
+    }
+    bytes.extend_from_slice(&kernel);
+    // A stored block's 5 bytes sit between one header and the next: entry i's data starts
+    // right after its header, at those 5 bytes.
+    for index in 0..entries {
+        let central = &mut zip.central;
+        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        central.extend_from_slice(&20u16.to_le_bytes());
+        central.extend_from_slice(&headers[index][4..30]);
+        central.extend_from_slice(&0u16.to_le_bytes());
+        central.extend_from_slice(&0u16.to_le_bytes());
+        central.extend_from_slice(&0u16.to_le_bytes());
+        central.extend_from_slice(&0u32.to_le_bytes());
+        central.extend_from_slice(&offsets[index].to_le_bytes());
+        central.extend_from_slice(names[index].as_bytes());
+        zip.count += 1;
+    }
+    let bytes = zip.finish();
+    // About 2 GiB inflated in total from a file of a few hundred KiB.
+    assert!(bytes.len() < 1024 * 1024, "{}", bytes.len());
+    let first = &sums[0];
+    assert!(first.2 > kernel_size as u64);
+    // Refused when the directory is read, before anything is inflated (counting every
+    // entry's bytes against the 1 GiB cap took 10 s of CPU in a debug build).
+    let error = validated_within_bounds(FileType::Excel, &bytes).unwrap_err();
+    assert!(error.contains("overlap"), "{error}");
+}
+
+/// Python that writes to `file_path` a 2.4 KB PDF whose object stream lists ten ids at one
+/// offset holding an array of a million empty arrays (the red team's file).
+const REPEATED_OFFSET_PDF: &str = r#"import zlib
+ids = 10
+content = b"".join(b"%d 0 " % (100 + i) for i in range(ids))
+first = len(content)
+content += b"[" + b"[]" * 1_000_000 + b"]"
+packed = zlib.compress(content, 9)
+stream = b"<< /Type /ObjStm /N %d /First %d /Filter /FlateDecode /Length %d >>\nstream\n" % (ids, first, len(packed)) + packed + b"\nendstream"
+objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+           b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>", stream]
+out = b"%PDF-1.5\n"
+offsets = []
+for number, body in enumerate(objects, 1):
+    offsets.append(len(out))
+    out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+xref = len(out)
+out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+for offset in offsets:
+    out += b"%010d 00000 n \n" % offset
+out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+open(file_path, "wb").write(out)
+print(len(out), "bytes")
+"#;
+
+#[tokio::test]
+async fn a_pdf_that_took_lopdf_to_six_gigabytes_is_refused_while_the_servers_memory_stays_flat() {
+    let llm = FakeOpenAi::start(vec![Reply::Code(REPEATED_OFFSET_PDF.into()); 3]).await;
+    let server = TestServer::start(&llm.env()).await;
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let before = memory("VmRSS:");
+    let (is_error, text) = server
+        .call(
+            None,
+            "generate_file",
+            json!({"instructions": "a report", "file_type": "pdf"}),
+        )
+        .await;
+    let growth = memory("VmHWM:").saturating_sub(before);
+    eprintln!("server memory grew by {} MiB: {text}", growth >> 20);
+    assert!(is_error, "{text}");
+    assert!(text.contains("MiB of memory"), "{text}");
+    assert!(
+        growth < 64 * 1024 * 1024,
+        "the server's memory grew by {} MiB",
+        growth >> 20
+    );
+    server.assert_nothing_left().await;
 }

@@ -52,9 +52,11 @@ impl TestServer {
         ]);
         vars.extend(env.iter().cloned());
         let config = Config::from_lookup(|name| vars.get(name).cloned()).unwrap();
+        // PDFs are checked by a child process of the file-agent executable, not of this test.
         let tools = with_timeout(file_agent::server::build_tools(&config))
             .await
-            .unwrap();
+            .unwrap()
+            .with_pdf_checker(env!("CARGO_BIN_EXE_file-agent").into());
         let shutdown = CancellationToken::new();
         let serve_tools = tools.clone();
         let stop = shutdown.clone();

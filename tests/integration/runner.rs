@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bollard::container::{AttachContainerResults, LogOutput};
 use bollard::query_parameters::{AttachContainerOptionsBuilder, WaitContainerOptions};
 use file_agent::sandbox::request::Request;
+use file_agent::sandbox::stream;
 use file_agent::sandbox::{Job, policy};
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -15,18 +16,22 @@ use tokio::io::AsyncWriteExt;
 use crate::common::{TestSandbox, docker, with_timeout};
 
 /// A cold container of `sandbox`, started and attached, with `script`'s request sent on its
-/// stdin (left open) under a time limit of `timeout`.
+/// stdin (left open) under a time limit of `timeout`; its id, its stdio and the request's key.
 async fn started_with(
     sandbox: &TestSandbox,
     script: &str,
     timeout: Duration,
-) -> (String, AttachContainerResults) {
+) -> (String, AttachContainerResults, String) {
     let docker = docker().await;
     let job = Job {
         script: script.to_string(),
         ..Job::default()
     };
-    let request = Request::build(&job, timeout).unwrap();
+    let limits = file_agent::config::Limits {
+        timeout,
+        ..sandbox.config().limits.clone()
+    };
+    let request = Request::build(&job, &limits).unwrap();
     let spec = policy::container_spec(
         sandbox.config(),
         sandbox.instance(),
@@ -45,7 +50,7 @@ async fn started_with(
     docker.start_container(&id, None).await.unwrap();
     attached.input.write_all(&request.to_bytes()).await.unwrap();
     attached.input.flush().await.unwrap();
-    (id, attached)
+    (id, attached, request.key)
 }
 
 /// Waits for the container to exit; its exit code.
@@ -63,7 +68,7 @@ async fn exit_code(id: &str) -> i64 {
 async fn the_runner_stops_a_script_at_its_own_deadline_when_nobody_kills_it() {
     let sandbox = TestSandbox::new(|_| {}).await;
     let started = Instant::now();
-    let (id, mut attached) =
+    let (id, mut attached, key) =
         started_with(&sandbox, "while True:\n    pass", Duration::from_secs(1)).await;
     let code = exit_code(&id).await;
     let took = started.elapsed();
@@ -71,12 +76,20 @@ async fn the_runner_stops_a_script_at_its_own_deadline_when_nobody_kills_it() {
     // One second of limit plus the runner's five of grace; nobody else acted.
     assert!(took >= Duration::from_secs(6), "{took:?}");
     assert!(took < Duration::from_secs(30), "{took:?}");
-    let mut stderr = String::new();
+    let mut stdout = Vec::new();
     while let Some(Ok(item)) = with_timeout(attached.output.next()).await {
-        if let LogOutput::StdErr { message } = item {
-            stderr.push_str(&String::from_utf8_lossy(&message));
+        if let LogOutput::StdOut { message } = item {
+            stdout.extend_from_slice(&message);
         }
     }
+    // Its report and its words, in frames the server's parser accepts.
+    let (archive, _) = tokio::sync::mpsc::channel(16);
+    let (finished, _) = tokio::sync::oneshot::channel();
+    let relayed = stream::relay(&stdout[..], &b""[..], &key, 1 << 20, archive, finished).await;
+    assert_eq!(relayed.error, None);
+    assert!(relayed.complete);
+    assert_eq!(relayed.report.unwrap().ended, stream::RunnerEnd::Deadline);
+    let stderr = relayed.stderr.text();
     assert!(stderr.contains("past its deadline"), "{stderr}");
     crate::common::remove(&id).await;
     sandbox.assert_nothing_left().await;
@@ -85,7 +98,7 @@ async fn the_runner_stops_a_script_at_its_own_deadline_when_nobody_kills_it() {
 #[tokio::test]
 async fn the_runner_stops_everything_when_its_server_goes_away() {
     let sandbox = TestSandbox::new(|_| {}).await;
-    let (id, attached) = started_with(
+    let (id, attached, _) = started_with(
         &sandbox,
         "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)\nprint('started', flush=True)\nwhile True:\n    pass",
         Duration::from_secs(600),
@@ -94,7 +107,9 @@ async fn the_runner_stops_everything_when_its_server_goes_away() {
     let AttachContainerResults { mut output, input } = attached;
     // Wait until the script runs, then let go of the connection, as a killed server does.
     while let Some(Ok(item)) = with_timeout(output.next()).await {
-        if matches!(&item, LogOutput::StdOut { message } if message.starts_with(b"started")) {
+        // Inside a frame of the script's stdout.
+        if matches!(&item, LogOutput::StdOut { message } if message.windows(7).any(|w| w == b"started"))
+        {
             break;
         }
     }
@@ -109,4 +124,44 @@ async fn the_runner_stops_everything_when_its_server_goes_away() {
     );
     crate::common::remove(&id).await;
     sandbox.assert_nothing_left().await;
+}
+
+/// The forging script through `run_python`, on each runtime: the caller is told it timed out,
+/// nothing it injected arrives, and the audit line says timeout, not ok.
+async fn a_forged_result_is_neither_answered_nor_audited_as_ok(runtime: crate::common::Runtime) {
+    use crate::mcp_server::{TestServer, env};
+    let mut vars = env(&[("SCRIPT_TIMEOUT", "5")]);
+    if let Some(name) = runtime.name() {
+        vars.extend(env(&[("SANDBOX_RUNTIME", name)]));
+    }
+    let server = TestServer::start(&vars).await;
+    let code = crate::common::fixture_script("forge_result.py");
+    let (_, text) = server
+        .call(None, "run_python", serde_json::json!({ "code": code }))
+        .await;
+    assert!(!text.contains("ran successfully"), "{text}");
+    assert!(text.contains("longer than 5 s"), "{text}");
+    server.assert_nothing_left().await;
+    let lines = server.audit_lines();
+    let line = lines.last().expect("an audit line");
+    assert_eq!(line["tool"], "run_python");
+    assert_eq!(line["status"], "timeout", "{line}");
+    assert_eq!(line["exit_code"], serde_json::Value::Null, "{line}");
+    let outputs = line["outputs"].as_array().cloned().unwrap_or_default();
+    assert!(
+        outputs
+            .iter()
+            .all(|output| output["name"] != "injected.txt"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn a_forged_result_is_neither_answered_nor_audited_as_ok_under_runc() {
+    a_forged_result_is_neither_answered_nor_audited_as_ok(crate::common::Runtime::Default).await;
+}
+
+#[tokio::test]
+async fn a_forged_result_is_neither_answered_nor_audited_as_ok_under_runsc() {
+    a_forged_result_is_neither_answered_nor_audited_as_ok(crate::common::Runtime::Gvisor).await;
 }

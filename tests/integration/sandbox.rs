@@ -47,6 +47,8 @@ on_each_runtime!(
     links_and_devices_in_the_output_are_skipped,
     a_hundred_thousand_files_hit_the_file_cap,
     a_stdout_flood_is_capped_and_the_outputs_survive,
+    a_script_cannot_forge_its_result,
+    signals_to_the_runner_neither_end_nor_alter_the_attempt,
     background_processes_are_killed_when_the_script_ends,
     a_cancelled_attempt_leaves_nothing,
     a_dropped_attempt_is_removed_by_its_guard,
@@ -454,6 +456,64 @@ async fn a_stdout_flood_is_capped_and_the_outputs_survive(runtime: Runtime) {
     assert_eq!(
         std::fs::read_to_string(out.path().join("after.txt")).unwrap(),
         "still here"
+    );
+    sandbox.assert_nothing_left().await;
+}
+
+/// The script forges frames, an old-style boundary and trailer, and writes to PID 1's streams,
+/// then sleeps past its limit: none of it counts, and it times out.
+async fn a_script_cannot_forge_its_result(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |c| c.limits.timeout = Duration::from_secs(5)).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "forge_result.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Timeout, "{outcome:?}");
+    assert_eq!(outcome.exit_code, None);
+    assert!(!out.path().join("injected.txt").exists());
+    assert!(outcome.outputs.is_empty(), "{:?}", outcome.outputs);
+    let text = stdout(&outcome);
+    assert!(text.contains("protocol secrets found: []"), "{text}");
+    assert!(text.contains("/proc/1/mem rb refused"), "{text}");
+    assert!(text.contains("/proc/1/mem wb refused"), "{text}");
+    if let Runtime::Default = runtime {
+        // Under gVisor PID 1's descriptors can be opened (the MAC holds there).
+        for path in ["/proc/1/fd/1", "/proc/1/fd/2"] {
+            assert!(text.contains(&format!("{path} refused")), "{text}");
+        }
+    }
+    assert!(outcome.timings.total >= Duration::from_secs(5));
+    sandbox.assert_nothing_left().await;
+}
+
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to PID 1 from inside change nothing; a script that
+/// a signal ends is reported as ended by that signal.
+async fn signals_to_the_runner_neither_end_nor_alter_the_attempt(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "signal_pid1.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    assert_eq!(outcome.exit_code, Some(0));
+    let text = stdout(&outcome);
+    assert!(
+        text.contains("sent SIGINT") && text.contains("still here"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("after.txt")).unwrap(),
+        "still here"
+    );
+    let out = tempfile::tempdir().unwrap();
+    let job = Job {
+        script: "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n".to_string(),
+        ..Job::default()
+    };
+    let outcome = run_job(&sandbox, job, out.path()).await;
+    assert_eq!(outcome.status, Status::Failed, "{outcome:?}");
+    assert_eq!(outcome.exit_code, Some(128 + 15));
+    assert!(outcome.message.contains("SIGTERM"), "{}", outcome.message);
+    assert!(
+        !outcome.message.contains("SANDBOX_PIDS"),
+        "{}",
+        outcome.message
     );
     sandbox.assert_nothing_left().await;
 }

@@ -8,7 +8,17 @@
 //! ids (`$ref`, `$id`, anchors) are refused, since a few nested references to each other make
 //! validation time exponential in the schema's size; a schema has at most
 //! [`MAX_SCHEMA_NODES`] values and [`MAX_DEPTH`] levels; `pattern` runs on the linear-time
-//! `regex` engine. Drafts 2020-12 (the default) and 7 are accepted, named by `$schema`.
+//! `regex` engine, with at most [`MAX_PATTERNS`] patterns of at most [`REGEX_SIZE_LIMIT`]
+//! compiled bytes (and [`REGEX_DFA_SIZE_LIMIT`] of matching cache) each. Drafts 2020-12 (the
+//! default) and 7 are accepted, named by `$schema`; under draft 7 `format` is an assertion
+//! (that draft's rule), under 2020-12 an annotation.
+//!
+//! Compiling is the costly part (milliseconds to a fraction of a second at the caps), so a
+//! saved tool's validator is compiled once per version and kept in [`Validators`]; callers run
+//! the compilation off the async worker threads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 
@@ -20,6 +30,15 @@ pub const MAX_PROPERTIES: usize = 64;
 pub const MAX_DEPTH: usize = 32;
 /// Values (objects, arrays, strings, numbers...) in one schema.
 pub const MAX_SCHEMA_NODES: usize = 5_000;
+/// `pattern` keywords and `patternProperties` entries in one schema.
+pub const MAX_PATTERNS: usize = 16;
+/// The most one pattern may compile to (the `regex` crate's size limit), in bytes.
+pub const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// The most one pattern's lazy DFA may cache while matching, in bytes.
+pub const REGEX_DFA_SIZE_LIMIT: usize = 256 * 1024;
+/// Compiled validators kept (one per tool version); past that, one is dropped for each new
+/// one. With the caps above each holds at most a few MiB.
+const MAX_CACHED_VALIDATORS: usize = 128;
 /// Keys no schema may use: references and ids (see the module's comment), and the MCP
 /// annotation that makes clients copy arguments into HTTP headers.
 const REFUSED_KEYS: [&str; 8] = [
@@ -59,8 +78,9 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// `schema` as an object schema a tool may have, or what is wrong with it.
-pub fn check_schema(schema: &Value) -> Result<Map<String, Value>, String> {
+/// `schema` as an object schema a tool may have, with its compiled validator, or what is wrong
+/// with it. Blocking work (meta-validation and compilation): call it off the async workers.
+pub fn check_schema(schema: &Value) -> Result<(Map<String, Value>, jsonschema::Validator), String> {
     let Value::Object(object) = schema else {
         return Err("input_schema must be a JSON object (a JSON Schema)".into());
     };
@@ -112,8 +132,8 @@ pub fn check_schema(schema: &Value) -> Result<Map<String, Value>, String> {
         _ => jsonschema::draft202012::meta::validate(schema),
     };
     meta.map_err(|error| format!("input_schema is not a valid JSON Schema: {error}"))?;
-    compile(schema)?;
-    Ok(object.clone())
+    let validator = compile(schema)?;
+    Ok((object.clone(), validator))
 }
 
 /// A property name must be usable as a parameter of `run`.
@@ -156,9 +176,54 @@ pub fn first_example(schema: &Map<String, Value>) -> Result<Map<String, Value>, 
     }
 }
 
-/// Checks `arguments` against `schema`; the error names each bad field (at most a few).
-pub fn check_arguments(schema: &Map<String, Value>, arguments: &Value) -> Result<(), String> {
-    let validator = compile(&Value::Object(schema.clone()))?;
+/// Compiled validators of saved tools, one per version (the version hashes the schema, so a
+/// version's validator never changes), at most [`MAX_CACHED_VALIDATORS`].
+#[derive(Debug, Default)]
+pub struct Validators {
+    by_version: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+}
+
+impl Validators {
+    /// The validator of `version`, if compiled before.
+    pub fn get(&self, version: &str) -> Option<Arc<jsonschema::Validator>> {
+        self.by_version
+            .lock()
+            .ok()
+            .and_then(|cache| cache.get(version).cloned())
+    }
+
+    /// Keeps `validator` as the one of `version`.
+    pub fn insert(&self, version: &str, validator: Arc<jsonschema::Validator>) {
+        let Ok(mut cache) = self.by_version.lock() else {
+            return;
+        };
+        if cache.len() >= MAX_CACHED_VALIDATORS && !cache.contains_key(version) {
+            let evicted = cache.keys().next().cloned();
+            if let Some(evicted) = evicted {
+                cache.remove(&evicted);
+            }
+        }
+        cache.insert(version.to_string(), validator);
+    }
+
+    /// Validators kept.
+    pub fn len(&self) -> usize {
+        self.by_version.lock().map_or(0, |cache| cache.len())
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The validator of a schema that [`check_schema`] accepted when it was saved. Blocking work.
+pub fn compile_saved(schema: &Map<String, Value>) -> Result<jsonschema::Validator, String> {
+    compile(&Value::Object(schema.clone()))
+}
+
+/// Checks `arguments` with `validator`; the error names each bad field (at most a few).
+pub fn check_arguments(validator: &jsonschema::Validator, arguments: &Value) -> Result<(), String> {
     let errors: Vec<String> = validator
         .iter_errors(arguments)
         .take(MAX_ERRORS)
@@ -183,6 +248,7 @@ pub fn check_arguments(schema: &Map<String, Value>, arguments: &Value) -> Result
 fn check_shape(schema: &Value) -> Result<(), String> {
     let mut stack = vec![(schema, 1usize)];
     let mut nodes = 0usize;
+    let mut patterns = 0usize;
     while let Some((value, depth)) = stack.pop() {
         nodes += 1;
         if nodes > MAX_SCHEMA_NODES {
@@ -199,6 +265,18 @@ fn check_shape(schema: &Value) -> Result<(), String> {
                     if REFUSED_KEYS.contains(&key.as_str()) {
                         return Err(format!(
                             "input_schema uses {key:?}, which a tool's schema may not: write the schema out in full, without references or ids"
+                        ));
+                    }
+                    // Counted wherever the key appears (also as a property's name): a
+                    // schema is refused a little early rather than compiled too often.
+                    patterns += match (key.as_str(), child) {
+                        ("pattern", Value::String(_)) => 1,
+                        ("patternProperties", Value::Object(entries)) => entries.len(),
+                        _ => 0,
+                    };
+                    if patterns > MAX_PATTERNS {
+                        return Err(format!(
+                            "input_schema has more than {MAX_PATTERNS} patterns (`pattern` and `patternProperties`); use fewer, or check the strings in run()"
                         ));
                     }
                     stack.push((child, depth + 1));
@@ -229,7 +307,7 @@ fn draft_of(schema: &Map<String, Value>) -> Result<jsonschema::Draft, String> {
     }
 }
 
-/// The validator of a checked schema: offline, linear-time patterns.
+/// The validator of a checked schema: offline, linear-time patterns within their size caps.
 fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
     let object = schema
         .as_object()
@@ -237,7 +315,11 @@ fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
     jsonschema::options()
         .with_draft(draft_of(object)?)
         .offline()
-        .with_pattern_options(jsonschema::PatternOptions::regex())
+        .with_pattern_options(
+            jsonschema::PatternOptions::regex()
+                .size_limit(REGEX_SIZE_LIMIT)
+                .dfa_size_limit(REGEX_DFA_SIZE_LIMIT),
+        )
         .build(schema)
         .map_err(|error| format!("input_schema cannot be used: {error}"))
 }
@@ -316,9 +398,111 @@ mod tests {
         assert!(error.contains("deeper"), "{error}");
     }
 
+    /// The red team's schema: one string whose `allOf` has `count` patterns `\w{3000}`,
+    /// `\w{3001}`, ...
+    fn costly_schema(count: usize) -> Value {
+        let all_of: Vec<Value> = (0..count)
+            .map(|n| json!({"pattern": format!("\\w{{{}}}", 3000 + n)}))
+            .collect();
+        json!({"type": "object", "properties": {"s": {"type": "string", "allOf": all_of}}})
+    }
+
+    #[test]
+    fn patterns_are_capped_in_number_and_in_compiled_size() {
+        let started = std::time::Instant::now();
+        let issue = costly_schema(1000);
+        assert!(serde_json::to_vec(&issue).unwrap().len() > 20_000);
+        let error = check_schema(&issue).unwrap_err();
+        assert!(error.contains("patterns"), "{error}");
+        // Within the count, each one is still too large to compile.
+        let error = check_schema(&costly_schema(MAX_PATTERNS)).unwrap_err();
+        assert!(error.contains("cannot be used"), "{error}");
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
+        // patternProperties entries count too.
+        let entries: Map<String, Value> = (0..=MAX_PATTERNS)
+            .map(|n| (format!("^p{n}$"), json!({})))
+            .collect();
+        let error =
+            check_schema(&json!({"type": "object", "patternProperties": entries})).unwrap_err();
+        assert!(error.contains("patterns"), "{error}");
+        // Patterns of real tools compile well within the caps.
+        let (_, real) = check_schema(&json!({"type": "object", "properties": {
+            "email": {"type": "string", "pattern": "^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\\.[A-Za-z]{2,}$"},
+            "day": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+            "word": {"type": "string", "pattern": "^\\w{1,64}$"},
+        }}))
+        .unwrap();
+        check_arguments(
+            &real,
+            &json!({"email": "a@b.org", "day": "2026-01-31", "word": "zurich"}),
+        )
+        .unwrap();
+        assert!(check_arguments(&real, &json!({"day": "31.1.2026"})).is_err());
+    }
+
+    #[test]
+    fn format_is_asserted_under_draft_7_only_and_stays_cheap_on_hostile_values() {
+        let schema = |draft: Option<&str>| {
+            let mut schema = json!({"type": "object", "properties": {
+                "mail": {"type": "string", "format": "email"},
+                "pattern": {"type": "string", "format": "regex"},
+                "host": {"type": "string", "format": "idn-hostname"},
+                "when": {"type": "string", "format": "date-time"},
+                "link": {"type": "string", "format": "iri"},
+            }});
+            if let Some(draft) = draft {
+                schema["$schema"] = json!(draft);
+            }
+            check_schema(&schema).unwrap().1
+        };
+        let draft7 = schema(Some("http://json-schema.org/draft-07/schema#"));
+        let draft2020 = schema(None);
+        let bad = json!({"mail": "not an address", "when": "yesterday"});
+        let error = check_arguments(&draft7, &bad).unwrap_err();
+        assert!(
+            error.contains("`mail`") && error.contains("`when`"),
+            "{error}"
+        );
+        // Under 2020-12 `format` is an annotation, as that draft says.
+        check_arguments(&draft2020, &bad).unwrap();
+        // Values at the arguments' size cap, built to be slow for each format's check.
+        let long = 60 * 1024;
+        let hostile = [
+            ("pattern", "(".repeat(long / 2) + &")".repeat(long / 2)),
+            ("pattern", "a{99999}{99999}".repeat(long / 15)),
+            ("host", format!("{}.", "\u{00e9}a-".repeat(long / 4))),
+            (
+                "mail",
+                format!("{}@{}", "a.".repeat(long / 4), "b.".repeat(long / 4)),
+            ),
+            ("when", "9".repeat(long)),
+            ("link", format!("http://{}", "%41".repeat(long / 3))),
+        ];
+        let started = std::time::Instant::now();
+        for (field, value) in hostile {
+            let _ = check_arguments(&draft7, &json!({field: value}));
+        }
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
+    }
+
+    #[test]
+    fn a_validator_is_kept_per_version_within_the_cap() {
+        let validators = Validators::default();
+        let (schema, validator) = check_schema(&json!({"type": "object"})).unwrap();
+        let validator = Arc::new(validator);
+        validators.insert("v1", validator.clone());
+        assert!(validators.get("v1").is_some() && validators.get("v2").is_none());
+        for n in 0..MAX_CACHED_VALIDATORS + 10 {
+            validators.insert(&format!("x{n}"), Arc::new(compile_saved(&schema).unwrap()));
+        }
+        assert_eq!(validators.len(), MAX_CACHED_VALIDATORS);
+    }
+
     #[test]
     fn argument_errors_name_the_field() {
-        let schema = check_schema(&json!({
+        let (_, schema) = check_schema(&json!({
             "type": "object",
             "properties": {"count": {"type": "integer", "minimum": 1}},
             "required": ["count"],

@@ -1,8 +1,10 @@
 //! A fake of Open WebUI's files API (backend/open_webui/routers/files.py): upload
 //! `POST /api/v1/files/` (multipart `file`), `GET /api/v1/files/{id}`, and
 //! `GET /api/v1/files/{id}/content` with the stored type and an RFC 5987
-//! Content-Disposition. Access is per user, by bearer token; a file another user owns is a 404,
-//! as in Open WebUI. Errors are FastAPI's `{"detail": ...}`.
+//! Content-Disposition; and `GET /api/v1/auths/` (backend/open_webui/routers/auths.py): the
+//! session user of the bearer token, 401 for a token Open WebUI does not accept. Access is per
+//! user, by bearer token; a file another user owns is a 404, as in Open WebUI. Errors are
+//! FastAPI's `{"detail": ...}`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +41,8 @@ struct Inner {
     files: HashMap<String, StoredFile>,
     /// When set, every request gets this status.
     fail_with: Option<u16>,
+    /// Requests of `GET /api/v1/auths/` so far.
+    session_checks: usize,
 }
 
 /// The fake and its files.
@@ -57,6 +61,7 @@ impl FakeOpenWebUi {
             .route("/api/v1/files/", post(upload))
             .route("/api/v1/files/{id}", get(details))
             .route("/api/v1/files/{id}/content", get(content))
+            .route("/api/v1/auths/", get(session_user))
             .with_state(fake.clone());
         fake.url = super::spawn(app).await;
         fake
@@ -81,6 +86,11 @@ impl FakeOpenWebUi {
     /// File `id`, if stored.
     pub fn get(&self, id: &str) -> Option<StoredFile> {
         self.inner.lock().unwrap().files.get(id).cloned()
+    }
+
+    /// Requests of the session user (`GET /api/v1/auths/`) so far.
+    pub fn session_checks(&self) -> usize {
+        self.inner.lock().unwrap().session_checks
     }
 
     /// Makes every request answer `status` from now on.
@@ -116,6 +126,20 @@ fn authenticate(fake: &FakeOpenWebUi, headers: &HeaderMap) -> Result<String, Res
 }
 
 const NOT_FOUND: &str = "We could not find what you're looking for :/";
+
+/// The session user of the bearer token, as Open WebUI answers it (fewer fields).
+async fn session_user(State(fake): State<FakeOpenWebUi>, headers: HeaderMap) -> Response {
+    fake.inner.lock().unwrap().session_checks += 1;
+    match authenticate(&fake, &headers) {
+        Ok(user) => Json(json!({
+            "token": user, "token_type": "Bearer", "expires_at": null, "id": user,
+            "email": format!("{user}@example.com"), "name": user, "role": "user",
+            "profile_image_url": "", "permissions": {}
+        }))
+        .into_response(),
+        Err(response) => response,
+    }
+}
 
 async fn upload(
     State(fake): State<FakeOpenWebUi>,

@@ -150,3 +150,40 @@ async fn a_copy_saved_unchanged_goes_back_to_the_model() {
     let retry = llm.message(1, 3);
     assert!(retry.contains("saved the file unchanged"), "{retry}");
 }
+
+#[tokio::test]
+async fn a_key_open_webui_refuses_fails_before_any_model_request_or_attempt() {
+    use crate::fakes::openwebui::{ALICE, FakeOpenWebUi};
+    let llm = scripted(&["excel_sales.py", "excel_sales.py", "excel_sales.py"]).await;
+    let owui = FakeOpenWebUi::start().await;
+    let refused = LocalTools::start(
+        &llm,
+        &[
+            ("INTERNAL_API_URL", &owui.url),
+            ("OPENWEBUI_API_KEY", "sk-not-accepted"),
+        ],
+    );
+    for _ in 0..2 {
+        let error = refused.generate("sales", "excel").await.unwrap_err();
+        assert!(
+            matches!(&error, ToolError::Storage(_)) && error.to_string().contains("HTTP 401"),
+            "{error}"
+        );
+    }
+    assert!(llm.requests().is_empty(), "the model was asked");
+    assert_eq!(refused.runs(), 0, "an attempt ran");
+    assert_eq!(owui.session_checks(), 1, "the refusal is remembered");
+
+    // An accepted key is asked about once too, then the call does its work.
+    let accepted = LocalTools::start(
+        &llm,
+        &[
+            ("INTERNAL_API_URL", &owui.url),
+            ("OPENWEBUI_API_KEY", ALICE),
+        ],
+    );
+    let text = accepted.generate("sales", "excel").await.unwrap().text;
+    assert!(text.contains("created"), "{text}");
+    assert_eq!(owui.session_checks(), 2);
+    assert_eq!(llm.requests().len(), 1);
+}

@@ -9,6 +9,7 @@
 mod analysis;
 mod files;
 mod inspection;
+mod pdf;
 pub mod runner;
 mod saved_tools;
 
@@ -53,7 +54,8 @@ impl LocalTools {
         let runner = Arc::new(LocalRunner::new(config.sandbox.clone()));
         let tools = ToolParts::load(&config)
             .unwrap()
-            .with_runner(&config, runner.clone());
+            .with_runner(&config, runner.clone())
+            .with_pdf_checker(env!("CARGO_BIN_EXE_file-agent").into());
         Self {
             tools,
             runner,

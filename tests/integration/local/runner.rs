@@ -1,9 +1,9 @@
 //! The fast tier's [`Runner`]: `sandbox-image/runner.py`, the very script that is PID 1 of
 //! every container, run as a local process with the host's Python (the image's wheels, from
 //! `scripts/sandbox-python.sh`) in a temporary folder. It speaks the same protocol as a
-//! container (the header line and the tar on stdin; the boundary, the output archive and the
-//! closing line back), and its result goes through the same splitters, unpacker and
-//! [`classify`] as the Docker sandbox's, so the tool flows above see the same [`Outcome`].
+//! container (the header line and the tar on stdin; frames back), and its result goes through
+//! the same parser ([`stream::read_attempt`]), unpacker and [`classify`] as the Docker
+//! sandbox's, so the tool flows above see the same [`Outcome`].
 //!
 //! It contains nothing: no namespace, no limit but the time limit, the host's network. It
 //! exists only in this test binary, so no setting of a release build can reach it, and it runs
@@ -13,21 +13,17 @@
 //! image's `/opt/file-agent/` is `sandbox-image/`. Both are rewritten in the job's script and
 //! preset paths before it is sent, so fixtures and file-agent's jobs keep their real paths.
 
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime};
 
-use bytes::Bytes;
 use file_agent::config::SandboxConfig;
-use file_agent::sandbox::archive::{self, UnpackLimits};
+use file_agent::sandbox::archive::UnpackLimits;
 use file_agent::sandbox::request::Request;
-use file_agent::sandbox::stream::{Piece, StderrSplitter, StdoutSplitter, capture};
-use file_agent::sandbox::{
-    Captured, End, Ending, Job, Outcome, Runner, SandboxError, Timings, classify,
-};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use file_agent::sandbox::stream::{self, Reading};
+use file_agent::sandbox::{End, Ending, Job, Outcome, Runner, SandboxError, Timings, classify};
+use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 /// The repository's root (where `sandbox-image/` is).
@@ -119,7 +115,7 @@ impl Runner for LocalRunner {
         let limits = &self.config.limits;
         let work = tempfile::tempdir().map_err(io_error("making the work folder"))?;
         let job = relocate(job, work.path());
-        let request = Request::build(&job, limits.timeout)?;
+        let request = Request::build(&job, limits)?;
         // The image has /work/out (the runner makes /work read-only before the script runs).
         std::fs::create_dir(work.path().join("out")).map_err(io_error("making out/"))?;
         let home = work.path().join("home");
@@ -148,13 +144,28 @@ impl Runner for LocalRunner {
             .spawn()
             .map_err(io_error("starting the host's Python"))?;
         let group = child.id();
-        let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) =
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err(io_error("opening the runner's pipes")(
                 std::io::Error::other("a pipe is missing"),
             ));
         };
+        let Reading {
+            relay,
+            finished: _,
+            unpacker,
+        } = stream::read_attempt(
+            stdout,
+            stderr,
+            request.key.clone(),
+            limits.stdio_max_bytes,
+            out_dir.to_path_buf(),
+            UnpackLimits {
+                max_bytes: limits.output_max_bytes,
+                max_entries: limits.output_max_files,
+            },
+        );
         let phase = Instant::now();
         // The runner takes the end of stdin for "the server is gone": keep it open until the
         // runner has exited, as a container's attach connection stays open.
@@ -167,14 +178,6 @@ impl Runner for LocalRunner {
             .await
             .map_err(io_error("sending the upload"))?;
         let copy_in = phase.elapsed();
-        let read_out = tokio::spawn(async move {
-            let mut bytes = Vec::new();
-            stdout.read_to_end(&mut bytes).await.map(|_| bytes)
-        });
-        let read_err = tokio::spawn(async move {
-            let mut bytes = Vec::new();
-            stderr.read_to_end(&mut bytes).await.map(|_| bytes)
-        });
         let end = tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(io_error("waiting for the runner"))?;
@@ -194,57 +197,31 @@ impl Runner for LocalRunner {
         }
         drop(stdin);
         let run = phase.elapsed();
-        let join = |joined: Result<std::io::Result<Vec<u8>>, tokio::task::JoinError>| {
-            joined
-                .map_err(std::io::Error::other)
-                .and_then(|read| read)
-                .map_err(io_error("reading the runner's output"))
-        };
-        let stdout = join(read_out.await)?;
-        let stderr = join(read_err.await)?;
-
-        let cap = limits.stdio_max_bytes;
-        let mut splitter = StdoutSplitter::new(request.boundary.into_bytes());
-        let (mut script_stdout, mut tar) = (Captured::default(), Vec::new());
-        for piece in splitter.push(Bytes::from(stdout)) {
-            match piece {
-                Piece::Stdout(bytes) => capture(&mut script_stdout, cap, &bytes),
-                Piece::Archive(bytes) => tar.extend_from_slice(&bytes),
-                Piece::Boundary => {}
-            }
-        }
-        if let Some(rest) = splitter.finish() {
-            capture(&mut script_stdout, cap, &rest);
-        }
-        let mut trailer_splitter = StderrSplitter::new(request.exit_marker.into_bytes());
-        let mut script_stderr = Captured::default();
-        for bytes in trailer_splitter.push(Bytes::from(stderr)) {
-            capture(&mut script_stderr, cap, &bytes);
-        }
-        if let Some(rest) = trailer_splitter.finish() {
-            capture(&mut script_stderr, cap, &rest);
-        }
-        let trailer = trailer_splitter.trailer();
-        let unpacked = archive::unpack(
-            Cursor::new(tar),
-            out_dir,
-            UnpackLimits {
-                max_bytes: limits.output_max_bytes,
-                max_entries: limits.output_max_files,
-            },
-        )
-        .map_err(io_error("writing the outputs"))?;
+        let relayed = relay
+            .await
+            .map_err(|e| io_error("reading the runner's output")(std::io::Error::other(e)))?;
+        let unpacked = unpacker
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|unpacked| unpacked)
+            .map_err(io_error("writing the outputs"))?;
         make_removable(work.path());
 
-        let end = match (end, trailer) {
-            (End::Exited(_), Some(trailer)) => End::Exited(Some(trailer.exit_code)),
+        let end = match (end, &relayed.report) {
+            (End::Exited(_), Some(report)) => End::Exited(report.exit_code),
             (end, _) => end,
         };
         let ending = Ending {
             end,
-            oom_killed: trailer.and_then(|t| t.oom_killed).unwrap_or(false),
-            boundary_seen: splitter.found(),
-            runner_reported: trailer.is_some(),
+            oom_killed: relayed
+                .report
+                .as_ref()
+                .and_then(|report| report.oom_killed)
+                .unwrap_or(false),
+            report: relayed.report.as_ref(),
+            complete: relayed.complete,
+            stream_error: relayed.error.as_deref(),
+            gvisor: false,
             limit: unpacked.limit.as_deref(),
             malformed: unpacked.malformed.as_deref(),
         };
@@ -252,8 +229,8 @@ impl Runner for LocalRunner {
         Ok(Outcome {
             status,
             exit_code,
-            stdout: script_stdout,
-            stderr: script_stderr,
+            stdout: relayed.stdout,
+            stderr: relayed.stderr,
             outputs: unpacked.files,
             skipped: unpacked.skipped,
             timings: Timings {
