@@ -10,12 +10,14 @@
 //! This module does not read `.env` files (the CLI does, before calling it) or talk to anything.
 
 mod analysis;
+mod kubernetes;
 pub mod names;
 mod service;
 
 use std::time::Duration;
 
 pub use analysis::{Network, ResearchConfig, UrlFetchConfig};
+pub use kubernetes::{Backend, KubernetesConfig, OwnerPod};
 pub use service::{
     AdmissionConfig, AuditConfig, AuditPlace, Config, DEFAULT_AUDIT_FOLDER, DynamicTools,
     LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, Secret, ServerConfig, StorageConfig,
@@ -201,6 +203,8 @@ pub struct SandboxConfig {
     pub warm: Option<usize>,
     /// `SANDBOX_WARM_MAX_IDLE`: how long a warm container waits before it is replaced.
     pub warm_max_idle: Duration,
+    /// `SANDBOX_BACKEND`: Docker (the default) or Kubernetes, with its settings.
+    pub backend: Backend,
 }
 
 impl SandboxConfig {
@@ -282,6 +286,7 @@ impl SandboxConfig {
             instance,
             warm,
             warm_max_idle,
+            backend: Backend::from_vars(vars)?,
         })
     }
 }

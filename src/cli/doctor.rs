@@ -28,13 +28,18 @@ pub(super) async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     let limits = config.limits.clone();
     let image = config.image.clone();
     let runtime = config.runtime.clone();
+    let kubernetes = config.backend.name() == "kubernetes";
     let sandbox = match Sandbox::connect(config).await {
         Ok(sandbox) => sandbox,
         Err(error) => {
-            println!("docker   FAIL  {error}");
+            let what = if kubernetes { "api     " } else { "docker  " };
+            println!("{what} FAIL  {error}");
             return Ok(ExitCode::from(1));
         }
     };
+    if let Some(cluster) = sandbox.cluster() {
+        return kubernetes_checks(&sandbox, cluster, runtime.as_deref(), problems).await;
+    }
     let diagnosis = sandbox.diagnose().await?;
     println!(
         "docker   ok    engine {}, API {} (negotiated), cgroup v{}",
@@ -135,6 +140,107 @@ fn probe_line(
             format!("no answer from {url} ({error}); check {check}"),
         ),
     }
+}
+
+/// The RBAC verbs the Kubernetes backend uses: (verb, API group, resource).
+const KUBERNETES_VERBS: [(&str, &str, &str); 9] = [
+    ("create", "", "pods"),
+    ("get", "", "pods"),
+    ("list", "", "pods"),
+    ("watch", "", "pods"),
+    ("delete", "", "pods"),
+    ("get", "", "pods/attach"),
+    ("create", "", "pods/attach"),
+    ("get", "", "pods/log"),
+    ("list", "networking.k8s.io", "networkpolicies"),
+];
+
+/// `doctor` under `SANDBOX_BACKEND=kubernetes`: the API, the namespace, the RuntimeClass, the
+/// NetworkPolicy and every RBAC verb (by SelfSubjectAccessReview).
+async fn kubernetes_checks(
+    sandbox: &Sandbox,
+    cluster: &crate::sandbox::kubernetes::Cluster,
+    runtime: Option<&str>,
+    mut problems: usize,
+) -> anyhow::Result<ExitCode> {
+    let mut line = |ok: Option<bool>, what: &str, text: String| {
+        let verdict = match ok {
+            Some(true) => "ok   ",
+            Some(false) => {
+                problems += 1;
+                "FAIL "
+            }
+            None => "?    ",
+        };
+        println!("{what:<9}{verdict} {text}");
+    };
+    match sandbox.diagnose().await {
+        Ok(found) => line(
+            Some(true),
+            "api",
+            format!("API server {}", found.engine_version),
+        ),
+        Err(error) => line(Some(false), "api", error.to_string()),
+    }
+    let namespace = cluster.namespace().to_string();
+    match cluster.namespace_exists().await {
+        Ok(Some(true)) => line(Some(true), "namespace", namespace.clone()),
+        Ok(Some(false)) => line(
+            Some(false),
+            "namespace",
+            format!(
+                "{namespace} does not exist; kubectl apply -k deploy/kubernetes (or set SANDBOX_NAMESPACE)"
+            ),
+        ),
+        Ok(None) => line(
+            None,
+            "namespace",
+            format!(
+                "{namespace}: not allowed to read namespaces (not needed to run); pod creation fails if it is missing"
+            ),
+        ),
+        Err(error) => line(Some(false), "namespace", error.to_string()),
+    }
+    match runtime {
+        None => line(Some(true), "runtime", "the cluster's default; for users you do not trust, install gVisor on the nodes and set SANDBOX_RUNTIME=gvisor (deploy/kubernetes/runtimeclass.yaml)".into()),
+        Some(name) => match cluster.runtime_class_exists(name).await {
+            Ok(Some(true)) => line(Some(true), "runtime", format!("RuntimeClass {name}")),
+            Ok(Some(false)) => line(Some(false), "runtime", format!("RuntimeClass {name} does not exist; apply deploy/kubernetes/runtimeclass.yaml or unset SANDBOX_RUNTIME")),
+            Ok(None) => line(None, "runtime", format!("RuntimeClass {name}: not allowed to read RuntimeClasses; pod creation fails if it is missing")),
+            Err(error) => line(Some(false), "runtime", error.to_string()),
+        },
+    }
+    match sandbox.check_isolation().await {
+        Ok(()) => line(
+            Some(true),
+            "network",
+            format!(
+                "a NetworkPolicy in {namespace} denies all ingress and egress to the sandbox pods (the CNI must enforce it)"
+            ),
+        ),
+        Err(error) => line(Some(false), "network", error.to_string()),
+    }
+    for (verb, group, resource) in KUBERNETES_VERBS {
+        match cluster.may(verb, group, resource).await {
+            Ok(true) => line(Some(true), "rbac", format!("{verb} {resource}")),
+            Ok(false) => line(
+                Some(false),
+                "rbac",
+                format!(
+                    "{verb} {resource} is not allowed in {namespace}; grant it in the Role (deploy/kubernetes/rbac.yaml)"
+                ),
+            ),
+            Err(error) => line(Some(false), "rbac", error.to_string()),
+        }
+    }
+    println!(
+        "policy   ok    Pod Security restricted, uid 10001, read-only root, no service-account token, limits = requests, checked after every create"
+    );
+    Ok(if problems == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// The runtime line: whether the configured runtime can run, and what to do about it.

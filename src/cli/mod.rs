@@ -333,6 +333,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Image(ImageCommand::Prune { repository }) => {
             let keep = config.image.clone();
+            // Like `image build`: the images are on the local engine whatever the backend.
+            let config = SandboxConfig {
+                backend: crate::config::Backend::Docker,
+                ..config
+            };
             let pruned = Sandbox::connect(config)
                 .await?
                 .prune_images(&repository, &keep)
@@ -443,6 +448,12 @@ async fn build_image(
     method: Option<BuildMethod>,
     force: bool,
 ) -> anyhow::Result<ExitCode> {
+    // The image is built on the local Docker engine whatever the backend; under Kubernetes it
+    // is then pushed (see the README).
+    let config = SandboxConfig {
+        backend: crate::config::Backend::Docker,
+        ..config
+    };
     let sandbox = Sandbox::connect(config).await?;
     let tag = sandbox.config().image.clone();
     if !force && sandbox.image_present(&tag).await? {

@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::engine::Engine;
 use super::launch::{InputStream, OutputStream};
 use super::request::Request;
 use super::stream::{self, Reading, Relayed, Report, RunnerEnd};
@@ -192,8 +193,11 @@ impl Sandbox {
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> Result<(Option<End>, Option<Relayed>), SandboxError> {
-        let docker = self.docker();
         let exit = async {
+            let docker = match self.engine() {
+                Engine::Docker(docker) => docker,
+                Engine::Kubernetes(cluster) => return cluster.wait_exit(id).await,
+            };
             let mut wait = docker.wait_container(id, None);
             match wait.next().await {
                 Some(Ok(response)) => Ok(Some(response.status_code)),
@@ -238,8 +242,12 @@ impl Sandbox {
 
     /// Docker's OOM flag, once the container has exited (waits for the exit if need be).
     async fn oom_killed(&self, id: &str) -> Result<bool, SandboxError> {
+        let docker = match self.engine() {
+            Engine::Docker(docker) => docker,
+            Engine::Kubernetes(cluster) => return cluster.oom_killed(id).await,
+        };
         let state = || async {
-            self.docker()
+            docker
                 .inspect_container(id, None)
                 .await
                 .map_err(|e| SandboxError::docker("inspecting the finished container", e))
@@ -247,19 +255,22 @@ impl Sandbox {
         };
         let mut now = state().await?;
         if now.running == Some(true) {
-            let _ =
-                tokio::time::timeout(DRAIN_GRACE, self.docker().wait_container(id, None).next())
-                    .await;
+            let _ = tokio::time::timeout(DRAIN_GRACE, docker.wait_container(id, None).next()).await;
             now = state().await?;
         }
         Ok(now.oom_killed.unwrap_or(false))
     }
 
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+        let docker = match self.engine() {
+            Engine::Docker(docker) => docker,
+            // A pod cannot be signalled: it is deleted at once.
+            Engine::Kubernetes(cluster) => return cluster.remove(id).await,
+        };
         let options = KillContainerOptionsBuilder::default()
             .signal("SIGKILL")
             .build();
-        match self.docker().kill_container(id, Some(options)).await {
+        match docker.kill_container(id, Some(options)).await {
             Ok(()) => Ok(()),
             // Not running any more (409) or gone (404): nothing to kill.
             Err(bollard::errors::Error::DockerResponseServerError {

@@ -2,6 +2,7 @@
 //! [`ContainerGuard::remove`] waits for it; `Drop` spawns the removal on the sandbox's task
 //! tracker so that shutdown can wait for it, which serves a panic, a dropped future (a client
 //! that cancelled), and [`ContainerGuard::remove_in_background`] after an attempt's result.
+//! Under the Kubernetes backend the same guard owns a pod, by name.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,11 +12,12 @@ use bollard::query_parameters::RemoveContainerOptionsBuilder;
 use tokio_util::task::TaskTracker;
 
 use super::SandboxError;
+use super::engine::Engine;
 
 /// Owns a created container until it is removed.
 #[derive(Debug)]
 pub struct ContainerGuard {
-    docker: Docker,
+    engine: Engine,
     id: String,
     /// The sandbox's count of live containers; decremented once the container is gone.
     live: Arc<AtomicUsize>,
@@ -28,14 +30,14 @@ pub struct ContainerGuard {
 impl ContainerGuard {
     /// Takes ownership of a container that was just created, counting it as live.
     pub(crate) fn new(
-        docker: Docker,
+        engine: Engine,
         id: String,
         live: Arc<AtomicUsize>,
         tracker: TaskTracker,
     ) -> Self {
         live.fetch_add(1, Ordering::SeqCst);
         Self {
-            docker,
+            engine,
             id,
             live,
             tracker,
@@ -50,7 +52,7 @@ impl ContainerGuard {
 
     /// Force-removes the container (and any anonymous volume), killing it if it still runs.
     pub async fn remove(mut self) -> Result<(), SandboxError> {
-        let result = remove_container(&self.docker, &self.id).await;
+        let result = self.engine.remove(&self.id).await;
         self.armed = false;
         self.live.fetch_sub(1, Ordering::SeqCst);
         result
@@ -68,14 +70,14 @@ impl Drop for ContainerGuard {
         if !self.armed {
             return;
         }
-        let docker = self.docker.clone();
+        let engine = self.engine.clone();
         let id = std::mem::take(&mut self.id);
         let live = self.live.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 self.tracker.spawn_on(
                     async move {
-                        if let Err(error) = remove_container(&docker, &id).await {
+                        if let Err(error) = engine.remove(&id).await {
                             tracing::error!(container = %id, %error, "could not remove a sandbox container; `file-agent reap` will");
                         }
                         live.fetch_sub(1, Ordering::SeqCst);

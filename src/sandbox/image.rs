@@ -202,16 +202,18 @@ impl super::Sandbox {
             ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
         };
         let docker_error = super::SandboxError::docker;
+        // The images live on the local engine whatever the backend (the CLI prunes there).
+        let super::engine::Engine::Docker(docker) = self.engine() else {
+            return Ok(Pruned::default());
+        };
         let filters = std::collections::HashMap::from([("reference", vec![repository])]);
-        let images = self
-            .docker()
+        let images = docker
             .list_images(Some(
                 ListImagesOptionsBuilder::new().filters(&filters).build(),
             ))
             .await
             .map_err(|e| docker_error("listing the sandbox images", e))?;
-        let containers = self
-            .docker()
+        let containers = docker
             .list_containers(Some(ListContainersOptionsBuilder::new().all(true).build()))
             .await
             .map_err(|e| docker_error("listing the containers", e))?;
@@ -232,7 +234,7 @@ impl super::Sandbox {
                     continue;
                 }
                 let options = RemoveImageOptionsBuilder::new().force(false).build();
-                match self.docker().remove_image(tag, Some(options), None).await {
+                match docker.remove_image(tag, Some(options), None).await {
                     Ok(_) => pruned.removed.push(tag.clone()),
                     Err(bollard::errors::Error::DockerResponseServerError {
                         status_code: 409,

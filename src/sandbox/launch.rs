@@ -3,6 +3,8 @@
 //! applied and refuse it unless [`policy::verify`] agrees (fail closed), attach to its stdio and
 //! start it. Cold containers (for an attempt that waits) and warm ones (for the pool) both come
 //! from [`Launcher::launch`]; what happens after start is the attempt's or the pool's business.
+//! Under the Kubernetes backend the launch is the pod's ([`super::kubernetes::Cluster::launch`]):
+//! create, guard, verify, wait for it to run, attach.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use tokio::io::AsyncWrite;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::engine::Engine;
 use super::policy::{self, Kind};
 use super::{ContainerGuard, SandboxError};
 use crate::config::SandboxConfig;
@@ -32,7 +35,8 @@ pub(crate) type InputStream = Pin<Box<dyn AsyncWrite + Send>>;
 /// instance, the count of live containers and the tracker of removals still running.
 #[derive(Debug, Clone)]
 pub(crate) struct Launcher {
-    pub(crate) docker: Docker,
+    /// Docker, or the Kubernetes API server.
+    pub(crate) engine: Engine,
     pub(crate) config: SandboxConfig,
     /// Labels this instance's containers, so tests, shutdown and the reaper can tell them apart.
     pub(crate) instance: String,
@@ -72,6 +76,41 @@ impl std::fmt::Debug for Started {
     }
 }
 
+/// What a launch that got as far as its attach gives: the image id, the stdio, and how long
+/// starting took.
+pub(crate) type Attached = (String, OutputStream, InputStream, Duration);
+
+impl Started {
+    /// The end of every launch (a container's or a pod's): the started sandbox, or, when a
+    /// step after create failed, its removal and the error. `began` is when the launch began
+    /// (wall clock, for the audit trail, and monotonic, for the timings).
+    pub(crate) async fn settle(
+        guard: ContainerGuard,
+        result: Result<Attached, SandboxError>,
+        kind: Kind,
+        began: (SystemTime, Instant),
+    ) -> Result<Self, SandboxError> {
+        match result {
+            Ok((image_id, output, input, start)) => Ok(Self {
+                guard,
+                image_id,
+                output,
+                input,
+                kind,
+                created_at: began.0,
+                create: began.1.elapsed().saturating_sub(start),
+                start,
+            }),
+            Err(error) => {
+                if let Err(removal) = guard.remove().await {
+                    tracing::warn!(%removal, "could not remove a sandbox that failed to start");
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
 impl Launcher {
     /// Creates, verifies, attaches and starts one container of `kind`. A failure at any step
     /// removes what was created; `cancel` stops the launch (and removes the container).
@@ -80,18 +119,26 @@ impl Launcher {
         kind: Kind,
         cancel: &CancellationToken,
     ) -> Result<Started, SandboxError> {
+        let docker = match &self.engine {
+            Engine::Docker(docker) => docker,
+            Engine::Kubernetes(cluster) => {
+                let bookkeeping = (self.live.clone(), self.tracker.clone());
+                return cluster
+                    .launch(&self.config, &self.instance, kind, bookkeeping, cancel)
+                    .await;
+            }
+        };
         let created_at = SystemTime::now();
         let phase = Instant::now();
         let spec = policy::container_spec(&self.config, &self.instance, kind);
         // Not raced against `cancel`: a create abandoned in flight may still make a container
         // that nothing owns. Once the id is known the guard owns it, and a cancel removes it.
-        let created = self
-            .docker
+        let created = docker
             .create_container(None, spec.clone())
             .await
             .map_err(|e| self.create_error(e))?;
         let guard = ContainerGuard::new(
-            self.docker.clone(),
+            self.engine.clone(),
             created.id,
             self.live.clone(),
             self.tracker.clone(),
@@ -100,39 +147,27 @@ impl Launcher {
             Err(SandboxError::Cancelled)
         } else {
             tokio::select! {
-                result = self.verify_and_start(guard.id(), &spec) => result,
+                result = self.verify_and_start(docker, guard.id(), &spec) => result,
                 () = cancel.cancelled() => Err(SandboxError::Cancelled),
             }
         };
-        match result {
-            Ok((image_id, AttachContainerResults { output, input }, start)) => Ok(Started {
-                guard,
-                image_id,
-                output,
-                input,
-                kind,
-                created_at,
-                create: phase.elapsed().saturating_sub(start),
-                start,
-            }),
-            Err(error) => {
-                if let Err(removal) = guard.remove().await {
-                    tracing::warn!(%removal, "could not remove a container that failed to start");
-                }
-                Err(error)
-            }
-        }
+        let result = result.map(
+            |(image_id, AttachContainerResults { output, input }, start)| {
+                (image_id, output, input, start)
+            },
+        );
+        Started::settle(guard, result, kind, (created_at, phase)).await
     }
 
     /// Inspect and verify, attach, start: the image id, the stdio, and how long attach and
     /// start took.
     async fn verify_and_start(
         &self,
+        docker: &Docker,
         id: &str,
         spec: &bollard::models::ContainerCreateBody,
     ) -> Result<(String, AttachContainerResults, Duration), SandboxError> {
-        let applied = self
-            .docker
+        let applied = docker
             .inspect_container(id, None)
             .await
             .map_err(|e| SandboxError::docker("inspecting the new container", e))?;
@@ -140,8 +175,7 @@ impl Launcher {
         let image_id = applied.image.unwrap_or_default();
         let phase = Instant::now();
         // Attach before start, so that no byte of output is missed.
-        let attached = self
-            .docker
+        let attached = docker
             .attach_container(
                 id,
                 Some(
@@ -156,7 +190,7 @@ impl Launcher {
             )
             .await
             .map_err(|e| SandboxError::docker("attaching to the container", e))?;
-        self.docker
+        docker
             .start_container(id, None)
             .await
             .map_err(|e| SandboxError::docker("starting the container", e))?;

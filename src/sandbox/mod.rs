@@ -22,8 +22,10 @@
 
 pub mod archive;
 mod attempt;
+mod engine;
 pub mod guard;
 pub mod image;
+pub mod kubernetes;
 mod launch;
 mod outcome;
 pub mod policy;
@@ -47,7 +49,8 @@ pub use guard::ContainerGuard;
 pub use outcome::{Captured, Outcome, OutputFile, SandboxError, Skipped, Status, Timings};
 pub use pool::PoolStats;
 
-use crate::config::SandboxConfig;
+use crate::config::{Backend, SandboxConfig};
+use engine::Engine;
 use launch::{Launcher, Started};
 use policy::Kind;
 use pool::WarmPool;
@@ -169,6 +172,42 @@ impl ReapScope {
     }
 }
 
+impl ReapScope {
+    /// Whether a container (or pod) `age` old is a leftover to remove; what it leaves alone is
+    /// counted in `report`. `stopped_for` matters only when it is not `running`.
+    fn removes(
+        &self,
+        running: bool,
+        warm: bool,
+        age: Duration,
+        stopped_for: Duration,
+        report: &mut ReapReport,
+    ) -> bool {
+        match self {
+            ReapScope::All => true,
+            ReapScope::OlderThan(min_age) => age >= *min_age,
+            ReapScope::Safe { longest_life, .. } if running => {
+                let stuck = age >= *longest_life;
+                if !stuck && warm {
+                    report.left_warm += 1;
+                } else if !stuck {
+                    report.left_running += 1;
+                }
+                stuck
+            }
+            ReapScope::Safe {
+                stopped_for: grace, ..
+            } => {
+                let stopped_long_ago = stopped_for >= *grace;
+                if !stopped_long_ago {
+                    report.left_recent += 1;
+                }
+                stopped_long_ago
+            }
+        }
+    }
+}
+
 /// Which leftovers [`Sandbox::reap`] removes.
 #[derive(Debug, Clone)]
 pub struct ReapFilter {
@@ -208,9 +247,6 @@ pub struct Diagnosis {
     pub image: Option<(String, i64)>,
 }
 
-/// What runs the attempts, as `/health` and `/metrics` name it.
-pub const BACKEND: &str = "docker";
-
 /// A connection to the Docker engine, the settings every attempt uses, and the warm pool.
 #[derive(Clone)]
 pub struct Sandbox {
@@ -236,6 +272,30 @@ impl Sandbox {
     /// version, since Debian's engine speaks an older one than the client's default. The pool
     /// is off until [`Sandbox::with_warm_pool`].
     pub async fn connect(config: SandboxConfig) -> Result<Self, SandboxError> {
+        let engine = match &config.backend {
+            Backend::Docker => Engine::Docker(Self::connect_docker(&config).await?),
+            Backend::Kubernetes(kube) => {
+                Engine::Kubernetes(Box::new(kubernetes::Cluster::connect(kube).await?))
+            }
+        };
+        let instance = config
+            .instance
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        Ok(Self {
+            launcher: Launcher {
+                engine,
+                config,
+                instance,
+                live: Arc::new(AtomicUsize::new(0)),
+                tracker: TaskTracker::new(),
+            },
+            pool: None,
+            _instance_claim: None,
+        })
+    }
+
+    async fn connect_docker(config: &SandboxConfig) -> Result<Docker, SandboxError> {
         let request_timeout = config.limits.timeout + COPY_OUT_GRACE + REQUEST_SLACK;
         let docker = Docker::connect_with_defaults()
             .map_err(|source| SandboxError::DockerUnreachable { source })?
@@ -247,21 +307,7 @@ impl Sandbox {
             .ping()
             .await
             .map_err(|source| SandboxError::DockerUnreachable { source })?;
-        let instance = config
-            .instance
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-        Ok(Self {
-            launcher: Launcher {
-                docker,
-                config,
-                instance,
-                live: Arc::new(AtomicUsize::new(0)),
-                tracker: TaskTracker::new(),
-            },
-            pool: None,
-            _instance_claim: None,
-        })
+        Ok(docker)
     }
 
     /// Keeps `claim` (a lock that makes this process the owner of its instance label) alive
@@ -291,8 +337,31 @@ impl Sandbox {
         self.pool.as_ref().map(|pool| pool.stats())
     }
 
-    fn docker(&self) -> &Docker {
-        &self.launcher.docker
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.launcher.engine
+    }
+
+    /// The Kubernetes cluster, under that backend.
+    pub(crate) fn cluster(&self) -> Option<&kubernetes::Cluster> {
+        match self.engine() {
+            Engine::Kubernetes(cluster) => Some(cluster.as_ref()),
+            Engine::Docker(_) => None,
+        }
+    }
+
+    /// `docker` or `kubernetes`.
+    pub fn backend(&self) -> &'static str {
+        self.config().backend.name()
+    }
+
+    /// What the backend must have before attempts may run, beyond what a container's (or
+    /// pod's) own settings can say: under Kubernetes, a NetworkPolicy that cuts the sandbox
+    /// pods off the network. Docker's `NetworkMode=none` is in the container itself.
+    pub async fn check_isolation(&self) -> Result<(), SandboxError> {
+        match self.cluster() {
+            Some(cluster) => cluster.check_network_policy(self.instance()).await,
+            None => Ok(()),
+        }
     }
 
     /// The settings in force.
@@ -321,17 +390,29 @@ impl Sandbox {
 
     /// Engine version, runtimes and image presence, for `file-agent doctor`.
     pub async fn diagnose(&self) -> Result<Diagnosis, SandboxError> {
-        let version = self
-            .docker()
+        let docker = match self.engine() {
+            Engine::Docker(docker) => docker,
+            Engine::Kubernetes(cluster) => {
+                let found = cluster.diagnose().await?;
+                return Ok(Diagnosis {
+                    engine_version: found.version,
+                    api_version: "v1".to_string(),
+                    runtimes: self.config().runtime.iter().cloned().collect(),
+                    cgroup_version: String::new(),
+                    default_runtime: None,
+                    image: None,
+                });
+            }
+        };
+        let version = docker
             .version()
             .await
             .map_err(|e| SandboxError::docker("reading the engine version", e))?;
-        let info = self
-            .docker()
+        let info = docker
             .info()
             .await
             .map_err(|e| SandboxError::docker("reading the engine info", e))?;
-        let image = match self.docker().inspect_image(&self.config().image).await {
+        let image = match docker.inspect_image(&self.config().image).await {
             Ok(image) => Some((image.id.unwrap_or_default(), image.size.unwrap_or(0))),
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
@@ -354,8 +435,13 @@ impl Sandbox {
     }
 
     /// Whether the configured image is on the engine.
+    /// Under Kubernetes the cluster pulls the image when a pod starts: not checked here.
     pub async fn image_present(&self, image: &str) -> Result<bool, SandboxError> {
-        match self.docker().inspect_image(image).await {
+        let docker = match self.engine() {
+            Engine::Docker(docker) => docker,
+            Engine::Kubernetes(_) => return Ok(true),
+        };
+        match docker.inspect_image(image).await {
             Ok(_) => Ok(true),
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
@@ -367,12 +453,16 @@ impl Sandbox {
     /// Removes file-agent's containers that match `filter`, killing them if they run, and
     /// counts what it left alone.
     pub async fn reap(&self, filter: &ReapFilter) -> Result<ReapReport, SandboxError> {
+        let docker = match self.engine() {
+            Engine::Docker(docker) => docker,
+            Engine::Kubernetes(cluster) => return cluster.reap(filter).await,
+        };
         let mut labels = vec![format!("{}=true", policy::MANAGED_LABEL)];
         if let Some(instance) = &filter.instance {
             labels.push(format!("{}={instance}", policy::INSTANCE_LABEL));
         }
         let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-        let containers = self.containers_labelled(&labels).await?;
+        let containers = containers_labelled(docker, &labels).await?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
@@ -390,28 +480,15 @@ impl Sandbox {
                 .labels
                 .as_ref()
                 .is_some_and(|labels| labels.contains_key(policy::WARM_LABEL));
-            let remove = match &filter.scope {
-                ReapScope::All => true,
-                ReapScope::OlderThan(min_age) => age >= *min_age,
-                ReapScope::Safe { longest_life, .. } if running => {
-                    let stuck = age >= *longest_life;
-                    if !stuck && warm {
-                        report.left_warm += 1;
-                    } else if !stuck {
-                        report.left_running += 1;
-                    }
-                    stuck
-                }
-                ReapScope::Safe { stopped_for, .. } => {
-                    let stopped_long_ago = self.stopped_for(&id, age).await? >= *stopped_for;
-                    if !stopped_long_ago {
-                        report.left_recent += 1;
-                    }
-                    stopped_long_ago
-                }
+            let stopped_for = match &filter.scope {
+                ReapScope::Safe { .. } if !running => self.stopped_for(docker, &id, age).await?,
+                _ => Duration::ZERO,
             };
-            if remove {
-                guard::remove_container(self.docker(), &id).await?;
+            if filter
+                .scope
+                .removes(running, warm, age, stopped_for, &mut report)
+            {
+                guard::remove_container(docker, &id).await?;
                 report.containers += 1;
             }
         }
@@ -420,8 +497,13 @@ impl Sandbox {
 
     /// How long a container that is not running has been stopped: since it finished, or,
     /// when it never started, since it was created (`age`). Zero when it is gone already.
-    async fn stopped_for(&self, id: &str, age: Duration) -> Result<Duration, SandboxError> {
-        let state = match self.docker().inspect_container(id, None).await {
+    async fn stopped_for(
+        &self,
+        docker: &Docker,
+        id: &str,
+        age: Duration,
+    ) -> Result<Duration, SandboxError> {
+        let state = match docker.inspect_container(id, None).await {
             Ok(inspected) => inspected.state.unwrap_or_default(),
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
@@ -442,24 +524,12 @@ impl Sandbox {
     /// Containers labelled with this instance that still exist (for tests and health checks):
     /// zero when no attempt is under way and the pool is empty.
     pub async fn leftovers(&self) -> Result<usize, SandboxError> {
+        let docker = match self.engine() {
+            Engine::Docker(docker) => docker,
+            Engine::Kubernetes(cluster) => return cluster.leftovers(self.instance()).await,
+        };
         let label = format!("{}={}", policy::INSTANCE_LABEL, self.instance());
-        Ok(self.containers_labelled(&[&label]).await?.len())
-    }
-
-    /// All containers, running or not, that carry every one of `labels` (`key=value`).
-    async fn containers_labelled(
-        &self,
-        labels: &[&str],
-    ) -> Result<Vec<bollard::models::ContainerSummary>, SandboxError> {
-        let filters = std::collections::HashMap::from([("label", labels.to_vec())]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        self.docker()
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| SandboxError::docker("listing containers", e))
+        Ok(containers_labelled(docker, &[&label]).await?.len())
     }
 
     /// A warm container from the pool, else a cold one launched now.
@@ -477,6 +547,22 @@ impl Sandbox {
             .launch(Kind::Cold { upload_bytes }, cancel)
             .await
     }
+}
+
+/// All containers, running or not, that carry every one of `labels` (`key=value`).
+async fn containers_labelled(
+    docker: &Docker,
+    labels: &[&str],
+) -> Result<Vec<bollard::models::ContainerSummary>, SandboxError> {
+    let filters = std::collections::HashMap::from([("label", labels.to_vec())]);
+    let options = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    docker
+        .list_containers(Some(options))
+        .await
+        .map_err(|e| SandboxError::docker("listing containers", e))
 }
 
 impl Runner for Sandbox {

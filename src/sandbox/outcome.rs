@@ -161,6 +161,38 @@ pub enum SandboxError {
         /// What Docker reports.
         applied: String,
     },
+    /// The Kubernetes API server stored a pod other than the one asked for: refused.
+    #[error(
+        "refused to run in pod {pod}: the cluster stored {field} = {applied}, but the policy asks for {wanted}; an admission webhook or policy changed it: exempt file-agent's sandbox namespace from it"
+    )]
+    PodMismatch {
+        /// The pod's name.
+        pod: String,
+        /// The field, as a path (`spec.containers[0].securityContext.readOnlyRootFilesystem`).
+        field: String,
+        /// What the policy asks for.
+        wanted: String,
+        /// What the API server stored.
+        applied: String,
+    },
+    /// The Kubernetes API failed or refused; the message says what to do.
+    #[error("Kubernetes: {action} failed: {message}")]
+    Kubernetes {
+        /// What file-agent was doing.
+        action: &'static str,
+        /// What the API said, and what to do about it.
+        message: String,
+    },
+    /// No NetworkPolicy cuts the sandbox pods off the network.
+    #[error(
+        "no NetworkPolicy in namespace {namespace} denies all ingress and egress to the sandbox pods ({detail}); apply deploy/kubernetes/networkpolicy.yaml (kubectl apply -n {namespace} -f ...) and check that the cluster's CNI enforces NetworkPolicy"
+    )]
+    NetworkPolicyMissing {
+        /// The sandbox namespace.
+        namespace: String,
+        /// What was found instead.
+        detail: String,
+    },
     /// An input cannot be placed in `/work/in`.
     #[error("input {name:?} cannot be used: {reason}")]
     BadInput {

@@ -95,16 +95,11 @@ pub fn container_spec(config: &SandboxConfig, instance: &str, kind: Kind) -> Con
         (MANAGED_LABEL.to_string(), "true".to_string()),
         (INSTANCE_LABEL.to_string(), instance.to_string()),
     ]);
-    let mut cmd: Vec<String> = COMMAND.iter().map(|s| s.to_string()).collect();
-    let work_bytes = match kind {
-        Kind::Cold { upload_bytes } => upload_bytes.saturating_add(WORK_SLACK_BYTES),
-        Kind::Warm { max_idle } => {
-            labels.insert(WARM_LABEL.to_string(), "true".to_string());
-            let wait = (max_idle + WARM_SELF_EXIT_SLACK).as_secs().to_string();
-            cmd.splice(4..4, ["--warm".to_string(), "--max-idle".to_string(), wait]);
-            limits.memory_bytes
-        }
-    };
+    if kind.is_warm() {
+        labels.insert(WARM_LABEL.to_string(), "true".to_string());
+    }
+    let cmd = runner_command(kind);
+    let work_bytes = work_bytes(config, kind);
     let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
     let output_bytes = i64::try_from(limits.output_max_bytes).unwrap_or(i64::MAX);
     let nofile = i64::try_from(limits.nofile).unwrap_or(i64::MAX);
@@ -161,6 +156,25 @@ pub fn container_spec(config: &SandboxConfig, instance: &str, kind: Kind) -> Con
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// The runner's command line for a container of `kind` (the Docker and the Kubernetes
+/// backend run the same one).
+pub fn runner_command(kind: Kind) -> Vec<String> {
+    let mut cmd: Vec<String> = COMMAND.iter().map(|s| s.to_string()).collect();
+    if let Kind::Warm { max_idle } = kind {
+        let wait = (max_idle + WARM_SELF_EXIT_SLACK).as_secs().to_string();
+        cmd.splice(4..4, ["--warm".to_string(), "--max-idle".to_string(), wait]);
+    }
+    cmd
+}
+
+/// The size of `/work`: the upload and some slack when cold, the memory limit when warm.
+pub fn work_bytes(config: &SandboxConfig, kind: Kind) -> u64 {
+    match kind {
+        Kind::Cold { upload_bytes } => upload_bytes.saturating_add(WORK_SLACK_BYTES),
+        Kind::Warm { .. } => config.limits.memory_bytes,
     }
 }
 
@@ -303,6 +317,7 @@ mod tests {
             instance: None,
             warm: None,
             warm_max_idle: std::time::Duration::from_secs(300),
+            backend: crate::config::Backend::Docker,
         }
     }
 

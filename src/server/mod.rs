@@ -150,6 +150,13 @@ pub fn stable_instance(data_dir: &std::path::Path) -> String {
 pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     let mut sandbox_config = config.sandbox.clone();
     let mut instance_lock = None;
+    // Under Kubernetes a replica is its pod: its sandbox pods carry its name.
+    if let crate::config::Backend::Kubernetes(kube) = &config.sandbox.backend
+        && sandbox_config.instance.is_none()
+        && let Some(owner) = kube.owner.as_ref().filter(|owner| owner.name.len() <= 63)
+    {
+        sandbox_config.instance = Some(owner.name.clone());
+    }
     if sandbox_config.instance.is_none() {
         let (instance, lock) = claim_instance(&config.data_dir);
         sandbox_config.instance = Some(instance);
@@ -160,6 +167,7 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     let sandbox = Sandbox::connect(sandbox_config)
         .await?
         .holding(instance_lock);
+    sandbox.check_isolation().await?;
     reap_leftovers(&sandbox, true).await;
     if !sandbox
         .image_present(&config.sandbox.image)
@@ -413,7 +421,7 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
         slots: admission.config().max_concurrent,
         live_containers: tools.sandbox().live_containers(),
         pool: tools.sandbox().pool_stats(),
-        backend: crate::sandbox::BACKEND,
+        backend: tools.sandbox().backend(),
         runtime: tools
             .sandbox()
             .config()
@@ -448,13 +456,14 @@ async fn health(State(tools): State<Tools>) -> impl IntoResponse {
             configured,
         ),
     };
-    let ready = docker["reachable"] == true && image_present;
+    // A cluster pulls the image when a pod starts: nothing to check ahead.
+    let kubernetes = sandbox.backend() == "kubernetes";
+    let ready = docker["reachable"] == true && (image_present || kubernetes);
     let body = json!({
         "status": if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
-        "sandbox": {"backend": crate::sandbox::BACKEND, "runtime": runtime},
-        "docker": docker,
-        "image": {"tag": image, "present": image_present},
+        "sandbox": {"backend": sandbox.backend(), "runtime": runtime},
+        "image": {"tag": image, "present": if kubernetes { serde_json::Value::Null } else { image_present.into() }},
         "storage": tools.storage().kind(),
         "llm": {"configured": tools.llm().is_configured(), "model": tools.llm().model()},
         "containers_running": sandbox.live_containers(),
@@ -466,6 +475,8 @@ async fn health(State(tools): State<Tools>) -> impl IntoResponse {
             "misses": pool.misses,
         })),
     });
+    let mut body = body;
+    body[if kubernetes { "kubernetes" } else { "docker" }] = docker;
     let status = if ready {
         StatusCode::OK
     } else {

@@ -1,0 +1,183 @@
+//! Which backend runs the attempts (`SANDBOX_BACKEND`), and the Kubernetes backend's own
+//! settings: the namespace of the sandbox pods (`SANDBOX_NAMESPACE`) and the server's own pod
+//! (`POD_NAME`, `POD_UID`, `POD_NAMESPACE` from the downward API), which owns them. Parsed with
+//! no I/O like the rest of [`super`]; the cluster itself is reached only by `sandbox`.
+
+use super::{ConfigError, Vars};
+
+/// `SANDBOX_NAMESPACE`: where the sandbox pods go.
+pub const DEFAULT_NAMESPACE: &str = "file-agent-sandbox";
+
+/// What runs the attempts.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Backend {
+    /// One container per attempt on a Docker engine (`DOCKER_HOST` or the local socket).
+    #[default]
+    Docker,
+    /// One pod per attempt through the Kubernetes API (in-cluster settings or `KUBECONFIG`).
+    Kubernetes(KubernetesConfig),
+}
+
+impl Backend {
+    /// `docker` or `kubernetes`, as `SANDBOX_BACKEND` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Docker => "docker",
+            Self::Kubernetes(_) => "kubernetes",
+        }
+    }
+}
+
+/// The Kubernetes backend's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubernetesConfig {
+    /// The namespace the sandbox pods are created in.
+    pub namespace: String,
+    /// The server's own pod, when it runs in one: the owner of its sandbox pods.
+    pub owner: Option<OwnerPod>,
+    /// `KUBECONFIG`: a kubeconfig file; unset means the in-cluster settings (or
+    /// `~/.kube/config`).
+    pub kubeconfig: Option<std::path::PathBuf>,
+}
+
+/// The server's own pod, from the downward API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnerPod {
+    /// `POD_NAME`.
+    pub name: String,
+    /// `POD_UID`.
+    pub uid: String,
+    /// `POD_NAMESPACE`; unset means the client's default namespace (in a cluster, the
+    /// server's own).
+    pub namespace: Option<String>,
+}
+
+impl Backend {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        let backend = vars.get("SANDBOX_BACKEND");
+        match backend.as_deref().map(|v| v.trim().to_ascii_lowercase()) {
+            None => Ok(Self::Docker),
+            Some(v) if v == "docker" => Ok(Self::Docker),
+            Some(v) if v == "kubernetes" => {
+                Ok(Self::Kubernetes(KubernetesConfig::from_vars(vars)?))
+            }
+            Some(_) => Err(ConfigError {
+                var: "SANDBOX_BACKEND",
+                value: backend.unwrap_or_default(),
+                expected: "docker or kubernetes".into(),
+            }),
+        }
+    }
+}
+
+impl KubernetesConfig {
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        let namespace =
+            dns_label(vars, "SANDBOX_NAMESPACE")?.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        let name = vars.get("POD_NAME").map(|v| v.trim().to_string());
+        let uid = vars.get("POD_UID").map(|v| v.trim().to_string());
+        let owner = match (name, uid) {
+            (None, None) => None,
+            (Some(name), Some(uid)) => Some(OwnerPod {
+                name,
+                uid,
+                namespace: dns_label(vars, "POD_NAMESPACE")?,
+            }),
+            (name, _) => {
+                let (var, value) = if name.is_none() {
+                    ("POD_NAME", String::new())
+                } else {
+                    ("POD_UID", String::new())
+                };
+                return Err(ConfigError {
+                    var,
+                    value,
+                    expected: "POD_NAME and POD_UID set together, from the downward API (metadata.name, metadata.uid): see deploy/kubernetes/deployment.yaml".into(),
+                });
+            }
+        };
+        Ok(Self {
+            namespace,
+            owner,
+            kubeconfig: vars.get("KUBECONFIG").map(std::path::PathBuf::from),
+        })
+    }
+}
+
+/// A Kubernetes namespace name: a DNS label (lower-case letters, digits and `-`, at most 63).
+fn dns_label(vars: &Vars<'_>, var: &'static str) -> Result<Option<String>, ConfigError> {
+    match vars.get(var).map(|v| v.trim().to_string()) {
+        Some(name)
+            if name.len() > 63
+                || name.starts_with('-')
+                || name.ends_with('-')
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') =>
+        {
+            Err(ConfigError {
+                var,
+                value: name,
+                expected: "a namespace name: up to 63 lower-case letters, digits or '-'".into(),
+            })
+        }
+        other => Ok(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn backend(vars: &[(&str, &str)]) -> Result<Backend, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let lookup = |name: &str| map.get(name).cloned();
+        Backend::from_vars(&Vars::new(&lookup))
+    }
+
+    #[test]
+    fn docker_is_the_default_and_kubernetes_reads_its_namespace_and_owner() {
+        assert_eq!(backend(&[]).unwrap(), Backend::Docker);
+        assert_eq!(
+            backend(&[("SANDBOX_BACKEND", "kubernetes")]).unwrap(),
+            Backend::Kubernetes(KubernetesConfig {
+                namespace: DEFAULT_NAMESPACE.into(),
+                owner: None,
+                kubeconfig: None,
+            })
+        );
+        let Backend::Kubernetes(config) = backend(&[
+            ("SANDBOX_BACKEND", "Kubernetes"),
+            ("SANDBOX_NAMESPACE", "sandboxes"),
+            ("POD_NAME", "file-agent-7d9"),
+            ("POD_UID", "0b7c"),
+        ])
+        .unwrap() else {
+            panic!("not kubernetes")
+        };
+        assert_eq!(config.namespace, "sandboxes");
+        assert_eq!(config.owner.unwrap().name, "file-agent-7d9");
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        assert_eq!(
+            backend(&[("SANDBOX_BACKEND", "podman")]).unwrap_err().var,
+            "SANDBOX_BACKEND"
+        );
+        let kube = ("SANDBOX_BACKEND", "kubernetes");
+        assert_eq!(
+            backend(&[kube, ("SANDBOX_NAMESPACE", "Not_A_Name")])
+                .unwrap_err()
+                .var,
+            "SANDBOX_NAMESPACE"
+        );
+        let error = backend(&[kube, ("POD_NAME", "x")]).unwrap_err();
+        assert_eq!(error.var, "POD_UID");
+        assert!(error.expected.contains("downward API"), "{error}");
+    }
+}

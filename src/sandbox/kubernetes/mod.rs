@@ -1,0 +1,880 @@
+//! The Kubernetes backend (`SANDBOX_BACKEND=kubernetes`): one pod per attempt through the
+//! Kubernetes API, the only module that talks to it. [`Cluster`] does for a pod what bollard
+//! does for a container: create it from [`pod::pod_spec`], refuse it unless [`pod::verify`]
+//! agrees with what the API server stored, wait for it to run, attach to its stdio over the
+//! `pods/attach` WebSocket (`v5.channel.k8s.io`, falling back to v4), watch it end, delete it.
+//! What happens on the streams (the runner's protocol, the copy-out, how an attempt ended) is
+//! shared with the Docker backend above this module; so are the warm pool and the guards.
+//!
+//! The cluster also has to cut the pods off the network, which a pod spec cannot say: at
+//! start-up [`Cluster::check_network_policy`] refuses to serve unless a NetworkPolicy in the
+//! namespace denies all ingress and egress to the sandbox pods, and none lets anything through.
+
+pub mod pod;
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use bollard::container::LogOutput;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, AttachParams, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::launch::{Attached, OutputStream, Started};
+use super::policy::{INSTANCE_LABEL, Kind, MANAGED_LABEL, WARM_LABEL};
+use super::{ContainerGuard, ReapFilter, ReapReport, SandboxError};
+use crate::config::{KubernetesConfig, SandboxConfig};
+use pod::Owner;
+
+/// How long a new pod may take to run (scheduling, pulling the image) before it is given up.
+pub const POD_START_TIMEOUT: Duration = Duration::from_secs(180);
+/// Bytes buffered per stream between the WebSocket and the readers.
+const ATTACH_BUFFER_BYTES: usize = 256 * 1024;
+/// What the runner writes on stdout once a warm pod's imports are done (as in the pool).
+const READY: &[u8] = b"--file-agent-ready--\n";
+/// How often a warm pod's log is read for its ready line.
+const READY_POLL: Duration = Duration::from_millis(100);
+/// Server-side timeout of one watch request; the watch is renewed after it.
+const WATCH_SECONDS: u32 = 60;
+
+/// A connection to the API server and where the pods go.
+#[derive(Clone)]
+pub(crate) struct Cluster {
+    client: kube::Client,
+    pods: Api<Pod>,
+    namespace: String,
+    /// The server's own pod, when it can own the sandbox pods (same namespace).
+    owner: Option<Owner>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("namespace", &self.namespace)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Cluster::diagnose`] found.
+#[derive(Debug)]
+pub struct ClusterDiagnosis {
+    /// The API server's version (`v1.32.1`).
+    pub version: String,
+}
+
+fn api_error(action: &'static str, error: kube::Error) -> SandboxError {
+    let message = match &error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "{} (403 Forbidden: check the Role of file-agent's ServiceAccount in deploy/kubernetes/rbac.yaml, and the namespace's Pod Security level)",
+            status.message
+        ),
+        kube::Error::Api(status) => {
+            format!("{} ({} {})", status.message, status.code, status.reason)
+        }
+        other => format!(
+            "{other}; check that the API server is reachable (KUBECONFIG, or the in-cluster settings)"
+        ),
+    };
+    SandboxError::Kubernetes { action, message }
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+impl Cluster {
+    /// Connects with the in-cluster settings or `KUBECONFIG`, and checks the server's own pod
+    /// (the owner of its sandbox pods) when `POD_NAME` and `POD_UID` say which it is.
+    pub(crate) async fn connect(config: &KubernetesConfig) -> Result<Self, SandboxError> {
+        let unreachable = |message: String| SandboxError::Kubernetes {
+            action: "connecting to the API server",
+            message: format!("{message}; run file-agent in the cluster, or set KUBECONFIG"),
+        };
+        let kube_config = match &config.kubeconfig {
+            // One file (a list of them, `a:b`, is kube's own business).
+            Some(path) if !path.to_string_lossy().contains(':') => {
+                let file = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| unreachable(format!("KUBECONFIG={}: {e}", path.display())))?;
+                kube::Config::from_custom_kubeconfig(file, &Default::default())
+                    .await
+                    .map_err(|e| unreachable(format!("KUBECONFIG={}: {e}", path.display())))?
+            }
+            _ => kube::Config::infer()
+                .await
+                .map_err(|e| unreachable(e.to_string()))?,
+        };
+        let default_namespace = kube_config.default_namespace.clone();
+        let client = kube::Client::try_from(kube_config).map_err(|e| unreachable(e.to_string()))?;
+        let pods = Api::namespaced(client.clone(), &config.namespace);
+        let mut cluster = Self {
+            client,
+            pods,
+            namespace: config.namespace.clone(),
+            owner: None,
+        };
+        if let Some(owner) = &config.owner {
+            let owner_namespace = owner.namespace.clone().unwrap_or(default_namespace);
+            if owner_namespace != config.namespace {
+                tracing::warn!(server_namespace = %owner_namespace, sandbox_namespace = %config.namespace, "the sandbox pods get no owner reference: Kubernetes only honours an owner in the same namespace. A crashed replica's pods end at their activeDeadlineSeconds and the other replicas' reaper deletes them");
+            } else {
+                let found = cluster
+                    .pods
+                    .get(&owner.name)
+                    .await
+                    .map_err(|e| api_error("reading the server's own pod (POD_NAME)", e))?;
+                let uid = found.metadata.uid.unwrap_or_default();
+                if uid != owner.uid {
+                    return Err(SandboxError::Kubernetes {
+                        action: "checking the server's own pod",
+                        message: format!(
+                            "pod {} has uid {uid}, but POD_UID is {}; set both from the downward API (metadata.name, metadata.uid)",
+                            owner.name, owner.uid
+                        ),
+                    });
+                }
+                cluster.owner = Some(Owner {
+                    name: owner.name.clone(),
+                    uid: owner.uid.clone(),
+                });
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// The namespace of the sandbox pods.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The API server's version.
+    pub(crate) async fn diagnose(&self) -> Result<ClusterDiagnosis, SandboxError> {
+        let info = self
+            .client
+            .apiserver_version()
+            .await
+            .map_err(|e| api_error("reading the API server's version", e))?;
+        Ok(ClusterDiagnosis {
+            version: info.git_version,
+        })
+    }
+
+    /// Refuses unless a NetworkPolicy denies all ingress and egress to the sandbox pods of
+    /// `instance` (cold and warm), and no policy that may select them allows anything (policies
+    /// add up: one rule anywhere undoes the deny-all).
+    pub(crate) async fn check_network_policy(&self, instance: &str) -> Result<(), SandboxError> {
+        let policies = Api::<NetworkPolicy>::namespaced(self.client.clone(), &self.namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_error("listing the NetworkPolicies of the sandbox namespace", e))?
+            .items;
+        judge_network_policies(&self.namespace, instance, &policies)
+    }
+
+    /// Creates, verifies, starts and attaches one pod of `kind`; the guard owns it from the
+    /// moment it exists.
+    pub(crate) async fn launch(
+        &self,
+        config: &SandboxConfig,
+        instance: &str,
+        kind: Kind,
+        bookkeeping: (Arc<AtomicUsize>, TaskTracker),
+        cancel: &CancellationToken,
+    ) -> Result<Started, SandboxError> {
+        let created_at = SystemTime::now();
+        let phase = Instant::now();
+        let name = format!("fa-{}", &uuid::Uuid::new_v4().simple().to_string()[..20]);
+        let wanted = pod::pod_spec(
+            config,
+            &self.namespace,
+            &name,
+            instance,
+            self.owner.as_ref(),
+            kind,
+        );
+        // Not raced against `cancel`: a create abandoned in flight may still make a pod that
+        // nothing owns. Once it exists the guard owns it, and a cancel deletes it.
+        let created = self
+            .pods
+            .create(&PostParams::default(), &wanted)
+            .await
+            .map_err(|e| api_error("creating the sandbox pod", e))?;
+        let (live, tracker) = bookkeeping;
+        let guard = ContainerGuard::new(
+            super::engine::Engine::Kubernetes(Box::new(self.clone())),
+            name.clone(),
+            live,
+            tracker,
+        );
+        let result = tokio::select! {
+            result = self.verify_and_attach(&wanted, created, &config.image, kind) => result,
+            () = cancel.cancelled() => Err(SandboxError::Cancelled),
+        };
+        Started::settle(guard, result, kind, (created_at, phase)).await
+    }
+
+    /// Verify what was stored, wait for the pod to run, verify again (with the image it runs),
+    /// attach: the image id, the stdio, and how long waiting and attaching took.
+    async fn verify_and_attach(
+        &self,
+        wanted: &Pod,
+        created: Pod,
+        image: &str,
+        kind: Kind,
+    ) -> Result<Attached, SandboxError> {
+        pod::verify(wanted, &created)?;
+        let name = created.metadata.name.clone().unwrap_or_default();
+        let phase = Instant::now();
+        let running = tokio::time::timeout(POD_START_TIMEOUT, self.wait_running(&created))
+            .await
+            .map_err(|_| SandboxError::Kubernetes {
+                action: "starting the sandbox pod",
+                message: format!(
+                    "pod {name} did not run within {} s; see `kubectl -n {} describe pod {name}` (image pull, scheduling, RuntimeClass)",
+                    POD_START_TIMEOUT.as_secs(),
+                    self.namespace
+                ),
+            })??;
+        pod::verify(wanted, &running)?;
+        pod::verify_image(image, &running)?;
+        let params = AttachParams {
+            container: Some(pod::CONTAINER.to_string()),
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: false,
+            max_stdin_buf_size: Some(ATTACH_BUFFER_BYTES),
+            max_stdout_buf_size: Some(ATTACH_BUFFER_BYTES),
+            max_stderr_buf_size: Some(ATTACH_BUFFER_BYTES),
+        };
+        let mut attached = self
+            .pods
+            .attach(&name, &params)
+            .await
+            .map_err(|e| api_error("attaching to the sandbox pod", e))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (attached.stdin(), attached.stdout(), attached.stderr())
+        else {
+            return Err(SandboxError::Kubernetes {
+                action: "attaching to the sandbox pod",
+                message: "the attach session lacks stdin, stdout or stderr".into(),
+            });
+        };
+        let output = AttachedOutput {
+            streams: futures_util::stream::select(
+                tokio_util::io::ReaderStream::new(stdout)
+                    .map(|chunk| chunk.map(|message| LogOutput::StdOut { message })),
+                tokio_util::io::ReaderStream::new(stderr)
+                    .map(|chunk| chunk.map(|message| LogOutput::StdErr { message })),
+            )
+            .map(|item| item.map_err(bollard::errors::Error::from))
+            .boxed(),
+            _session: attached,
+        };
+        let output: OutputStream = match kind {
+            Kind::Cold { .. } => Box::pin(output),
+            // The runner may have said READY before the attach began (attach sees only what
+            // comes after it): say it from the pod's log, and drop it if the attach saw it too.
+            Kind::Warm { .. } => {
+                let ready = self.ready_from_log(name.clone());
+                Box::pin(futures_util::stream::once(ready).chain(StripReady::new(Box::pin(output))))
+            }
+        };
+        Ok((
+            pod::image_id(&running),
+            output,
+            Box::pin(stdin),
+            phase.elapsed(),
+        ))
+    }
+
+    /// A warm pod's READY, once its log shows it (the pool times this out).
+    fn ready_from_log(
+        &self,
+        name: String,
+    ) -> impl std::future::Future<Output = Result<LogOutput, bollard::errors::Error>> + Send + 'static
+    {
+        let pods = self.pods.clone();
+        async move {
+            loop {
+                match pods.logs(&name, &Default::default()).await {
+                    Ok(log) if log.as_bytes().windows(READY.len()).any(|w| w == READY) => break,
+                    Ok(_) => {}
+                    // Without the log (no `get pods/log`), say READY now: the runner reads a
+                    // request that comes early once its imports are done, so the attempt is
+                    // only as slow as a cold start, never wrong.
+                    Err(error) => {
+                        tracing::debug!(%error, "cannot read a warm pod's log; taking it as ready");
+                        break;
+                    }
+                }
+                tokio::time::sleep(READY_POLL).await;
+            }
+            Ok(LogOutput::StdOut {
+                message: Bytes::from_static(READY),
+            })
+        }
+    }
+
+    /// Waits until the pod runs; a pod that fails first, or whose image cannot be pulled, is an
+    /// error that says why.
+    async fn wait_running(&self, created: &Pod) -> Result<Pod, SandboxError> {
+        let name = created.metadata.name.clone().unwrap_or_default();
+        let namespace = self.namespace.clone();
+        let image = created
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.containers.first())
+            .and_then(|container| container.image.clone())
+            .unwrap_or_default();
+        let outcome = self
+            .watch_pod(created, |pod| {
+                let status = pod.status.as_ref()?;
+                let waiting = status
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .filter_map(|s| s.state.as_ref()?.waiting.as_ref())
+                    .find(|w| {
+                        matches!(
+                            w.reason.as_deref(),
+                            Some(
+                                "ErrImagePull"
+                                    | "ImagePullBackOff"
+                                    | "InvalidImageName"
+                                    | "CreateContainerConfigError"
+                                    | "CreateContainerError"
+                            )
+                        )
+                    });
+                if let Some(waiting) = waiting {
+                    return Some(Err(SandboxError::Kubernetes {
+                        action: "starting the sandbox pod",
+                        message: format!(
+                            "{}: {} (image {image}); push the sandbox image where the cluster can pull it and set SANDBOX_IMAGE",
+                            waiting.reason.clone().unwrap_or_default(),
+                            waiting.message.clone().unwrap_or_default()
+                        ),
+                    }));
+                }
+                match status.phase.as_deref() {
+                    Some("Running") => Some(Ok(pod.clone())),
+                    Some(phase @ ("Failed" | "Succeeded")) => Some(Err(SandboxError::Kubernetes {
+                        action: "starting the sandbox pod",
+                        message: format!(
+                            "pod {} ended ({phase}: {}) before it ran an attempt; see `kubectl -n {namespace} describe pod`",
+                            pod.metadata.name.clone().unwrap_or_default(),
+                            status.reason.clone().or(status.message.clone()).unwrap_or_default()
+                        ),
+                    })),
+                    _ => None,
+                }
+            })
+            .await?;
+        outcome.unwrap_or_else(|| {
+            Err(SandboxError::Kubernetes {
+                action: "starting the sandbox pod",
+                message: format!("pod {name} was deleted before it ran"),
+            })
+        })
+    }
+
+    /// Watches one pod from `seen` on until `until` says something, or the pod is deleted
+    /// (`None`).
+    async fn watch_pod<T>(
+        &self,
+        seen: &Pod,
+        until: impl Fn(&Pod) -> Option<T>,
+    ) -> Result<Option<T>, SandboxError> {
+        if let Some(found) = until(seen) {
+            return Ok(Some(found));
+        }
+        let name = seen.metadata.name.clone().unwrap_or_default();
+        let mut version = seen.metadata.resource_version.clone().unwrap_or_default();
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(WATCH_SECONDS);
+        loop {
+            let events = self
+                .pods
+                .watch(&params, &version)
+                .await
+                .map_err(|e| api_error("watching the sandbox pod", e))?;
+            let mut events = std::pin::pin!(events);
+            while let Some(event) = events.next().await {
+                let event = event.map_err(|e| api_error("watching the sandbox pod", e))?;
+                match event {
+                    WatchEvent::Added(pod) | WatchEvent::Modified(pod)
+                        if pod.metadata.name.as_deref() == Some(&name) =>
+                    {
+                        if let Some(found) = until(&pod) {
+                            return Ok(Some(found));
+                        }
+                        version = pod.metadata.resource_version.clone().unwrap_or_default();
+                    }
+                    WatchEvent::Deleted(pod) if pod.metadata.name.as_deref() == Some(&name) => {
+                        return Ok(None);
+                    }
+                    WatchEvent::Bookmark(bookmark) => {
+                        version = bookmark.metadata.resource_version;
+                    }
+                    WatchEvent::Error(status) if status.code == 410 => {
+                        // The version is too old: start again from the pod as it is now.
+                        match self.pods.get_opt(&name).await {
+                            Ok(Some(pod)) => {
+                                if let Some(found) = until(&pod) {
+                                    return Ok(Some(found));
+                                }
+                                version = pod.metadata.resource_version.unwrap_or_default();
+                            }
+                            Ok(None) => return Ok(None),
+                            Err(e) => return Err(api_error("reading the sandbox pod", e)),
+                        }
+                    }
+                    WatchEvent::Error(status) => {
+                        return Err(SandboxError::Kubernetes {
+                            action: "watching the sandbox pod",
+                            message: format!("{} ({})", status.message, status.code),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The sandbox container's exit code, once it has ended; `None` when the pod is gone.
+    pub(crate) async fn wait_exit(&self, name: &str) -> Result<Option<i64>, SandboxError> {
+        let Some(pod) = self
+            .pods
+            .get_opt(name)
+            .await
+            .map_err(|e| api_error("reading the sandbox pod", e))?
+        else {
+            return Ok(None);
+        };
+        let code = self
+            .watch_pod(&pod, |pod| terminated(pod).map(|(code, _)| code))
+            .await?;
+        Ok(code)
+    }
+
+    /// Whether the kernel killed the container for its memory (once it has ended; a pod that
+    /// is gone says no).
+    pub(crate) async fn oom_killed(&self, name: &str) -> Result<bool, SandboxError> {
+        let pod = self
+            .pods
+            .get_opt(name)
+            .await
+            .map_err(|e| api_error("reading the finished sandbox pod", e))?;
+        Ok(pod
+            .as_ref()
+            .and_then(terminated)
+            .is_some_and(|(_, reason)| reason == "OOMKilled"))
+    }
+
+    /// Deletes a pod at once (no grace period); one that is already gone is fine.
+    pub(crate) async fn remove(&self, name: &str) -> Result<(), SandboxError> {
+        match self
+            .pods
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) if is_not_found(&error) => Ok(()),
+            Err(error) => Err(api_error("deleting a sandbox pod", error)),
+        }
+    }
+
+    /// file-agent's pods, with `labels` (`key=value`).
+    async fn labelled(&self, labels: &[String]) -> Result<Vec<Pod>, SandboxError> {
+        Ok(self
+            .pods
+            .list(&ListParams::default().labels(&labels.join(",")))
+            .await
+            .map_err(|e| api_error("listing sandbox pods", e))?
+            .items)
+    }
+
+    /// Pods of `instance` that still exist.
+    pub(crate) async fn leftovers(&self, instance: &str) -> Result<usize, SandboxError> {
+        Ok(self
+            .labelled(&[format!("{INSTANCE_LABEL}={instance}")])
+            .await?
+            .len())
+    }
+
+    /// Deletes file-agent's pods that match `filter`, as [`super::Sandbox::reap`] does with
+    /// containers.
+    pub(crate) async fn reap(&self, filter: &ReapFilter) -> Result<ReapReport, SandboxError> {
+        let mut labels = vec![format!("{MANAGED_LABEL}=true")];
+        if let Some(instance) = &filter.instance {
+            labels.push(format!("{INSTANCE_LABEL}={instance}"));
+        }
+        let now = SystemTime::now();
+        let mut report = ReapReport::default();
+        for pod in self.labelled(&labels).await? {
+            let Some(name) = pod.metadata.name.clone() else {
+                continue;
+            };
+            let created = pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .and_then(|t| crate::time::parse_rfc3339(&t.0.to_string()))
+                .unwrap_or(now);
+            let age = now.duration_since(created).unwrap_or_default();
+            let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+            let running = matches!(phase.as_deref(), Some("Pending" | "Running") | None)
+                && terminated(&pod).is_none();
+            let warm = pod
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|labels| labels.contains_key(WARM_LABEL));
+            let finished = pod
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .filter_map(|s| s.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+                .filter_map(|t| crate::time::parse_rfc3339(&t.0.to_string()))
+                .max();
+            let stopped_for = finished
+                .map(|at| now.duration_since(at).unwrap_or_default())
+                .unwrap_or(age);
+            if filter
+                .scope
+                .removes(running, warm, age, stopped_for, &mut report)
+            {
+                self.remove(&name).await?;
+                report.containers += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Whether this client may do `verb` on `resource` (`pods`, `pods/attach`) in the
+    /// namespace, by a SelfSubjectAccessReview.
+    pub(crate) async fn may(
+        &self,
+        verb: &str,
+        group: &str,
+        resource: &str,
+    ) -> Result<bool, SandboxError> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((resource, sub)) => (resource, Some(sub.to_string())),
+            None => (resource, None),
+        };
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(self.namespace.clone()),
+                    verb: Some(verb.to_string()),
+                    group: Some(group.to_string()),
+                    resource: Some(resource.to_string()),
+                    subresource,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = Api::<SelfSubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| api_error("asking the API server what file-agent may do", e))?;
+        Ok(answer.status.is_some_and(|status| status.allowed))
+    }
+
+    /// Whether the namespace exists (`None`: not allowed to read it).
+    pub(crate) async fn namespace_exists(&self) -> Result<Option<bool>, SandboxError> {
+        use k8s_openapi::api::core::v1::Namespace;
+        self.optional::<Namespace>(&self.namespace, "reading the namespace")
+            .await
+    }
+
+    /// Whether a RuntimeClass exists (`None`: not allowed to read it).
+    pub(crate) async fn runtime_class_exists(
+        &self,
+        name: &str,
+    ) -> Result<Option<bool>, SandboxError> {
+        use k8s_openapi::api::node::v1::RuntimeClass;
+        self.optional::<RuntimeClass>(name, "reading the RuntimeClass")
+            .await
+    }
+
+    async fn optional<K>(
+        &self,
+        name: &str,
+        action: &'static str,
+    ) -> Result<Option<bool>, SandboxError>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        match Api::<K>::all(self.client.clone()).get_opt(name).await {
+            Ok(found) => Ok(Some(found.is_some())),
+            Err(kube::Error::Api(status)) if status.code == 403 => Ok(None),
+            Err(error) => Err(api_error(action, error)),
+        }
+    }
+}
+
+/// The sandbox container's exit code and reason, once it has terminated.
+fn terminated(pod: &Pod) -> Option<(i64, String)> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|status| status.name == pod::CONTAINER)?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .map(|t| (i64::from(t.exit_code), t.reason.clone().unwrap_or_default()))
+}
+
+/// The attach session's stdout and stderr as one stream, holding the session: dropping it
+/// closes the WebSocket (and, `stdinOnce`, the runner's stdin).
+struct AttachedOutput {
+    streams: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
+    _session: kube::api::AttachedProcess,
+}
+
+impl Stream for AttachedOutput {
+    type Item = Result<LogOutput, bollard::errors::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.streams.as_mut().poll_next(cx)
+    }
+}
+
+/// Drops a warm runner's READY line when it is the first thing on stdout (the attach began
+/// before the runner said it; the pool was already told, from the log).
+struct StripReady {
+    inner: OutputStream,
+    /// stdout seen so far while it may still be the READY line; `None` once decided.
+    pending: Option<Vec<u8>>,
+}
+
+impl StripReady {
+    fn new(inner: OutputStream) -> Self {
+        Self {
+            inner,
+            pending: Some(Vec::new()),
+        }
+    }
+}
+
+impl Stream for StripReady {
+    type Item = Result<LogOutput, bollard::errors::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            let item = match self.inner.as_mut().poll_next(cx) {
+                Poll::Ready(item) => item,
+                Poll::Pending => return Poll::Pending,
+            };
+            let Some(pending) = self.pending.as_mut() else {
+                return Poll::Ready(item);
+            };
+            match item {
+                Some(Ok(LogOutput::StdOut { message })) => {
+                    pending.extend_from_slice(&message);
+                    if pending.as_slice() == READY {
+                        self.pending = None;
+                        continue;
+                    }
+                    if READY.starts_with(pending) {
+                        continue;
+                    }
+                    let seen = self.pending.take().unwrap_or_default();
+                    return Poll::Ready(Some(Ok(LogOutput::StdOut {
+                        message: Bytes::from(seen),
+                    })));
+                }
+                Some(other) => return Poll::Ready(Some(other)),
+                None => {
+                    let seen = self.pending.take().unwrap_or_default();
+                    if seen.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(LogOutput::StdOut {
+                        message: Bytes::from(seen),
+                    })));
+                }
+            }
+        }
+    }
+}
+
+/// Whether `selector` selects a pod labelled `labels` (matchLabels and matchExpressions).
+fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(key, value)| labels.get(key) == Some(value));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let value = labels.get(&e.key);
+        let values = e.values.clone().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => true,
+        }
+    });
+    by_labels && by_expressions
+}
+
+/// The NetworkPolicy verdict for the sandbox pods of `instance`: `Ok` when one policy denies
+/// them all ingress and egress and no policy that selects them allows any.
+fn judge_network_policies(
+    namespace: &str,
+    instance: &str,
+    policies: &[NetworkPolicy],
+) -> Result<(), SandboxError> {
+    let cold = BTreeMap::from([
+        (MANAGED_LABEL.to_string(), "true".to_string()),
+        (INSTANCE_LABEL.to_string(), instance.to_string()),
+    ]);
+    let mut warm = cold.clone();
+    warm.insert(WARM_LABEL.to_string(), "true".to_string());
+    let mut deny_all = None;
+    for policy in policies {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let Some(spec) = &policy.spec else { continue };
+        let selector = spec.pod_selector.clone().unwrap_or_default();
+        let selected = [&cold, &warm].map(|labels| selects(&selector, labels));
+        if !selected.iter().any(|s| *s) {
+            continue;
+        }
+        let ingress_rules = spec.ingress.as_ref().map_or(0, Vec::len);
+        let egress_rules = spec.egress.as_ref().map_or(0, Vec::len);
+        if ingress_rules + egress_rules > 0 {
+            return Err(SandboxError::NetworkPolicyMissing {
+                namespace: namespace.to_string(),
+                detail: format!(
+                    "NetworkPolicy {name} selects them and allows {ingress_rules} ingress and {egress_rules} egress rule(s); policies add up, so remove it or narrow its podSelector"
+                ),
+            });
+        }
+        let types = spec.policy_types.clone().unwrap_or_default();
+        if selected.iter().all(|s| *s)
+            && types.iter().any(|t| t == "Ingress")
+            && types.iter().any(|t| t == "Egress")
+        {
+            deny_all.get_or_insert(name);
+        }
+    }
+    match deny_all {
+        Some(_) => Ok(()),
+        None => Err(SandboxError::NetworkPolicyMissing {
+            namespace: namespace.to_string(),
+            detail: format!(
+                "{} NetworkPolicy(s) found, none with policyTypes [Ingress, Egress], no rules, and a podSelector that selects {MANAGED_LABEL}=true",
+                policies.len()
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(value: serde_json::Value) -> NetworkPolicy {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn deny_all() -> NetworkPolicy {
+        policy(serde_json::json!({
+            "metadata": {"name": "deny-all"},
+            "spec": {"podSelector": {"matchLabels": {MANAGED_LABEL: "true"}}, "policyTypes": ["Ingress", "Egress"]}
+        }))
+    }
+
+    #[test]
+    fn a_deny_all_policy_is_needed_and_no_allowing_one_may_select_the_pods() {
+        assert!(judge_network_policies("ns", "a", &[deny_all()]).is_ok());
+        let everything = policy(serde_json::json!({
+            "metadata": {"name": "all-pods"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+        }));
+        assert!(judge_network_policies("ns", "a", &[everything]).is_ok());
+        let error = judge_network_policies("ns", "a", &[]).unwrap_err();
+        assert!(error.to_string().contains("networkpolicy.yaml"), "{error}");
+        let ingress_only = policy(serde_json::json!({
+            "metadata": {"name": "ingress-only"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}
+        }));
+        assert!(judge_network_policies("ns", "a", &[ingress_only]).is_err());
+        let dns = policy(serde_json::json!({
+            "metadata": {"name": "allow-dns"},
+            "spec": {"podSelector": {"matchExpressions": [{"key": MANAGED_LABEL, "operator": "Exists"}]},
+                     "policyTypes": ["Egress"], "egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}]}
+        }));
+        let error = judge_network_policies("ns", "a", &[deny_all(), dns]).unwrap_err();
+        assert!(error.to_string().contains("allow-dns"), "{error}");
+        let others = policy(serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Egress"], "egress": [{}]}
+        }));
+        assert!(judge_network_policies("ns", "a", &[deny_all(), others]).is_ok());
+        let only_warm = policy(serde_json::json!({
+            "metadata": {"name": "warm-only"},
+            "spec": {"podSelector": {"matchLabels": {WARM_LABEL: "true"}}, "policyTypes": ["Ingress", "Egress"]}
+        }));
+        assert!(
+            judge_network_policies("ns", "a", &[only_warm]).is_err(),
+            "cold pods are not covered"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_ready_line_seen_by_the_attach_is_dropped_and_anything_else_kept() {
+        let chunks = |parts: &[&'static [u8]]| -> OutputStream {
+            let items: Vec<_> = parts
+                .iter()
+                .map(|p| {
+                    Ok(LogOutput::StdOut {
+                        message: Bytes::from_static(p),
+                    })
+                })
+                .collect();
+            Box::pin(futures_util::stream::iter(items))
+        };
+        let collect = |stream: OutputStream| async move {
+            let mut out = Vec::new();
+            let mut stream = StripReady::new(stream);
+            while let Some(Ok(LogOutput::StdOut { message })) = stream.next().await {
+                out.extend_from_slice(&message);
+            }
+            out
+        };
+        assert_eq!(
+            collect(chunks(&[b"--file-agent-", b"ready--\n", b"hello"])).await,
+            b"hello"
+        );
+        assert_eq!(collect(chunks(&[b"--file", b"x"])).await, b"--filex");
+        assert_eq!(collect(chunks(&[b"hello"])).await, b"hello");
+    }
+}

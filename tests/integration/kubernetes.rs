@@ -1,0 +1,436 @@
+//! `SANDBOX_BACKEND=kubernetes` end to end, over MCP, against the Kubernetes API double
+//! (`fakes::kubernetes`, which runs each pod as a container of the real sandbox image on the
+//! real engine): the tools work unchanged, a pod the cluster stored differently is refused,
+//! a missing NetworkPolicy stops start-up, and nothing is left. Each test ends by shutting the
+//! double down, which asserts that no container of its pods is left.
+//!
+//! `real_cluster_*` runs the same flow against a real cluster when `FILE_AGENT_TEST_KUBECONFIG`
+//! names one (kind or k3d with gVisor; see the README); here it is skipped.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use crate::common::{fixture_path, with_timeout};
+use crate::fakes::kubernetes::KubeDouble;
+use crate::mcp_server::{TestServer, env, first_link};
+
+const NAMESPACE: &str = "file-agent-sandbox";
+const SERVER_POD: &str = "file-agent-server-0";
+
+/// A double with the sandbox namespace (Pod Security restricted), the deny-all NetworkPolicy
+/// of `deploy/kubernetes/` (unless `network_policy` is false), a stand-in for the server's own
+/// pod, and the variables that point a server at it.
+async fn cluster(network_policy: bool) -> (KubeDouble, tempfile::TempDir, Vec<(String, String)>) {
+    let double = with_timeout(KubeDouble::start()).await;
+    with_timeout(double.create_namespace(
+        NAMESPACE,
+        &[("pod-security.kubernetes.io/enforce", "restricted")],
+    ))
+    .await;
+    if network_policy {
+        let policy = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deploy/kubernetes/networkpolicy.yaml"
+        ))
+        .unwrap();
+        let policy: Value = serde_saphyr::from_str(&policy).unwrap();
+        with_timeout(double.apply(policy)).await;
+    }
+    // `add_external_pod` stores a pod that Pod Security "restricted" refuses; this stand-in
+    // for the server's pod (never run: it is on another node) passes it.
+    let server = with_timeout(double.apply(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": SERVER_POD, "namespace": NAMESPACE},
+        "spec": {
+            "nodeName": "elsewhere",
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "server", "image": "file-agent", "securityContext": {
+                "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]
+        },
+        "status": {"phase": "Running"},
+    })))
+    .await;
+    let uid = server["metadata"]["uid"].as_str().unwrap().to_string();
+    let home = tempfile::tempdir().unwrap();
+    let kubeconfig = home.path().join("kubeconfig");
+    double.write_kubeconfig(&kubeconfig, NAMESPACE);
+    let mut vars = env(&[
+        ("SANDBOX_BACKEND", "kubernetes"),
+        ("SANDBOX_NAMESPACE", NAMESPACE),
+        ("KUBECONFIG", &kubeconfig.display().to_string()),
+        ("POD_NAME", SERVER_POD),
+        ("POD_UID", &uid),
+        ("POD_NAMESPACE", NAMESPACE),
+    ]);
+    vars.push(("SANDBOX_IMAGE".into(), pod_image().await));
+    (double, home, vars)
+}
+
+/// The sandbox image as these pods need it, built once from the tree's image:
+/// - `/work` mode 0777, as a kubelet makes an `emptyDir` (the double mounts a tmpfs, which
+///   Docker gives the image folder's mode, 0755 root);
+/// - runner.py tolerating that it cannot `chmod` a `/work` it does not own (a real
+///   `emptyDir` is root's): the one change the runner needs for Kubernetes, applied here until
+///   `sandbox-image/runner.py` has it. When it has, this applies nothing.
+async fn pod_image() -> String {
+    static IMAGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    IMAGE
+        .get_or_init(|| async {
+            let base = file_agent::config::SandboxConfig::from_lookup(|_| None)
+                .unwrap()
+                .image;
+            let tag = format!("{base}-kube-test");
+            let folder = tempfile::tempdir().unwrap();
+            let runner = std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/sandbox-image/runner.py"
+            ))
+            .unwrap();
+            let strict = "        os.chmod(folder, 0o555)\n";
+            let tolerant = "        try:\n            os.chmod(folder, 0o555)\n        except PermissionError:\n            pass\n";
+            std::fs::write(folder.path().join("runner.py"), runner.replace(strict, tolerant)).unwrap();
+            std::fs::write(
+                folder.path().join("Dockerfile"),
+                format!("FROM {base}\nUSER 0\nCOPY runner.py /opt/file-agent/runner.py\nRUN chmod 0777 /work\nUSER 10001:10001\n"),
+            )
+            .unwrap();
+            let built = with_timeout(
+                tokio::process::Command::new("docker")
+                    .args(["build", "-q", "-t", &tag])
+                    .arg(folder.path())
+                    .env("DOCKER_BUILDKIT", "0")
+                    .output(),
+            )
+            .await
+            .unwrap();
+            assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+            tag
+        })
+        .await
+        .clone()
+}
+
+/// The pods of the namespace other than the server's stand-in.
+async fn sandbox_pods(double: &KubeDouble) -> Vec<Value> {
+    with_timeout(double.pods(NAMESPACE))
+        .await
+        .into_iter()
+        .filter(|pod| pod["metadata"]["name"] != SERVER_POD)
+        .collect()
+}
+
+/// Waits until no sandbox pod is left (deletion and owner GC take a moment).
+async fn assert_no_sandbox_pods(double: &KubeDouble) {
+    for _ in 0..100 {
+        if sandbox_pods(double).await.is_empty() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("sandbox pods left: {:?}", sandbox_pods(double).await);
+}
+
+#[tokio::test]
+async fn run_python_runs_in_a_verified_pod_with_files_in_and_out_and_leaves_nothing() {
+    let (double, _home, vars) = cluster(true).await;
+    let created = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let seen = created.clone();
+    double.mutate_pods(move |pod| seen.lock().unwrap().push(pod.clone()));
+    let server = TestServer::start(&vars).await;
+    let a = server.upload("a.csv", b"amount\n1\n2\n".to_vec()).await;
+    let b = server.upload("b.csv", b"amount\n40\n".to_vec()).await;
+    let code = std::fs::read_to_string(fixture_path("two_inputs_two_outputs.py")).unwrap();
+    let (is_error, text) = server
+        .call(
+            None,
+            "run_python",
+            json!({"code": code, "file_ids": [a, b]}),
+        )
+        .await;
+    assert!(!is_error, "{text}");
+    assert!(text.contains("inputs: a.csv,b.csv"), "{text}");
+    assert!(text.contains("total: 43"), "{text}");
+    let total = text.lines().find(|l| l.contains("total.txt")).unwrap();
+    assert_eq!(server.download(&first_link(total)).await, b"43");
+
+    let (is_error, text) = server
+        .call(
+            None,
+            "run_python",
+            json!({"code": "raise SystemExit('bad input')"}),
+        )
+        .await;
+    assert!(is_error);
+    assert!(text.contains("bad input"), "{text}");
+
+    let pods = created.lock().unwrap().clone();
+    assert_eq!(pods.len(), 2, "one pod per attempt");
+    let pod = &pods[0];
+    eprintln!(
+        "the pod as created (after the API server's defaults):\n{}",
+        serde_json::to_string_pretty(pod).unwrap()
+    );
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["name"], SERVER_POD);
+    assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+    assert!(
+        double
+            .attach_protocols()
+            .iter()
+            .all(|p| p == "v5.channel.k8s.io"),
+        "{:?}",
+        double.attach_protocols()
+    );
+    let health: Value = reqwest::get(format!("{}/health", server.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["sandbox"]["backend"], "kubernetes", "{health}");
+    assert_eq!(health["status"], "ok", "{health}");
+    server.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
+
+#[tokio::test]
+async fn a_pod_stored_without_read_only_root_is_refused_naming_the_field() {
+    let (double, _home, vars) = cluster(true).await;
+    double.mutate_pods(|pod| {
+        if let Some(security) = pod["spec"]["containers"][0]["securityContext"].as_object_mut() {
+            security.remove("readOnlyRootFilesystem");
+        }
+    });
+    let server = TestServer::start(&vars).await;
+    let (is_error, text) = server
+        .call(
+            None,
+            "run_python",
+            json!({"code": "open('/work/out/x.txt', 'w').write('ran')"}),
+        )
+        .await;
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("spec.containers[0].securityContext.readOnlyRootFilesystem"),
+        "{text}"
+    );
+    server.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
+
+#[tokio::test]
+async fn without_a_deny_all_network_policy_the_server_does_not_start() {
+    let (double, _home, mut vars) = cluster(false).await;
+    let data = tempfile::tempdir().unwrap();
+    vars.push((
+        "FILE_AGENT_DATA_DIR".into(),
+        data.path().display().to_string(),
+    ));
+    let config = file_agent::config::Config::from_lookup(|name| {
+        vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    })
+    .unwrap();
+    let error = with_timeout(file_agent::server::build_tools(&config))
+        .await
+        .expect_err("no NetworkPolicy: no server");
+    let message = error.to_string();
+    assert!(
+        message.contains("NetworkPolicy") && message.contains("networkpolicy.yaml"),
+        "{message}"
+    );
+    assert!(sandbox_pods(&double).await.is_empty());
+    with_timeout(double.shutdown()).await;
+}
+
+/// The same flow against a real cluster (kind or k3d with gVisor and a NetworkPolicy CNI):
+/// `FILE_AGENT_TEST_KUBECONFIG` names its kubeconfig, the manifests of `deploy/kubernetes/`
+/// are applied, and `SANDBOX_IMAGE` is an image the cluster can pull. Skipped without it.
+#[tokio::test]
+async fn real_cluster_runs_run_python_when_configured() {
+    let Ok(kubeconfig) = std::env::var("FILE_AGENT_TEST_KUBECONFIG") else {
+        eprintln!("skipped: FILE_AGENT_TEST_KUBECONFIG is not set");
+        return;
+    };
+    let mut vars = env(&[
+        ("SANDBOX_BACKEND", "kubernetes"),
+        ("KUBECONFIG", &kubeconfig),
+        ("SANDBOX_RUNTIME", "gvisor"),
+    ]);
+    if let Ok(image) = std::env::var("SANDBOX_IMAGE") {
+        vars.push(("SANDBOX_IMAGE".into(), image));
+    }
+    let server = TestServer::start(&vars).await;
+    let (is_error, text) = server
+        .call(
+            None,
+            "run_python",
+            json!({"code": "print(6 * 7)\nopen('/work/out/x.txt', 'w').write('ran')"}),
+        )
+        .await;
+    assert!(!is_error && text.contains("42"), "{text}");
+    server.assert_nothing_left().await;
+}
+
+/// Warm pods come through the same pool as warm containers: each serves one attempt and is
+/// deleted after it. Prints the time of an attempt in a warm pod (attach over the API
+/// double's WebSocket) beside one in a warm Docker container, side by side, for the record.
+#[tokio::test]
+async fn warm_pods_serve_one_attempt_each_beside_warm_containers() {
+    use crate::common::{TestSandbox, run_script, unique_instance};
+    const RUNS: usize = 5;
+    let (double, _home, vars) = cluster(true).await;
+    let instance = unique_instance("kube-warm", 12);
+    let mut lookup: std::collections::HashMap<String, String> = vars.into_iter().collect();
+    lookup.insert("SANDBOX_INSTANCE".into(), instance.clone());
+    let kube = TestSandbox::warm(1, std::time::Duration::from_secs(120), |config| {
+        *config = file_agent::config::SandboxConfig::from_lookup(|name| lookup.get(name).cloned())
+            .unwrap();
+    })
+    .await;
+    let docker = TestSandbox::warm(1, std::time::Duration::from_secs(120), |config| {
+        config.instance = Some(unique_instance("docker-warm", 12));
+    })
+    .await;
+    let script = "print('hi')";
+    let mut pod_ms = Vec::new();
+    let mut container_ms = Vec::new();
+    for _ in 0..RUNS {
+        for (sandbox, times) in [(&kube, &mut pod_ms), (&docker, &mut container_ms)] {
+            sandbox.until_warm(1).await;
+            let started = std::time::Instant::now();
+            let outcome = run_script(sandbox, script).await;
+            times.push(started.elapsed().as_millis());
+            assert_eq!(outcome.stdout.text().trim(), "hi", "{outcome:?}");
+            assert!(outcome.warm, "{outcome:?}");
+        }
+    }
+    pod_ms.sort();
+    container_ms.sort();
+    eprintln!(
+        "warm attempt, median of {RUNS} (ms): pod {} (all {pod_ms:?}), container {} (all {container_ms:?})",
+        pod_ms[RUNS / 2],
+        container_ms[RUNS / 2]
+    );
+    with_timeout(kube.shutdown()).await;
+    with_timeout(docker.shutdown()).await;
+    kube.assert_nothing_left().await;
+    docker.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
+
+/// The model's flow and saved tools over MCP, each attempt in its own pod: `generate_file` with
+/// the fake model, then a saved tool created (its check is an attempt) and called.
+#[tokio::test]
+async fn generate_file_and_a_saved_tool_run_in_pods() {
+    use crate::fakes::openai::{FakeOpenAi, Reply};
+    use crate::mcp_server::llm_script;
+    let (double, _home, mut vars) = cluster(true).await;
+    let llm = FakeOpenAi::start(vec![Reply::Code(llm_script("excel_sales.py"))]).await;
+    vars.extend(llm.env());
+    let server = TestServer::start(&vars).await;
+    let (is_error, text) = server
+        .call(
+            None,
+            "generate_file",
+            json!({"instructions": "sales by region", "file_type": "excel", "filename_hint": "Sales"}),
+        )
+        .await;
+    assert!(!is_error, "{text}");
+    let cells = crate::mcp_server::xlsx_cells(&server.download(&first_link(&text)).await, "Sales");
+    assert_eq!(cells[1], vec!["North", "120"]);
+
+    let tool = json!({
+        "name": "double",
+        "description": "Doubles a number.",
+        "code": "def run(x):\n    \"\"\"Doubles x.\"\"\"\n    return {\"doubled\": 2 * x}\n",
+        "input_schema": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"], "examples": [{"x": 21}]}
+    });
+    let (is_error, text) = server.call(None, "create_tool", tool).await;
+    assert!(!is_error, "{text}");
+    let (is_error, text) = server.call(None, "my_double", json!({"x": 4})).await;
+    assert!(!is_error && text.contains('8'), "{text}");
+    server.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
+
+/// A server killed mid-attempt (SIGKILL: no guard runs) leaves its pod to the cluster: the pod
+/// carries its deadline and its owner, and when the owner (the server's pod) goes, Kubernetes'
+/// garbage collector deletes it.
+#[tokio::test]
+async fn a_killed_server_leaves_its_pod_to_the_deadline_and_the_owner_gc() {
+    let (double, _home, vars) = cluster(true).await;
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
+        .arg("serve")
+        .envs(vars)
+        .env("FILE_AGENT_DATA_DIR", data.path())
+        .env("FILE_AGENT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("SANDBOX_WARM", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut up = false;
+    for _ in 0..100 {
+        if let Ok(response) = reqwest::get(format!("{url}/health")).await
+            && response.status().is_success()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(up, "the server did not come up");
+    let call = tokio::spawn(async move {
+        let transport =
+            rmcp::transport::StreamableHttpClientTransport::from_uri(format!("{url}/mcp"));
+        use rmcp::ServiceExt;
+        let Ok(client) = rmcp::model::ClientConfig::default().serve(transport).await else {
+            return;
+        };
+        let arguments = json!({"code": "import time\ntime.sleep(120)"});
+        let _ = client
+            .call_tool(
+                rmcp::model::CallToolRequestParams::new("run_python")
+                    .with_arguments(arguments.as_object().unwrap().clone()),
+            )
+            .await;
+    });
+    let mut running = None;
+    for _ in 0..150 {
+        running = sandbox_pods(&double)
+            .await
+            .into_iter()
+            .find(|pod| pod["status"]["phase"] == "Running");
+        if running.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let pod = running.expect("a pod running the attempt");
+    server.kill().await.unwrap();
+    call.abort();
+    assert!(pod["spec"]["activeDeadlineSeconds"].as_i64().unwrap() > 0);
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["name"], SERVER_POD);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        sandbox_pods(&double).await.len(),
+        1,
+        "nobody deletes it yet"
+    );
+    assert!(with_timeout(double.delete_pod(NAMESPACE, SERVER_POD, 0)).await);
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
