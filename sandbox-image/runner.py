@@ -739,9 +739,14 @@ def _receive_upload(stdin, size):
         pass
     # Results belong in /work/out. The sandbox user owns this tmpfs and could chmod it back; it
     # gains nothing a write to /tmp would not give it: both count against the memory limit.
+    # Under Kubernetes /work is an emptyDir that root owns (mode 0777): it cannot be made
+    # read-only from here, and that too gains a script nothing but a file nobody reads.
     for folder in (INPUT_DIR, WORK_DIR):
         os.makedirs(folder, exist_ok=True)
-        os.chmod(folder, 0o555)
+        try:
+            os.chmod(folder, 0o555)
+        except PermissionError:
+            pass
 
 
 def _preset_names(request):

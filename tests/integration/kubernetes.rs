@@ -68,12 +68,10 @@ async fn cluster(network_policy: bool) -> (KubeDouble, tempfile::TempDir, Vec<(S
     (double, home, vars)
 }
 
-/// The sandbox image as these pods need it, built once from the tree's image:
-/// - `/work` mode 0777, as a kubelet makes an `emptyDir` (the double mounts a tmpfs, which
-///   Docker gives the image folder's mode, 0755 root);
-/// - runner.py tolerating that it cannot `chmod` a `/work` it does not own (a real
-///   `emptyDir` is root's): the one change the runner needs for Kubernetes, applied here until
-///   `sandbox-image/runner.py` has it. When it has, this applies nothing.
+/// The sandbox image as these pods need it, built once from the tree's image, with `/work`
+/// mode 0777 as a kubelet makes an `emptyDir` (the double mounts a tmpfs, which Docker gives
+/// the image folder's mode, 0755 root). runner.py already tolerates a `/work` it cannot
+/// `chmod` (a real `emptyDir` is root's).
 async fn pod_image() -> String {
     static IMAGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
     IMAGE
@@ -83,17 +81,9 @@ async fn pod_image() -> String {
                 .image;
             let tag = format!("{base}-kube-test");
             let folder = tempfile::tempdir().unwrap();
-            let runner = std::fs::read_to_string(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/sandbox-image/runner.py"
-            ))
-            .unwrap();
-            let strict = "        os.chmod(folder, 0o555)\n";
-            let tolerant = "        try:\n            os.chmod(folder, 0o555)\n        except PermissionError:\n            pass\n";
-            std::fs::write(folder.path().join("runner.py"), runner.replace(strict, tolerant)).unwrap();
             std::fs::write(
                 folder.path().join("Dockerfile"),
-                format!("FROM {base}\nUSER 0\nCOPY runner.py /opt/file-agent/runner.py\nRUN chmod 0777 /work\nUSER 10001:10001\n"),
+                format!("FROM {base}\nUSER 0\nRUN chmod 0777 /work\nUSER 10001:10001\n"),
             )
             .unwrap();
             let built = with_timeout(
@@ -105,7 +95,11 @@ async fn pod_image() -> String {
             )
             .await
             .unwrap();
-            assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+            assert!(
+                built.status.success(),
+                "{}",
+                String::from_utf8_lossy(&built.stderr)
+            );
             tag
         })
         .await
