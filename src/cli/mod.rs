@@ -254,16 +254,14 @@ pub fn main() -> ExitCode {
         Some(Command::Bench { .. }) => "error",
         _ => "warn",
     };
-    // Colour codes only for a person at a terminal: in a file, a pipe, `docker logs` or
-    // journald they are noise.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
-        .init();
+    let format = match LogFormat::from_env() {
+        Ok(format) => format,
+        Err(message) => {
+            eprintln!("file-agent: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    format.init(default_filter);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -274,7 +272,11 @@ pub fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("file-agent: {error:#}");
+            // A log collector reads JSON lines only: the last word goes there too.
+            match format {
+                LogFormat::Json => tracing::error!(error = format!("{error:#}"), "file-agent stopped"),
+                LogFormat::Text => eprintln!("file-agent: {error:#}"),
+            }
             ExitCode::from(2)
         }
     }
@@ -368,6 +370,55 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 mcp: !no_mcp,
             };
             bench::bench(config, args).await
+        }
+    }
+}
+
+/// `FILE_AGENT_LOG_FORMAT`: how log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogFormat {
+    /// One readable line per event (the default), coloured only at a terminal.
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields`, `target`, `span`), for the log
+    /// collectors admins already run.
+    Json,
+}
+
+impl LogFormat {
+    /// Reads `FILE_AGENT_LOG_FORMAT` (unset: text). It is read here, before the configuration,
+    /// because logging starts before anything else can report.
+    fn from_env() -> Result<Self, String> {
+        match std::env::var("FILE_AGENT_LOG_FORMAT") {
+            Err(std::env::VarError::NotPresent) => Ok(Self::Text),
+            Ok(value) if value.trim().eq_ignore_ascii_case("text") => Ok(Self::Text),
+            Ok(value) if value.trim().eq_ignore_ascii_case("json") => Ok(Self::Json),
+            Ok(value) => Err(format!(
+                "FILE_AGENT_LOG_FORMAT must be text or json, not {value:?}"
+            )),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err("FILE_AGENT_LOG_FORMAT must be text or json".to_string())
+            }
+        }
+    }
+
+    /// Installs the global subscriber: `FILE_AGENT_LOG` as the filter, else `default_filter`.
+    fn init(self, default_filter: &str) {
+        let filter = tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+        let builder = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(filter);
+        match self {
+            // Colour codes only for a person at a terminal: in a file, a pipe, `docker logs`
+            // or journald they are noise.
+            Self::Text => builder
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .init(),
+            Self::Json => builder
+                .json()
+                .with_ansi(false)
+                .with_current_span(true)
+                .init(),
         }
     }
 }

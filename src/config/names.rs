@@ -54,6 +54,7 @@ pub const KNOWN: &[&str] = &[
     "FILE_AGENT_AUDIT_CODE",
     "FILE_AGENT_AUDIT_MAX_MIB",
     "FILE_AGENT_LOG",
+    "FILE_AGENT_LOG_FORMAT",
     // The sandbox.
     "SCRIPT_TIMEOUT",
     "SANDBOX_MEMORY_MIB",

@@ -53,7 +53,7 @@ impl<R: Runner> Tools<R> {
         })?;
         let instructions = non_empty(instructions, "instructions")?;
         self.require_llm()?;
-        self.storage.require_credential(caller).await?;
+        self.require_credential(caller).await?;
         let system_prompt = match file_type {
             FileType::Excel => self.prompts.create_excel.clone(),
             FileType::Docx => self.prompts.create_docx.clone(),
@@ -88,7 +88,7 @@ impl<R: Runner> Tools<R> {
         let file_id = non_empty(file_id, "file_id")?;
         let instructions = non_empty(instructions, "instructions")?;
         self.require_llm()?;
-        self.storage.require_credential(caller).await?;
+        self.require_credential(caller).await?;
         let original = self.storage.fetch(file_id.trim(), caller).await?;
         let file_type = filetype::detect(
             &original.bytes,

@@ -417,6 +417,26 @@ impl<R: Runner> Tools<R> {
         result.map(|outcome| (outcome, line))
     }
 
+    /// [`Storage::require_credential`], with a refusal written to the audit trail as
+    /// `refused_credential` (and the reason in `error`): nothing ran, but a reviewer sees who
+    /// was turned away, when, and why. The reason never holds the credential itself.
+    async fn require_credential(&self, caller: &crate::storage::Caller) -> Result<(), ToolError> {
+        let checked = self.storage.require_credential(caller).await;
+        if let (Err(error), Some(audit)) = (&checked, &self.audit) {
+            let record = Record {
+                time: crate::time::rfc3339_now(),
+                caller: CALL.try_with(Clone::clone).unwrap_or_default(),
+                status: "refused_credential".into(),
+                error: Some(crate::error_chain(error)),
+                ..Record::default()
+            };
+            if let Err(error) = audit.append(record) {
+                tracing::error!(error = %error, "could not write the audit trail");
+            }
+        }
+        Ok(checked?)
+    }
+
     /// A line of the audit trail for a change of a saved tool, when no container ran (saving,
     /// deleting): `status` is the action.
     fn audit_event(&self, author: Author, mark: crate::audit::ToolMark) {

@@ -39,7 +39,7 @@ impl<R: Runner> Tools<R> {
         }
         // Whatever the code writes to /work/out is stored, and which files it writes is only
         // known after it ran: without a credential to store them, refuse before running.
-        self.storage.require_credential(caller).await?;
+        self.require_credential(caller).await?;
         let mut inputs = Vec::new();
         let mut names = HashSet::new();
         for id in file_ids {

@@ -158,6 +158,60 @@ async fn misspelt_settings_are_named_and_bad_tokens_stop_serve_before_it_announc
     assert!(!serve.stderr.contains("MCP at http"), "{}", serve.stderr);
 }
 
+/// With `FILE_AGENT_LOG_FORMAT=json` every line on stderr is one JSON object, the fatal error
+/// included, so a log collector loses nothing; a value that is neither format stops the
+/// process and names the variable.
+#[tokio::test]
+async fn json_logs_are_one_object_per_line_and_a_bad_format_is_named() {
+    let data = tempfile::tempdir().unwrap();
+    let serve = run_cli(
+        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            ("FILE_AGENT_DATA_DIR", data.path().to_str().unwrap()),
+            ("FILE_AGENT_LOG_FORMAT", "json"),
+            ("FILE_AGENT_ACCES_TOKENS", "x"),
+            ("FILE_AGENT_ACCESS_TOKENS", "short"),
+        ],
+    )
+    .await;
+    assert_eq!(serve.code, Some(2), "{}", serve.stderr);
+    let lines: Vec<serde_json::Value> = serve
+        .stderr
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+        })
+        .collect();
+    let warning = lines
+        .iter()
+        .find(|line| line["level"] == "WARN")
+        .unwrap_or_else(|| panic!("no warning: {}", serve.stderr));
+    assert!(
+        warning["fields"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("FILE_AGENT_ACCES_TOKENS")),
+        "{warning}"
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert!(
+        last["fields"]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("FILE_AGENT_ACCESS_TOKENS")),
+        "{last}"
+    );
+
+    let bad = run_cli(&["doctor"], &[("FILE_AGENT_LOG_FORMAT", "yaml")]).await;
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+    assert!(
+        bad.stderr
+            .contains("FILE_AGENT_LOG_FORMAT must be text or json, not \"yaml\""),
+        "{}",
+        bad.stderr
+    );
+}
+
 #[tokio::test]
 async fn sigterm_kills_the_attempt_and_removes_its_container() {
     let instance = format!("sigterm-{}", std::process::id());

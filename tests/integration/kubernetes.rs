@@ -325,6 +325,8 @@ async fn generate_file_and_a_saved_tool_run_in_pods() {
     let (double, _home, mut vars) = cluster(true).await;
     let llm = FakeOpenAi::start(vec![Reply::Code(llm_script("excel_sales.py"))]).await;
     vars.extend(llm.env());
+    // One owner for every request: the test's client names no user.
+    vars.push(("FILE_AGENT_DYNAMIC_TOOLS".into(), "shared".into()));
     let server = TestServer::start(&vars).await;
     let (is_error, text) = server
         .call(

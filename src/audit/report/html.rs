@@ -342,7 +342,7 @@ fn attention(page: &mut String, report: &Report) {
     let a = &report.attention;
     let _ = write!(
         page,
-        "<section id=\"attention\"><h2>Needs attention ({})</h2><p class=\"muted\">Attempts that hit a limit (time, memory, processes, output size) or were refused, saved tools refused at their check, calls refused for their arguments, retry loops that gave up, and sandbox errors (a result stream that did not parse). Calls refused for a missing or wrong credential are answered before any attempt and are not in the trail: the server's log has them.</p>",
+        "<section id=\"attention\"><h2>Needs attention ({})</h2><p class=\"muted\">Attempts that hit a limit (time, memory, processes, output size) or were refused, saved tools refused at their check, calls refused for their arguments, retry loops that gave up, and sandbox errors (a result stream that did not parse). A call whose Open WebUI credential is missing or refused is a <code>refused_credential</code> line (nothing ran); a request refused for a missing or wrong access token never reaches a tool and is only in the server's log.</p>",
         a.total
     );
     if a.rows.is_empty() {

@@ -196,7 +196,7 @@ impl<R: Runner> Tools<R> {
         let file_id = super::non_empty(file_id, "file_id")?.trim();
         let instructions = super::non_empty(instructions, "instructions")?;
         self.require_llm()?;
-        self.storage.require_credential(caller).await?;
+        self.require_credential(caller).await?;
         let download = self.storage.fetch(file_id, caller).await?;
         let analysis = self.analyze(download, instructions, cancel).await?;
         let mut links = Vec::new();

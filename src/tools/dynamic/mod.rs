@@ -662,7 +662,7 @@ impl<R: Runner> Tools<R> {
                 "the arguments must be a JSON object".into(),
             ));
         };
-        self.storage.require_credential(caller).await?;
+        self.require_credential(caller).await?;
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let job = tool_job(

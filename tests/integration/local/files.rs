@@ -211,6 +211,14 @@ async fn a_key_open_webui_refuses_fails_before_any_model_request_or_attempt() {
     assert!(llm.requests().is_empty(), "the model was asked");
     assert_eq!(refused.runs(), 0, "an attempt ran");
     assert_eq!(owui.session_checks(), 1, "the refusal is remembered");
+    // Nothing ran, but a reviewer sees each refusal in the trail, and why.
+    let lines = refused.audit_lines();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["status"], "refused_credential", "{line}");
+        assert!(line["error"].as_str().unwrap().contains("401"), "{line}");
+        assert!(!line.to_string().contains("sk-not-accepted"), "{line}");
+    }
 
     // An accepted key is asked about once too, then the call does its work.
     let accepted = LocalTools::start(
