@@ -274,7 +274,9 @@ pub fn main() -> ExitCode {
         Err(error) => {
             // A log collector reads JSON lines only: the last word goes there too.
             match format {
-                LogFormat::Json => tracing::error!(error = format!("{error:#}"), "file-agent stopped"),
+                LogFormat::Json => {
+                    tracing::error!(error = format!("{error:#}"), "file-agent stopped")
+                }
                 LogFormat::Text => eprintln!("file-agent: {error:#}"),
             }
             ExitCode::from(2)

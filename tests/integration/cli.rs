@@ -179,9 +179,7 @@ async fn json_logs_are_one_object_per_line_and_a_bad_format_is_named() {
         .stderr
         .lines()
         .filter(|line| !line.trim().is_empty())
-        .map(|line| {
-            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
-        })
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
         .collect();
     let warning = lines
         .iter()
