@@ -748,9 +748,13 @@ async fn without_an_open_webui_credential_every_storing_tool_fails_before_any_wo
         );
     }
     assert!(llm.requests().is_empty(), "the model was asked");
-    // Every attempt, run or refused, is an audit line: none means no container ran.
-    let audit = crate::common::audit_text(server.data_dir());
-    assert_eq!(audit, "", "an attempt ran");
+    // Each call is one `refused_credential` line of the audit trail, and no container ran.
+    let lines = crate::common::audit_lines(server.data_dir());
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["status"], "refused_credential", "{line}");
+        assert!(line["container"].is_null(), "an attempt ran: {line}");
+    }
     server.assert_nothing_left().await;
 }
 
