@@ -11,6 +11,7 @@ mod cli;
 mod common;
 mod fakes;
 mod hostile;
+mod kube_double;
 mod lifecycle;
 mod load;
 mod local;

@@ -1,6 +1,8 @@
 //! In-process fakes of the remote services file-agent calls, speaking their real HTTP APIs on
-//! 127.0.0.1 so that the real client code (async-openai, reqwest multipart) is what runs.
+//! 127.0.0.1 so that the real client code (async-openai, reqwest multipart, kube-rs, kubectl)
+//! is what runs.
 
+pub mod kubernetes;
 pub mod openai;
 pub mod openwebui;
 

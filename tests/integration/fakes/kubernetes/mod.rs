@@ -1,0 +1,543 @@
+//! A test double of the Kubernetes API server and of one kubelet, in process, on
+//! `127.0.0.1:0` over plain HTTP, speaking the real wire protocol so that real clients (kube-rs,
+//! kubectl 1.32) talk to it unchanged. Each pod runs as a Docker container on the real engine.
+//!
+//! What it serves:
+//! - discovery (`/api`, `/apis`, `/api/v1`, `/apis/{group}/{version}`, `/version`), legacy
+//!   (unaggregated) form only, which clients fall back to;
+//! - core/v1 `namespaces` and `pods` (create, get, list, watch, delete, deletecollection;
+//!   `pods/log`, `pods/attach`), node.k8s.io/v1 `runtimeclasses`, networking.k8s.io/v1
+//!   `networkpolicies` (stored, never enforced), authorization.k8s.io/v1
+//!   `selfsubjectaccessreviews`;
+//! - JSON only (no protobuf), `metav1.Status` errors with the real codes, reasons and messages,
+//!   `resourceVersion` on every object and list, `Table` answers for kubectl's `get`;
+//! - watch streams (`?watch=1`): newline-delimited JSON events `ADDED`/`MODIFIED`/`DELETED`,
+//!   resumable from a `resourceVersion`, filtered by `labelSelector` and `fieldSelector`
+//!   ([`watch`]);
+//! - Pod Security admission: a namespace labelled `pod-security.kubernetes.io/enforce` with
+//!   `restricted` or `baseline` refuses violating pods with 403 and the real message
+//!   ([`admission`]); the RuntimeClass admission refuses an unknown `runtimeClassName`;
+//! - pods/attach over WebSocket with `v5.channel.k8s.io` and `v4.channel.k8s.io` ([`attach`]);
+//! - a kubelet ([`kubelet`]): each container of a pod becomes a Docker container with the
+//!   pod's settings, its status follows the container (Pending, Running, Succeeded/Failed with
+//!   `containerStatuses`), `activeDeadlineSeconds` is enforced, deletion is graceful, and
+//!   pods whose owner pods are all gone are garbage-collected.
+//!
+//! The interface the tests use:
+//! - [`KubeDouble::start`], [`KubeDouble::url`], [`KubeDouble::write_kubeconfig`] (a token
+//!   user, [`TOKEN`]; any other bearer token is refused with 401, and a request with none is
+//!   let in, because kubectl 1.32 sends no bearer token over plain HTTP),
+//!   [`KubeDouble::label`] (the Docker label on every container it makes),
+//!   [`KubeDouble::shutdown`] (removes every container it made, waits for its kubelets);
+//! - knobs: [`KubeDouble::mutate_pods`] (a mutating admission hook applied to each created pod
+//!   before it is stored and admitted), [`KubeDouble::deny_verbs`] (RBAC: the verbs are
+//!   refused both in `SelfSubjectAccessReview` answers and on the real requests, 403),
+//!   [`KubeDouble::set_pids_limit`] (the kubelet's pod pids limit, default
+//!   [`DEFAULT_PIDS_LIMIT`]);
+//! - observation: [`KubeDouble::pods`] (the stored pods of a namespace, as JSON),
+//!   [`KubeDouble::pod`], [`KubeDouble::create_namespace`], [`KubeDouble::apply`] (store any
+//!   supported object, e.g. a RuntimeClass or a NetworkPolicy), [`KubeDouble::add_external_pod`]
+//!   (a pod the double stores but does not run, e.g. the server's own pod, to own sandbox pods),
+//!   [`KubeDouble::delete_pod`], [`KubeDouble::attach_protocols`] (the subprotocol negotiated
+//!   by each attach so far), [`KubeDouble::requests`] (every request line served).
+//!
+//! What the double simplifies, compared with a real API server and kubelet:
+//! - No TLS, one bearer token (or none), no real authorization beyond
+//!   [`KubeDouble::deny_verbs`].
+//! - No scheduling: every pod is bound at once to one node, `kube-double`; no resource
+//!   accounting, no RuntimeClass overhead or scheduling, no taints beyond the default
+//!   tolerations it writes.
+//! - Network `none` for every pod (Docker `--network none`); NetworkPolicies are stored but
+//!   change nothing; no pod IP, no Services, no DNS.
+//! - Local images only: nothing is pulled; a missing image leaves the container waiting with
+//!   `ErrImagePull` (`ErrImageNeverPull` under `imagePullPolicy: Never`), and `imageID` is
+//!   the local `sha256:` id (or the image's first repo digest when it has one).
+//! - Every `emptyDir` (memory or not) is a per-container tmpfs sized by `sizeLimit`: two
+//!   containers of one pod do not share it. The ServiceAccount token volume is written into
+//!   the spec (as the ServiceAccount admission does) but not mounted; other volume types are
+//!   refused at container creation (`CreateContainerConfigError`).
+//! - `restartPolicy` is stored but containers are never restarted; init, sidecar and ephemeral
+//!   containers are not run; probes, lifecycle hooks and `ephemeral-storage` limits are
+//!   ignored; `hostNetwork`/`hostPID`/`hostIPC`, `privileged` and `hostPath` are refused at
+//!   container creation (never run on the shared engine).
+//! - Only `create`, `get`, `list`, `watch`, `delete` and `deletecollection` (no update or
+//!   patch), JSON only; label and field selectors are matched on the object as it is now (a
+//!   watched object that stops matching is not turned into a `DELETED` event).
+//! - Pod Security checks implemented: host namespaces, privileged, hostPort,
+//!   allowPrivilegeEscalation, capabilities, restricted volume types, runAsNonRoot, runAsUser=0,
+//!   seccompProfile (not AppArmor, SELinux, procMount, sysctls, Windows, probes' hosts).
+//! - Garbage collection only for pods owned by pods (by uid), checked every
+//!   [`GC_PERIOD`]; namespace deletion removes its pods at once.
+//! - A pod without `seccompProfile` runs unconfined, as it would on containerd; the default
+//!   environment gets the `KUBERNETES_SERVICE_*` variables, as on a real node.
+
+mod admission;
+mod api;
+mod attach;
+mod kubelet;
+mod resources;
+mod watch;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use bollard::Docker;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use resources::Resource;
+
+/// The Docker label key on every container the double makes; its value is the double's id.
+pub const LABEL_KEY: &str = "io.file-agent.kube-double";
+/// The bearer token the double accepts (and writes into kubeconfigs).
+pub const TOKEN: &str = "kube-double-token";
+/// The kubelet's pod pids limit unless [`KubeDouble::set_pids_limit`] says otherwise.
+pub const DEFAULT_PIDS_LIMIT: i64 = 1024;
+/// The one node every pod is bound to.
+pub const NODE_NAME: &str = "kube-double";
+/// How often the garbage collector looks for pods whose owners are gone.
+pub const GC_PERIOD: Duration = Duration::from_millis(500);
+/// How long [`KubeDouble::shutdown`] waits for kubelets to finish before removing by label.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Watch events kept for clients that resume from a `resourceVersion`.
+const HISTORY: usize = 100_000;
+
+/// A mutating admission hook.
+type Hook = Arc<dyn Fn(&mut Value) + Send + Sync>;
+
+/// The running double. Dropping it without [`KubeDouble::shutdown`] leaves its containers to
+/// the label (`docker rm -f $(docker ps -aq --filter label=io.file-agent.kube-double=ID)`).
+pub struct KubeDouble {
+    cluster: Arc<Cluster>,
+    url: String,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// What every handler and kubelet shares.
+pub struct Cluster {
+    /// Every stored object and the watch history; one lock, so that a watch subscribes at an
+    /// exact revision.
+    store: Mutex<Store>,
+    docker: Docker,
+    /// This double's id: the value of [`LABEL_KEY`] on its containers.
+    id: String,
+    /// `127.0.0.1:PORT`, for discovery's server address.
+    address: String,
+    hooks: RwLock<Vec<Hook>>,
+    denied: Mutex<HashSet<String>>,
+    pids_limit: AtomicI64,
+    /// The pods' kubelet tasks.
+    kubelets: TaskTracker,
+    /// Cancelled by shutdown: kubelets remove their containers and end.
+    stop: CancellationToken,
+    attach_protocols: Mutex<Vec<String>>,
+    requests: Mutex<Vec<String>>,
+}
+
+/// A stored object's address.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    /// The resource's plural name (`pods`).
+    pub resource: &'static str,
+    /// Empty for cluster-scoped objects.
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(resource: &'static str, namespace: &str, name: &str) -> Key {
+        Key {
+            resource,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// One watch event.
+#[derive(Clone, Debug)]
+pub struct Event {
+    /// `ADDED`, `MODIFIED` or `DELETED`.
+    pub kind: &'static str,
+    pub key: Key,
+    pub object: Value,
+    pub revision: u64,
+}
+
+/// The objects, the revision counter, the history of events and the kubelets' deletion signals.
+pub struct Store {
+    revision: u64,
+    objects: BTreeMap<Key, Value>,
+    history: std::collections::VecDeque<Event>,
+    events: broadcast::Sender<Event>,
+    /// Per pod uid: the deletion grace period, once a deletion is asked for.
+    kubelets: HashMap<String, tokio::sync::watch::Sender<Option<u64>>>,
+}
+
+impl Store {
+    fn new() -> Store {
+        let (events, _) = broadcast::channel(4096);
+        Store {
+            revision: 1,
+            objects: BTreeMap::new(),
+            history: Default::default(),
+            events,
+            kubelets: HashMap::new(),
+        }
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    pub fn get(&self, key: &Key) -> Option<&Value> {
+        self.objects.get(key)
+    }
+
+    /// The objects of `resource`, in `namespace` (`None` for all).
+    pub fn list(&self, resource: &'static str, namespace: Option<&str>) -> Vec<(Key, Value)> {
+        self.objects
+            .iter()
+            .filter(|(k, _)| k.resource == resource && namespace.is_none_or(|n| k.namespace == n))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Every stored object, for the garbage collector.
+    pub fn all(&self) -> impl Iterator<Item = (&Key, &Value)> {
+        self.objects.iter()
+    }
+
+    /// Stores `object` at `key` with a new resourceVersion (ADDED or MODIFIED); returns it.
+    pub fn put(&mut self, key: Key, mut object: Value) -> Value {
+        self.revision += 1;
+        object["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+        let kind = if self.objects.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.objects.insert(key.clone(), object.clone());
+        self.emit(kind, key, object.clone());
+        object
+    }
+
+    /// Changes the object at `key` (if its uid is `uid`, when given) and stores it.
+    pub fn update(
+        &mut self,
+        key: &Key,
+        uid: Option<&str>,
+        change: impl FnOnce(&mut Value),
+    ) -> Option<Value> {
+        let mut object = self.objects.get(key)?.clone();
+        if uid.is_some_and(|uid| object["metadata"]["uid"] != uid) {
+            return None;
+        }
+        change(&mut object);
+        Some(self.put(key.clone(), object))
+    }
+
+    /// Removes the object at `key` (if its uid is `uid`, when given): a DELETED event.
+    pub fn remove(&mut self, key: &Key, uid: Option<&str>) -> Option<Value> {
+        let object = self.objects.get(key)?;
+        if uid.is_some_and(|uid| object["metadata"]["uid"] != uid) {
+            return None;
+        }
+        let mut object = self.objects.remove(key)?;
+        self.revision += 1;
+        object["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+        if let Some(uid) = object["metadata"]["uid"].as_str() {
+            self.kubelets.remove(uid);
+        }
+        self.emit("DELETED", key.clone(), object.clone());
+        Some(object)
+    }
+
+    fn emit(&mut self, kind: &'static str, key: Key, object: Value) {
+        let event = Event {
+            kind,
+            key,
+            object,
+            revision: self.revision,
+        };
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(event.clone());
+        // No receiver is not an error: nobody watches.
+        let _ = self.events.send(event);
+    }
+
+    /// The events after `revision`, or `None` when the history no longer reaches back so far.
+    pub fn since(&self, revision: u64) -> Option<Vec<Event>> {
+        if let Some(first) = self.history.front()
+            && first.revision > revision + 1
+        {
+            return None;
+        }
+        Some(
+            self.history
+                .iter()
+                .filter(|e| e.revision > revision)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+}
+
+impl Cluster {
+    /// Runs `f` with the store locked. Never held across an await.
+    pub fn with_store<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut store)
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn pids_limit(&self) -> i64 {
+        self.pids_limit.load(Ordering::Relaxed)
+    }
+
+    /// Applies the mutating admission hooks to a pod.
+    pub fn mutate(&self, pod: &mut Value) {
+        let hooks = self.hooks.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for hook in hooks {
+            hook(pod);
+        }
+    }
+
+    /// Whether RBAC refuses `verb` on `resource` (`pods`, `pods/attach`).
+    pub fn denies(&self, verb: &str, resource: &str) -> bool {
+        let denied = self.denied.lock().unwrap_or_else(|e| e.into_inner());
+        denied.contains(verb) || denied.contains(&format!("{verb} {resource}"))
+    }
+
+    fn record_request(&self, line: String) {
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(line);
+    }
+
+    fn record_attach(&self, protocol: String) {
+        self.attach_protocols
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(protocol);
+    }
+
+    /// Asks the kubelet of pod `uid` to stop it with `grace` seconds; false when no kubelet
+    /// runs it (an external pod, or one already gone).
+    pub fn signal_deletion(store: &Store, uid: &str, grace: u64) -> bool {
+        match store.kubelets.get(uid) {
+            Some(sender) => {
+                sender.send_replace(Some(grace));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// `at` as Kubernetes writes times: `2026-11-23T20:00:00Z`.
+pub fn timestamp(at: SystemTime) -> String {
+    let text = file_agent::time::format_rfc3339(at);
+    match text.split_once('.') {
+        Some((seconds, _)) => format!("{seconds}Z"),
+        None => text,
+    }
+}
+
+/// Now, as [`timestamp`] writes it.
+pub fn now() -> String {
+    timestamp(SystemTime::now())
+}
+
+/// Five characters as the API server appends to a `generateName` (and to volume names).
+pub fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .take(5)
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
+}
+
+impl KubeDouble {
+    /// Starts the double on a free loopback port, with the namespaces `default` and
+    /// `kube-system`, and its garbage collector.
+    pub async fn start() -> KubeDouble {
+        let docker = Docker::connect_with_local_defaults().expect("a Docker engine");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let address = listener.local_addr().expect("a bound address").to_string();
+        let cluster = Arc::new(Cluster {
+            store: Mutex::new(Store::new()),
+            docker,
+            id: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
+            address: address.clone(),
+            hooks: RwLock::new(Vec::new()),
+            denied: Mutex::new(HashSet::new()),
+            pids_limit: AtomicI64::new(DEFAULT_PIDS_LIMIT),
+            kubelets: TaskTracker::new(),
+            stop: CancellationToken::new(),
+            attach_protocols: Mutex::new(Vec::new()),
+            requests: Mutex::new(Vec::new()),
+        });
+        for namespace in ["default", "kube-system"] {
+            api::create_namespace(&cluster, namespace, &[]);
+        }
+        let app = api::router(cluster.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        kubelet::spawn_garbage_collector(cluster.clone());
+        KubeDouble {
+            cluster,
+            url: format!("http://{address}"),
+            server,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// Writes a kubeconfig whose current context points at the double, as user [`TOKEN`], in
+    /// `namespace`.
+    pub fn write_kubeconfig(&self, path: &Path, namespace: &str) {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-double\n  cluster:\n    server: {url}\nusers:\n- name: kube-double\n  user:\n    token: {TOKEN}\ncontexts:\n- name: kube-double\n  context:\n    cluster: kube-double\n    user: kube-double\n    namespace: {namespace}\ncurrent-context: kube-double\n",
+            url = self.url
+        );
+        std::fs::write(path, text).expect("the kubeconfig is written");
+    }
+
+    /// The Docker label (key, value) on every container the double makes.
+    pub fn label(&self) -> (&str, &str) {
+        (LABEL_KEY, &self.cluster.id)
+    }
+
+    /// Adds a mutating admission hook: applied to every created pod (after the API server's
+    /// defaults, before Pod Security admission and storage), like a mutating webhook.
+    pub fn mutate_pods(&self, hook: impl Fn(&mut Value) + Send + Sync + 'static) {
+        self.cluster
+            .hooks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::new(hook));
+    }
+
+    /// Denies RBAC verbs from now on. An entry is a verb (`delete`: on every resource) or a
+    /// verb and a resource (`get pods/attach`, `create pods`). SelfSubjectAccessReviews answer
+    /// `allowed: false` for them, and the requests themselves get 403.
+    pub fn deny_verbs(&self, verbs: &[&str]) {
+        let mut denied = self
+            .cluster
+            .denied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        denied.extend(verbs.iter().map(|v| v.to_string()));
+    }
+
+    /// Sets the kubelet's pod pids limit for pods created from now on.
+    pub fn set_pids_limit(&self, limit: i64) {
+        self.cluster.pids_limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// The stored pods of `namespace`, as the API would return them (with kind and apiVersion).
+    pub async fn pods(&self, namespace: &str) -> Vec<Value> {
+        self.cluster.with_store(|store| {
+            store
+                .list("pods", Some(namespace))
+                .into_iter()
+                .map(|(_, pod)| pod)
+                .collect()
+        })
+    }
+
+    /// One stored pod.
+    pub async fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.cluster
+            .with_store(|store| store.get(&Key::new("pods", namespace, name)).cloned())
+    }
+
+    /// Creates a namespace with these labels (e.g. `("pod-security.kubernetes.io/enforce",
+    /// "restricted")`).
+    pub async fn create_namespace(&self, name: &str, labels: &[(&str, &str)]) {
+        api::create_namespace(&self.cluster, name, labels);
+    }
+
+    /// Stores any supported object (a RuntimeClass, a NetworkPolicy, a Namespace, or a Pod
+    /// the kubelet will not run) as the API server would; returns it as stored.
+    pub async fn apply(&self, object: Value) -> Value {
+        api::store_object(&self.cluster, object).expect("a supported object")
+    }
+
+    /// Stores a pod that the double does not run (as if on another node): the owner a test
+    /// names in its sandbox pods' ownerReferences. Returns its uid.
+    pub async fn add_external_pod(&self, namespace: &str, name: &str) -> String {
+        let pod = self
+            .apply(json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"nodeName": "elsewhere", "containers": [{"name": "server", "image": "file-agent"}]},
+                "status": {"phase": "Running"},
+            }))
+            .await;
+        pod["metadata"]["uid"].as_str().expect("a uid").to_string()
+    }
+
+    /// Deletes a pod as `DELETE .../pods/NAME` would, with `grace` seconds.
+    pub async fn delete_pod(&self, namespace: &str, name: &str, grace: u64) -> bool {
+        api::delete_pod(&self.cluster, namespace, name, Some(grace)).is_ok()
+    }
+
+    /// The subprotocol each attach so far negotiated, in order.
+    pub fn attach_protocols(&self) -> Vec<String> {
+        self.cluster
+            .attach_protocols
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Every request served, as `METHOD /path?query`.
+    pub fn requests(&self) -> Vec<String> {
+        self.cluster
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Stops serving, ends every kubelet (their containers removed), then removes any
+    /// container still carrying this double's label.
+    pub async fn shutdown(self) {
+        self.server.abort();
+        self.cluster.stop.cancel();
+        self.cluster.kubelets.close();
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.cluster.kubelets.wait()).await;
+        kubelet::remove_labelled(&self.cluster, None).await;
+    }
+}

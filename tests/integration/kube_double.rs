@@ -1,0 +1,559 @@
+//! Tests of the Kubernetes API double itself (`fakes::kubernetes`), with clients nobody here
+//! wrote: kubectl 1.32 (`get`, `delete`, `run -i` over the WebSocket attach) and plain HTTP.
+//! Pods run as containers of the real sandbox image on the real engine; every test ends by
+//! shutting the double down and asserting that no container with its label is left.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::with_timeout;
+use crate::fakes::kubernetes::{KubeDouble, TOKEN};
+
+/// The sandbox image's reference (local: the double pulls nothing).
+fn image() -> String {
+    file_agent::config::SandboxConfig::from_lookup(|_| None)
+        .unwrap()
+        .image
+}
+
+/// A kubectl run in a scratch home, against the double's kubeconfig; (status, stdout, stderr).
+async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let home = kubeconfig.parent().unwrap();
+    let mut command = tokio::process::Command::new("kubectl");
+    command
+        .args(args)
+        .arg(format!("--cache-dir={}", home.join("cache").display()))
+        .env("KUBECONFIG", kubeconfig)
+        .env("HOME", home)
+        .stdin(if stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("kubectl runs");
+    if let Some(text) = stdin {
+        use tokio::io::AsyncWriteExt;
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(text.as_bytes()).await.unwrap();
+        drop(pipe);
+    }
+    let output = with_timeout(child.wait_with_output()).await.unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A started double and a kubeconfig for `namespace` in a scratch folder.
+async fn double_with_kubeconfig(namespace: &str) -> (KubeDouble, tempfile::TempDir, PathBuf) {
+    let double = with_timeout(KubeDouble::start()).await;
+    let home = tempfile::tempdir().unwrap();
+    let kubeconfig = home.path().join("kubeconfig");
+    double.write_kubeconfig(&kubeconfig, namespace);
+    (double, home, kubeconfig)
+}
+
+/// Raw HTTP to the double, with its token.
+async fn request(
+    double: &KubeDouble,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let mut request = client
+        .request(method, format!("{}{path}", double.url()))
+        .bearer_auth(TOKEN);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = with_timeout(request.send()).await.unwrap();
+    let status = response.status().as_u16();
+    let text = with_timeout(response.text()).await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// Waits until the pod satisfies `done`; returns it.
+async fn until_pod(
+    double: &KubeDouble,
+    namespace: &str,
+    name: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    with_timeout(async {
+        loop {
+            if let Some(pod) = double.pod(namespace, name).await
+                && done(&pod)
+            {
+                return pod;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+/// Waits until the pod is gone.
+async fn until_gone(double: &KubeDouble, namespace: &str, name: &str) {
+    with_timeout(async {
+        while double.pod(namespace, name).await.is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+}
+
+/// The Docker containers carrying the double's label.
+async fn containers_of(double: &KubeDouble) -> Vec<bollard::models::ContainerSummary> {
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let (key, value) = double.label();
+    let filters = std::collections::HashMap::from([("label", vec![format!("{key}={value}")])]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    with_timeout(docker.list_containers(Some(options)))
+        .await
+        .unwrap()
+}
+
+/// Shuts the double down and asserts that it left no container.
+async fn shutdown_and_assert_clean(double: KubeDouble) {
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let (key, value) = double.label();
+    let label = format!("{key}={value}");
+    with_timeout(double.shutdown()).await;
+    let filters = std::collections::HashMap::from([("label", vec![label])]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let left = with_timeout(docker.list_containers(Some(options)))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "containers left: {left:?}");
+}
+
+/// A pod spec that passes Pod Security "restricted", running `script` in Python.
+fn restricted_pod(name: &str, script: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "kube-double-test"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": 10001, "runAsGroup": 10001,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [{
+                "name": "main",
+                "image": image(),
+                "imagePullPolicy": "Never",
+                "command": ["python3", "-c", script],
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}},
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }],
+            "volumes": [{"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}}],
+        },
+    })
+}
+
+#[tokio::test]
+async fn a_pod_runs_as_a_locked_down_container_and_reports_its_exit() {
+    let double = with_timeout(KubeDouble::start()).await;
+    double
+        .create_namespace(
+            "sandbox",
+            &[("pod-security.kubernetes.io/enforce", "restricted")],
+        )
+        .await;
+    let script = "import os; open('/tmp/x', 'w').write('ok'); print(os.getuid(), os.getgid(), open('/tmp/x').read()); raise SystemExit(3)";
+    let (status, created) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/sandbox/pods",
+        Some(restricted_pod("runner", script)),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["status"]["phase"], "Pending");
+    assert_eq!(
+        created["spec"]["containers"][0]["terminationMessagePath"],
+        "/dev/termination-log"
+    );
+    assert_eq!(
+        created["spec"]["containers"][0]["resources"]["requests"]["memory"],
+        "256Mi"
+    );
+    assert!(
+        created["spec"]["volumes"].as_array().unwrap().len() == 1,
+        "no token volume: {created}"
+    );
+
+    let pod = until_pod(&double, "sandbox", "runner", |p| {
+        p["status"]["phase"] == "Failed"
+    })
+    .await;
+    let terminated = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["exitCode"], 3, "{pod}");
+    assert_eq!(terminated["reason"], "Error");
+    assert!(
+        pod["status"]["containerStatuses"][0]["imageID"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+
+    let (status, log) = request(
+        &double,
+        reqwest::Method::GET,
+        "/api/v1/namespaces/sandbox/pods/runner/log",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(log, Value::String("10001 10001 ok\n".to_string()));
+
+    // What Docker was told.
+    let containers = containers_of(&double).await;
+    assert_eq!(containers.len(), 1);
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let inspected =
+        with_timeout(docker.inspect_container(containers[0].id.as_deref().unwrap(), None))
+            .await
+            .unwrap();
+    let host = inspected.host_config.unwrap();
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
+    assert_eq!(host.readonly_rootfs, Some(true));
+    assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+    assert_eq!(
+        host.security_opt,
+        Some(vec!["no-new-privileges".to_string()])
+    );
+    assert_eq!(host.memory, Some(256 * 1024 * 1024));
+    assert_eq!(host.nano_cpus, Some(500_000_000));
+    assert_eq!(
+        host.pids_limit,
+        Some(crate::fakes::kubernetes::DEFAULT_PIDS_LIMIT)
+    );
+    assert!(host.tmpfs.unwrap()["/tmp"].contains(&format!("size={}", 16 * 1024 * 1024)));
+    assert_eq!(
+        inspected.config.unwrap().user.as_deref(),
+        Some("10001:10001")
+    );
+
+    // Deleting the pod removes its container.
+    let (status, deleted) = request(
+        &double,
+        reqwest::Method::DELETE,
+        "/api/v1/namespaces/sandbox/pods/runner",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{deleted}");
+    until_gone(&double, "sandbox", "runner").await;
+    assert!(containers_of(&double).await.is_empty());
+    let (status, missing) = request(
+        &double,
+        reqwest::Method::GET,
+        "/api/v1/namespaces/sandbox/pods/runner",
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(missing["reason"], "NotFound");
+    assert_eq!(missing["message"], "pods \"runner\" not found");
+    shutdown_and_assert_clean(double).await;
+}
+
+#[tokio::test]
+async fn kubectl_gets_deletes_and_runs_with_attach() {
+    let (double, _home, kubeconfig) = double_with_kubeconfig("default").await;
+    let image = image();
+
+    // kubectl run -i: create, wait for Running, attach over WebSocket, stdin to the container,
+    // its output back, then the exit read from the pod's status.
+    let script = "import sys; print(sys.stdin.read().upper(), end='')";
+    let (code, stdout, stderr) = kubectl(
+        &kubeconfig,
+        &[
+            "run",
+            "shout",
+            "-i",
+            "--restart=Never",
+            &format!("--image={image}"),
+            "--image-pull-policy=Never",
+            "--command",
+            "--",
+            "python3",
+            "-c",
+            script,
+        ],
+        Some("hello from kubectl\n"),
+    )
+    .await;
+    assert_eq!(
+        code,
+        0,
+        "stdout: {stdout}\nstderr: {stderr}\nrequests: {:#?}",
+        double.requests()
+    );
+    assert!(
+        stdout.contains("HELLO FROM KUBECTL"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert_eq!(
+        double.attach_protocols(),
+        vec!["v5.channel.k8s.io".to_string()]
+    );
+    assert!(
+        double
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("GET /api/v1/namespaces/default/pods/shout/attach")),
+        "{:#?}",
+        double.requests()
+    );
+    let pod = until_pod(&double, "default", "shout", |p| {
+        p["status"]["phase"] == "Succeeded"
+    })
+    .await;
+    assert_eq!(pod["spec"]["containers"][0]["stdinOnce"], true);
+
+    // A failing command's exit code comes back through kubectl.
+    let (code, _, stderr) = kubectl(
+        &kubeconfig,
+        &[
+            "run",
+            "fails",
+            "-i",
+            "--restart=Never",
+            &format!("--image={image}"),
+            "--image-pull-policy=Never",
+            "--command",
+            "--",
+            "python3",
+            "-c",
+            "import sys; sys.stdin.read(); sys.exit(7)",
+        ],
+        Some(""),
+    )
+    .await;
+    assert_eq!(code, 7, "stderr: {stderr}");
+
+    // kubectl get pods prints the table the double serves.
+    let (code, stdout, stderr) = kubectl(&kubeconfig, &["get", "pods"], None).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{stdout}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("shout ") && l.contains("Completed")),
+        "{stdout}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("fails ") && l.contains("Error")),
+        "{stdout}"
+    );
+    let (code, stdout, _) = kubectl(
+        &kubeconfig,
+        &["get", "pod", "shout", "-o", "jsonpath={.status.phase}"],
+        None,
+    )
+    .await;
+    assert_eq!((code, stdout.as_str()), (0, "Succeeded"));
+
+    // kubectl delete pod waits for the pod to go (a watch), and its container goes with it.
+    let (code, stdout, stderr) = kubectl(&kubeconfig, &["delete", "pod", "shout"], None).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stdout.contains("pod \"shout\" deleted"), "{stdout}");
+    assert!(double.pod("default", "shout").await.is_none());
+    let (code, _, stderr) = kubectl(&kubeconfig, &["delete", "pod", "shout"], None).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("pods \"shout\" not found"), "{stderr}");
+    let (code, _, _) = kubectl(
+        &kubeconfig,
+        &["delete", "pod", "fails", "--grace-period=0", "--force"],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0);
+    let (_, stdout, stderr) = kubectl(&kubeconfig, &["get", "pods"], None).await;
+    assert!(
+        stdout.is_empty() && stderr.contains("No resources found in default namespace."),
+        "{stdout}{stderr}"
+    );
+    shutdown_and_assert_clean(double).await;
+}
+
+#[tokio::test]
+async fn a_restricted_namespace_refuses_a_pod_with_the_violations_named() {
+    let (double, _home, kubeconfig) = double_with_kubeconfig("locked").await;
+    double
+        .create_namespace(
+            "locked",
+            &[("pod-security.kubernetes.io/enforce", "restricted")],
+        )
+        .await;
+    let (code, _, stderr) = kubectl(
+        &kubeconfig,
+        &[
+            "run",
+            "loose",
+            "--restart=Never",
+            &format!("--image={}", image()),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert_eq!(
+        stderr.trim(),
+        "Error from server (Forbidden): pods \"loose\" is forbidden: violates PodSecurity \"restricted:latest\": \
+         allowPrivilegeEscalation != false (container \"loose\" must set securityContext.allowPrivilegeEscalation=false), \
+         unrestricted capabilities (container \"loose\" must set securityContext.capabilities.drop=[\"ALL\"]), \
+         runAsNonRoot != true (pod or container \"loose\" must set securityContext.runAsNonRoot=true), \
+         seccompProfile (pod or container \"loose\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")"
+    );
+    assert!(double.pods("locked").await.is_empty());
+
+    // Over HTTP: the Status object, code and reason; a root user and a hostPath named too.
+    let mut pod = restricted_pod("rooted", "pass");
+    pod["spec"]["securityContext"]["runAsUser"] = json!(0);
+    pod["spec"]["volumes"] = json!([{"name": "host", "hostPath": {"path": "/"}}]);
+    pod["spec"]["containers"][0]["volumeMounts"] = json!([]);
+    let (status, body) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/locked/pods",
+        Some(pod),
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_eq!(body["kind"], "Status");
+    assert_eq!(body["reason"], "Forbidden");
+    assert_eq!(body["code"], 403);
+    assert_eq!(
+        body["message"],
+        "pods \"rooted\" is forbidden: violates PodSecurity \"restricted:latest\": \
+         restricted volume types (volume \"host\" uses restricted volume type \"hostPath\"), \
+         runAsUser=0 (pod must not set runAsUser=0)"
+    );
+
+    // The same pod in an unlabelled namespace is admitted; a second create is a conflict.
+    let (status, _) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(restricted_pod("twice", "pass")),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, body) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(restricted_pod("twice", "pass")),
+    )
+    .await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (409, Some("AlreadyExists"))
+    );
+    let (status, body) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/nowhere/pods",
+        Some(restricted_pod("x", "pass")),
+    )
+    .await;
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (404, Some("namespaces \"nowhere\" not found"))
+    );
+    shutdown_and_assert_clean(double).await;
+}
+
+#[tokio::test]
+async fn active_deadline_kills_and_owner_gc_collects() {
+    let double = with_timeout(KubeDouble::start()).await;
+    let sleeper = "import time; time.sleep(120)";
+
+    // activeDeadlineSeconds: the kubelet kills the pod, Failed with DeadlineExceeded.
+    let mut pod = restricted_pod("late", sleeper);
+    pod["spec"]["activeDeadlineSeconds"] = json!(2);
+    let (status, _) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(pod),
+    )
+    .await;
+    assert_eq!(status, 201);
+    until_pod(&double, "default", "late", |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+    let pod = until_pod(&double, "default", "late", |p| {
+        p["status"]["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(pod["status"]["reason"], "DeadlineExceeded", "{pod}");
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 137,
+        "{pod}"
+    );
+
+    // Owner references: when the owner pod goes, its dependents are collected.
+    let owner = double.add_external_pod("default", "server").await;
+    let mut pod = restricted_pod("owned", sleeper);
+    pod["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "server", "uid": owner}]);
+    pod["spec"]["terminationGracePeriodSeconds"] = json!(1);
+    let (status, _) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(pod),
+    )
+    .await;
+    assert_eq!(status, 201);
+    until_pod(&double, "default", "owned", |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+    tokio::time::sleep(crate::fakes::kubernetes::GC_PERIOD * 3).await;
+    assert!(
+        double.pod("default", "owned").await.is_some(),
+        "collected while its owner lives"
+    );
+    assert!(double.delete_pod("default", "server", 0).await);
+    until_gone(&double, "default", "owned").await;
+    let left: Vec<_> = containers_of(&double)
+        .await
+        .into_iter()
+        .filter(|c| c.labels.as_ref().unwrap()["io.kubernetes.pod.name"] == "owned")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    shutdown_and_assert_clean(double).await;
+}
