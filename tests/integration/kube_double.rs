@@ -557,3 +557,283 @@ async fn active_deadline_kills_and_owner_gc_collects() {
     assert!(left.is_empty(), "{left:?}");
     shutdown_and_assert_clean(double).await;
 }
+
+/// Attaches to `pod` over a raw WebSocket offering `protocols`, sends `stdin` (then, under v5,
+/// closes it with channel 255); (stdout, stderr, the Status on channel 3, negotiated protocol).
+async fn attach_raw(
+    double: &KubeDouble,
+    pod: &str,
+    protocols: &str,
+    stdin: &[u8],
+) -> (String, String, Value, String) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods/{pod}/attach?container=main&stdin=true&stdout=true&stderr=true",
+        double.url().replace("http://", "ws://")
+    );
+    let mut request = url.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", protocols.parse().unwrap());
+    request
+        .headers_mut()
+        .insert("Authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (mut socket, response) = with_timeout(tokio_tungstenite::connect_async(request))
+        .await
+        .unwrap();
+    let negotiated = response.headers()["Sec-WebSocket-Protocol"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(stdin);
+    with_timeout(socket.send(Message::binary(frame)))
+        .await
+        .unwrap();
+    if negotiated.starts_with("v5") {
+        with_timeout(socket.send(Message::binary(vec![255u8, 0])))
+            .await
+            .unwrap();
+    }
+    let (mut stdout, mut stderr, mut status) = (Vec::new(), Vec::new(), Value::Null);
+    while let Some(message) = with_timeout(socket.next()).await {
+        match message.unwrap() {
+            Message::Binary(data) => match data[0] {
+                1 => stdout.extend_from_slice(&data[1..]),
+                2 => stderr.extend_from_slice(&data[1..]),
+                3 if data.len() > 1 => status = serde_json::from_slice(&data[1..]).unwrap(),
+                _ => {}
+            },
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    (
+        String::from_utf8(stdout).unwrap(),
+        String::from_utf8(stderr).unwrap(),
+        status,
+        negotiated,
+    )
+}
+
+/// A pod whose container keeps stdin open for one attach, running `script`.
+async fn stdin_pod(double: &KubeDouble, name: &str, script: &str) {
+    let mut pod = restricted_pod(name, script);
+    pod["spec"]["containers"][0]["stdin"] = json!(true);
+    pod["spec"]["containers"][0]["stdinOnce"] = json!(true);
+    let (status, body) = request(
+        double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(pod),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    until_pod(double, "default", name, |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn attach_speaks_v5_with_half_close_and_v4() {
+    let double = with_timeout(KubeDouble::start()).await;
+    // v5 preferred when both are offered (as kube-rs offers them); channel 255 ends stdin and
+    // the output written after that still arrives, then the Status.
+    let script = "import sys; data = sys.stdin.read(); print(data.upper()); print('after eof', file=sys.stderr)";
+    stdin_pod(&double, "five", script).await;
+    let (stdout, stderr, status, negotiated) = attach_raw(
+        &double,
+        "five",
+        "v5.channel.k8s.io, v4.channel.k8s.io",
+        b"half closed",
+    )
+    .await;
+    assert_eq!(negotiated, "v5.channel.k8s.io");
+    assert_eq!(stdout, "HALF CLOSED\n");
+    assert_eq!(stderr, "after eof\n");
+    assert_eq!(status, json!({"metadata": {}, "status": "Success"}));
+
+    // v4: no half-close, so the script reads a known length.
+    let script =
+        "import sys; data = sys.stdin.read(4); print(data.upper()); print('four', file=sys.stderr)";
+    stdin_pod(&double, "four", script).await;
+    let (stdout, stderr, status, negotiated) =
+        attach_raw(&double, "four", "v4.channel.k8s.io", b"abcd").await;
+    assert_eq!(negotiated, "v4.channel.k8s.io");
+    assert_eq!((stdout.as_str(), stderr.as_str()), ("ABCD\n", "four\n"));
+    assert_eq!(status["status"], "Success");
+    assert_eq!(
+        double.attach_protocols(),
+        vec![
+            "v5.channel.k8s.io".to_string(),
+            "v4.channel.k8s.io".to_string()
+        ]
+    );
+    until_pod(&double, "default", "four", |p| {
+        p["status"]["phase"] == "Succeeded"
+    })
+    .await;
+
+    // A completed pod cannot be attached to.
+    let (status, body) = request(
+        &double,
+        reqwest::Method::GET,
+        "/api/v1/namespaces/default/pods/four/attach?stdout=true",
+        None,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        "cannot attach a container in a completed pod; current phase is Succeeded"
+    );
+    shutdown_and_assert_clean(double).await;
+}
+
+#[tokio::test]
+async fn knobs_rbac_mutation_runtime_class_and_oom() {
+    let double = with_timeout(KubeDouble::start()).await;
+
+    // SelfSubjectAccessReview answers per deny_verbs, and the denied request itself gets 403.
+    let review = |verb: &str, resource: &str, subresource: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource, "subresource": subresource}}})
+    };
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let (status, body) = request(
+        &double,
+        reqwest::Method::POST,
+        path,
+        Some(review("delete", "pods", "")),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["status"]["allowed"]),
+        (201, &json!(true)),
+        "{body}"
+    );
+    double.deny_verbs(&["delete", "get pods/attach"]);
+    let (_, body) = request(
+        &double,
+        reqwest::Method::POST,
+        path,
+        Some(review("delete", "pods", "")),
+    )
+    .await;
+    assert_eq!(body["status"]["allowed"], false);
+    let (_, body) = request(
+        &double,
+        reqwest::Method::POST,
+        path,
+        Some(review("get", "pods", "attach")),
+    )
+    .await;
+    assert_eq!(body["status"]["allowed"], false);
+    let (_, body) = request(
+        &double,
+        reqwest::Method::POST,
+        path,
+        Some(review("get", "pods", "")),
+    )
+    .await;
+    assert_eq!(body["status"]["allowed"], true);
+    let (status, body) = request(
+        &double,
+        reqwest::Method::DELETE,
+        "/api/v1/namespaces/default/pods/any",
+        None,
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        body["message"],
+        "pods \"any\" is forbidden: User \"kube-double\" cannot delete resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+
+    // A wrong token is refused.
+    let response = with_timeout(
+        reqwest::Client::new()
+            .get(format!("{}/api/v1/namespaces/default/pods", double.url()))
+            .bearer_auth("wrong")
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+
+    // The mutation hook sees every pod before it is stored; the RuntimeClass's handler is
+    // the Docker runtime; an unknown RuntimeClass is refused.
+    double.mutate_pods(|pod| {
+        pod["spec"]["containers"][0]["securityContext"]
+            .as_object_mut()
+            .unwrap()
+            .remove("readOnlyRootFilesystem");
+    });
+    double.set_pids_limit(64);
+    let mut pod = restricted_pod("gvisor", "print('hi')");
+    pod["spec"]["runtimeClassName"] = json!("gvisor");
+    let (status, body) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(pod.clone()),
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        body["message"],
+        "pods \"gvisor\" is forbidden: pod rejected: RuntimeClass \"gvisor\" not found"
+    );
+    double
+        .apply(json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handler": "runsc"}))
+        .await;
+    let (status, body) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(pod),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert!(body["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"].is_null());
+    let pod = until_pod(&double, "default", "gvisor", |p| {
+        p["status"]["phase"] != "Pending" && p["status"]["phase"] != "Running"
+    })
+    .await;
+    assert_eq!(pod["status"]["phase"], "Succeeded", "{pod}");
+    let containers = containers_of(&double).await;
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let inspected =
+        with_timeout(docker.inspect_container(containers[0].id.as_deref().unwrap(), None))
+            .await
+            .unwrap();
+    let host = inspected.host_config.unwrap();
+    assert_eq!(host.runtime.as_deref(), Some("runsc"));
+    assert_eq!(host.pids_limit, Some(64));
+    assert_eq!(host.readonly_rootfs, Some(false));
+
+    // Over its memory limit, the container is OOMKilled.
+    let mut pod = restricted_pod("hungry", "x = bytearray(512 * 1024 * 1024)");
+    pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("64Mi");
+    let (status, _) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(pod),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let pod = until_pod(&double, "default", "hungry", |p| {
+        p["status"]["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["reason"], "OOMKilled",
+        "{pod}"
+    );
+    shutdown_and_assert_clean(double).await;
+}

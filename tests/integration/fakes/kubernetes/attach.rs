@@ -208,7 +208,11 @@ async fn bridge(cluster: Arc<Cluster>, socket: WebSocket, id: String, streams: S
             };
             match data.first() {
                 Some(&STDIN) => {
-                    if input.write_all(&data[1..]).await.is_err() || input.flush().await.is_err() {
+                    let written = match input.write_all(&data[1..]).await {
+                        Ok(()) => input.flush().await,
+                        Err(error) => Err(error),
+                    };
+                    if written.is_err() {
                         break;
                     }
                 }

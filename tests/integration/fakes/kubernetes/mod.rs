@@ -90,8 +90,6 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use resources::Resource;
-
 /// The Docker label key on every container the double makes; its value is the double's id.
 pub const LABEL_KEY: &str = "io.file-agent.kube-double";
 /// The bearer token the double accepts (and writes into kubeconfigs).
