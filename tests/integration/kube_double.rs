@@ -837,3 +837,43 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     );
     shutdown_and_assert_clean(double).await;
 }
+
+#[tokio::test]
+async fn a_pod_deleted_while_its_container_is_created_leaves_no_container() {
+    let double = with_timeout(KubeDouble::start()).await;
+    for round in 0..12 {
+        let name = format!("brief-{round}");
+        let (status, _) = request(
+            &double,
+            reqwest::Method::POST,
+            "/api/v1/namespaces/default/pods",
+            Some(restricted_pod(&name, "import time; time.sleep(60)")),
+        )
+        .await;
+        assert_eq!(status, 201);
+        // Let the kubelet reach Docker on some rounds, not on others.
+        tokio::time::sleep(Duration::from_millis((round % 6) * 15)).await;
+        let (status, _) = request(
+            &double,
+            reqwest::Method::DELETE,
+            &format!("/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(double.pod("default", &name).await.is_none());
+    }
+    // Removal is the kubelet's, after the pod object went: wait for it, not for shutdown.
+    with_timeout(async {
+        while !containers_of(&double).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        containers_of(&double).await.is_empty(),
+        "a container appeared after its pod went"
+    );
+    shutdown_and_assert_clean(double).await;
+}

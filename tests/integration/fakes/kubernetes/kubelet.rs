@@ -67,6 +67,7 @@ pub fn spawn(cluster: Arc<Cluster>, pod: &Value, deletion: watch::Receiver<Optio
             .to_string(),
         pod: pod.clone(),
         cluster: cluster.clone(),
+        creating: Arc::default(),
     };
     cluster.kubelets.spawn(kubelet.run(deletion));
 }
@@ -83,12 +84,16 @@ async fn deletion_asked(deletion: &mut watch::Receiver<Option<u64>>) -> u64 {
     }
 }
 
+#[derive(Clone)]
 struct Kubelet {
     cluster: Arc<Cluster>,
     key: Key,
     uid: String,
     /// The pod as created.
     pod: Value,
+    /// Held while a container is being created: a create abandoned by a deletion still ends
+    /// in a container, which the removal must wait for to see it.
+    creating: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Kubelet {
@@ -146,20 +151,26 @@ impl Kubelet {
                 self.stop_containers(grace).await;
                 return self.finalize().await;
             }
-            Ended::Shutdown => return remove_labelled(&self.cluster, Some(&self.uid)).await,
+            Ended::Shutdown => return self.remove_containers().await,
         }
         // Terminal: the containers stay (for logs) until the pod is deleted.
         tokio::select! {
             _ = deletion_asked(&mut deletion) => self.finalize().await,
-            () = self.cluster.stop.cancelled() => remove_labelled(&self.cluster, Some(&self.uid)).await,
+            () = self.cluster.stop.cancelled() => self.remove_containers().await,
         }
     }
 
     /// Removes the containers, then the pod object (if it is still this pod).
     async fn finalize(&self) {
-        remove_labelled(&self.cluster, Some(&self.uid)).await;
+        self.remove_containers().await;
         self.cluster
             .with_store(|store| store.remove(&self.key, Some(&self.uid)));
+    }
+
+    /// Removes the pod's containers, once no create is in flight.
+    async fn remove_containers(&self) {
+        let _creating = self.creating.lock().await;
+        remove_labelled(&self.cluster, Some(&self.uid)).await;
     }
 
     fn set_container(&self, index: usize, status: Value) {
@@ -172,7 +183,22 @@ impl Kubelet {
         let containers = self.containers();
         let mut created = Vec::new();
         for (index, container) in containers.iter().enumerate() {
-            match self.create(container).await {
+            // The create runs in its own task, which a deletion cannot abandon half-way.
+            let creating = self.creating.clone().lock_owned().await;
+            let (kubelet, spec) = (self.clone(), container.clone());
+            let result = tokio::spawn(async move {
+                let result = kubelet.create(&spec).await;
+                drop(creating);
+                result
+            })
+            .await
+            .unwrap_or_else(|error| {
+                Err(Waiting {
+                    reason: "CreateContainerError",
+                    message: error.to_string(),
+                })
+            });
+            match result {
                 Ok((id, image_id)) => created.push((id, image_id)),
                 Err(waiting) => {
                     self.set_container(
