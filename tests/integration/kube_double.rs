@@ -382,6 +382,8 @@ async fn kubectl_gets_deletes_and_runs_with_attach() {
     )
     .await;
     assert_eq!((code, stdout.as_str()), (0, "Succeeded"));
+    let (code, stdout, _) = kubectl(&kubeconfig, &["logs", "shout"], None).await;
+    assert_eq!((code, stdout.as_str()), (0, "HELLO FROM KUBECTL\n"));
 
     // kubectl delete pod waits for the pod to go (a watch), and its container goes with it.
     let (code, stdout, stderr) = kubectl(&kubeconfig, &["delete", "pod", "shout"], None).await;
@@ -816,6 +818,29 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     assert_eq!(host.pids_limit, Some(64));
     assert_eq!(host.readonly_rootfs, Some(false));
 
+    // An image the engine lacks is not pulled: the container waits.
+    let mut pod = restricted_pod("absent", "pass");
+    pod["spec"]["containers"][0]["image"] = json!("kube-double-absent:1");
+    let (status, _) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(pod),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let pod = until_pod(&double, "default", "absent", |p| {
+        !p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].is_null()
+    })
+    .await;
+    let waiting = &pod["status"]["containerStatuses"][0]["state"]["waiting"];
+    assert_eq!(waiting["reason"], "ErrImageNeverPull", "{pod}");
+    assert_eq!(
+        waiting["message"],
+        "Container image \"kube-double-absent:1\" is not present with pull policy of Never"
+    );
+    assert_eq!(pod["status"]["phase"], "Pending");
+
     // Over its memory limit, the container is OOMKilled.
     let mut pod = restricted_pod("hungry", "x = bytearray(512 * 1024 * 1024)");
     pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("64Mi");
@@ -875,5 +900,112 @@ async fn a_pod_deleted_while_its_container_is_created_leaves_no_container() {
         containers_of(&double).await.is_empty(),
         "a container appeared after its pod went"
     );
+    shutdown_and_assert_clean(double).await;
+}
+
+/// Reads watch events from a streaming response until `until` says stop; their (type, name).
+async fn watch_events(
+    response: reqwest::Response,
+    until: impl Fn(&[(String, String)]) -> bool,
+) -> Vec<(String, String)> {
+    use futures_util::StreamExt;
+    let mut body = response.bytes_stream();
+    let (mut buffer, mut events) = (Vec::new(), Vec::new());
+    while !until(&events) {
+        let Some(chunk) = with_timeout(body.next()).await else {
+            break;
+        };
+        buffer.extend_from_slice(&chunk.unwrap());
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let event: Value = serde_json::from_slice(&line).unwrap();
+            events.push((
+                event["type"].as_str().unwrap().to_string(),
+                event["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ));
+        }
+    }
+    events
+}
+
+#[tokio::test]
+async fn watches_resume_from_a_revision_and_honour_selectors() {
+    let double = with_timeout(KubeDouble::start()).await;
+    let (status, list) = request(
+        &double,
+        reqwest::Method::GET,
+        "/api/v1/namespaces/default/pods?labelSelector=app%3Dkube-double-test",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(list["kind"], "PodList");
+    let revision = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Two pods, one labelled; the watch from the list's revision sees only the labelled one,
+    // from ADDED to its run's MODIFIED events, then DELETED.
+    let mut other = restricted_pod("other", "pass");
+    other["metadata"]["labels"] = json!({"app": "else"});
+    for pod in [other, restricted_pod("watched", "pass")] {
+        let (status, _) = request(
+            &double,
+            reqwest::Method::POST,
+            "/api/v1/namespaces/default/pods",
+            Some(pod),
+        )
+        .await;
+        assert_eq!(status, 201);
+    }
+    until_pod(&double, "default", "watched", |p| {
+        p["status"]["phase"] == "Succeeded"
+    })
+    .await;
+    assert!(double.delete_pod("default", "watched", 0).await);
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods?watch=1&resourceVersion={revision}&labelSelector=app+in+(kube-double-test)&timeoutSeconds=30",
+        double.url()
+    );
+    let response = with_timeout(reqwest::Client::new().get(url).bearer_auth(TOKEN).send())
+        .await
+        .unwrap();
+    let events = watch_events(response, |events| {
+        events.iter().any(|(kind, _)| kind == "DELETED")
+    })
+    .await;
+    assert_eq!(
+        events.first(),
+        Some(&("ADDED".to_string(), "watched".to_string())),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().all(|(_, name)| name == "watched"),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().filter(|(kind, _)| kind == "MODIFIED").count() >= 2,
+        "{events:?}"
+    );
+
+    // Without a revision: the objects as they are now, by field selector; then the timeout ends it.
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods?watch=true&fieldSelector=metadata.name%3Dother&timeoutSeconds=1",
+        double.url()
+    );
+    let response = with_timeout(reqwest::Client::new().get(url).bearer_auth(TOKEN).send())
+        .await
+        .unwrap();
+    let events = watch_events(response, |_| false).await;
+    assert_eq!(
+        events[0],
+        ("ADDED".to_string(), "other".to_string()),
+        "{events:?}"
+    );
+    assert!(events.iter().all(|(_, name)| name == "other"), "{events:?}");
     shutdown_and_assert_clean(double).await;
 }
