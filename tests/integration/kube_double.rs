@@ -841,6 +841,53 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     );
     assert_eq!(pod["status"]["phase"], "Pending");
 
+    // An image pinned by digest runs the local image of that id (and of that repository).
+    let local = image();
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let id = with_timeout(docker.inspect_image(&local))
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    let repository = local.rsplit_once(':').unwrap().0;
+    let pinned = format!("{repository}@{id}");
+    let mut pod = restricted_pod("pinned", "pass");
+    pod["spec"]["containers"][0]["image"] = json!(pinned);
+    let (status, _) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(pod),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let pod = until_pod(&double, "default", "pinned", |p| {
+        p["status"]["phase"] == "Succeeded"
+    })
+    .await;
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["imageID"],
+        json!(pinned)
+    );
+    let mut pod = restricted_pod("mispinned", "pass");
+    pod["spec"]["containers"][0]["image"] = json!(format!("elsewhere/other@{id}"));
+    let (status, _) = request(
+        &double,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(pod),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let pod = until_pod(&double, "default", "mispinned", |p| {
+        !p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].is_null()
+    })
+    .await;
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "ErrImageNeverPull"
+    );
+
     // Over its memory limit, the container is OOMKilled.
     let mut pod = restricted_pod("hungry", "x = bytearray(512 * 1024 * 1024)");
     pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("64Mi");

@@ -321,7 +321,7 @@ impl Kubelet {
     async fn create(&self, container: &Value) -> Result<(String, String), Waiting> {
         let docker = self.cluster.docker();
         let image = container["image"].as_str().unwrap_or_default();
-        let inspected = docker.inspect_image(image).await.map_err(|_| {
+        let (engine_image, inspected) = resolve_image(docker, image).await.ok_or_else(|| {
             if container["imagePullPolicy"] == "Never" {
                 Waiting {
                     reason: "ErrImageNeverPull",
@@ -338,19 +338,23 @@ impl Kubelet {
                 }
             }
         })?;
-        let image_id = inspected
-            .repo_digests
-            .as_ref()
-            .and_then(|d| d.first().cloned())
-            .or(inspected.id.clone())
-            .unwrap_or_default();
+        let image_id = if engine_image == image {
+            inspected
+                .repo_digests
+                .as_ref()
+                .and_then(|d| d.first().cloned())
+                .or(inspected.id.clone())
+                .unwrap_or_default()
+        } else {
+            image.to_string()
+        };
         let image_user = inspected
             .config
             .as_ref()
             .and_then(|c| c.user.clone())
             .unwrap_or_default();
         let runtime = self.runtime()?;
-        let body = container_body(
+        let mut body = container_body(
             &self.pod,
             container,
             &image_user,
@@ -358,6 +362,7 @@ impl Kubelet {
             self.cluster.id(),
             self.cluster.pids_limit(),
         )?;
+        body.image = Some(engine_image);
         let name = format!(
             "k8s_{}_{}_{}_{}",
             container["name"].as_str().unwrap_or("c"),
@@ -392,6 +397,25 @@ impl Kubelet {
             .map(Some)
             .ok_or_else(|| Waiting::config(format!("RuntimeClass \"{class}\" not found")))
     }
+}
+
+/// The engine's reference for a pod's image, and its inspection. A reference pinned by digest,
+/// `repo@sha256:D`, names the local image whose id is `sha256:D` and that carries a tag of
+/// `repo` (a simplification: a registry's digest is the manifest's, not the image id).
+async fn resolve_image(
+    docker: &bollard::Docker,
+    image: &str,
+) -> Option<(String, bollard::models::ImageInspect)> {
+    if let Ok(inspected) = docker.inspect_image(image).await {
+        return Some((image.to_string(), inspected));
+    }
+    let (repository, digest) = image.split_once('@')?;
+    let inspected = docker.inspect_image(digest).await.ok()?;
+    let tagged = inspected.repo_tags.iter().flatten().any(|tag| {
+        tag.rsplit_once(':')
+            .is_some_and(|(repo, _)| repo == repository)
+    });
+    (tagged && inspected.id.as_deref() == Some(digest)).then(|| (digest.to_string(), inspected))
 }
 
 /// The pod's conditions: all true while running, Ready false otherwise.

@@ -51,7 +51,10 @@
 //!   change nothing; no pod IP, no Services, no DNS.
 //! - Local images only: nothing is pulled; a missing image leaves the container waiting with
 //!   `ErrImagePull` (`ErrImageNeverPull` under `imagePullPolicy: Never`), and `imageID` is
-//!   the local `sha256:` id (or the image's first repo digest when it has one).
+//!   the local `sha256:` id (or the image's first repo digest when it has one). An image
+//!   pinned by digest, `repo@sha256:D`, runs the local image whose *id* is `sha256:D` and
+//!   that has a tag of `repo`, and `imageID` is then that reference (on a real node the digest
+//!   is the registry manifest's, which a local build does not have).
 //! - Every `emptyDir` (memory or not) is a per-container tmpfs sized by `sizeLimit`: two
 //!   containers of one pod do not share it. The ServiceAccount token volume is written into
 //!   the spec (as the ServiceAccount admission does) but not mounted; other volume types are
