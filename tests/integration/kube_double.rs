@@ -50,6 +50,31 @@ async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> (i32,
     )
 }
 
+/// `kubectl run NAME -i --restart=Never` of the sandbox image running `python3 -c script`,
+/// with `stdin` piped in.
+async fn kubectl_run_python(
+    kubeconfig: &Path,
+    name: &str,
+    script: &str,
+    stdin: Option<&str>,
+) -> (i32, String, String) {
+    let image = format!("--image={}", image());
+    let args = [
+        "run",
+        name,
+        "-i",
+        "--restart=Never",
+        &image,
+        "--image-pull-policy=Never",
+        "--command",
+        "--",
+        "python3",
+        "-c",
+        script,
+    ];
+    kubectl(kubeconfig, &args, stdin).await
+}
+
 /// A started double and a kubeconfig for `namespace` in a scratch folder.
 async fn double_with_kubeconfig(namespace: &str) -> (KubeDouble, tempfile::TempDir, PathBuf) {
     let double = with_timeout(KubeDouble::start()).await;
@@ -80,6 +105,32 @@ async fn request(
         status,
         serde_json::from_str(&text).unwrap_or(Value::String(text)),
     )
+}
+
+/// `GET path`; (status, body).
+async fn get(double: &KubeDouble, path: &str) -> (u16, Value) {
+    request(double, reqwest::Method::GET, path, None).await
+}
+
+/// `DELETE path`; (status, body).
+async fn delete(double: &KubeDouble, path: &str) -> (u16, Value) {
+    request(double, reqwest::Method::DELETE, path, None).await
+}
+
+/// Creates `pod` in `namespace` over HTTP; (status, body).
+async fn create_pod(double: &KubeDouble, namespace: &str, pod: Value) -> (u16, Value) {
+    let path = format!("/api/v1/namespaces/{namespace}/pods");
+    request(double, reqwest::Method::POST, &path, Some(pod)).await
+}
+
+/// What a SelfSubjectAccessReview of `verb` on `resource`/`subresource` answers.
+async fn allowed(double: &KubeDouble, verb: &str, resource: &str, subresource: &str) -> bool {
+    let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource, "subresource": subresource}}});
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let (status, body) = request(double, reqwest::Method::POST, path, Some(review)).await;
+    assert_eq!(status, 201, "{body}");
+    body["status"]["allowed"].as_bool().unwrap()
 }
 
 /// Waits until the pod satisfies `done`; returns it.
@@ -122,6 +173,22 @@ async fn containers_of(double: &KubeDouble) -> Vec<bollard::models::ContainerSum
         .filters(&filters)
         .build();
     with_timeout(docker.list_containers(Some(options)))
+        .await
+        .unwrap()
+}
+
+/// `docker inspect` of the one container of pod `name`.
+async fn inspect_container_of(
+    double: &KubeDouble,
+    name: &str,
+) -> bollard::models::ContainerInspectResponse {
+    let containers = containers_of(double).await;
+    let container = containers
+        .iter()
+        .find(|c| c.labels.as_ref().unwrap()["io.kubernetes.pod.name"] == name)
+        .expect("the pod's container");
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    with_timeout(docker.inspect_container(container.id.as_deref().unwrap(), None))
         .await
         .unwrap()
 }
@@ -221,24 +288,13 @@ async fn a_pod_runs_as_a_locked_down_container_and_reports_its_exit() {
             .starts_with("sha256:")
     );
 
-    let (status, log) = request(
-        &double,
-        reqwest::Method::GET,
-        "/api/v1/namespaces/sandbox/pods/runner/log",
-        None,
-    )
-    .await;
+    let (status, log) = get(&double, "/api/v1/namespaces/sandbox/pods/runner/log").await;
     assert_eq!(status, 200);
     assert_eq!(log, Value::String("10001 10001 ok\n".to_string()));
 
     // What Docker was told.
-    let containers = containers_of(&double).await;
-    assert_eq!(containers.len(), 1);
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let inspected =
-        with_timeout(docker.inspect_container(containers[0].id.as_deref().unwrap(), None))
-            .await
-            .unwrap();
+    assert_eq!(containers_of(&double).await.len(), 1);
+    let inspected = inspect_container_of(&double, "runner").await;
     let host = inspected.host_config.unwrap();
     assert_eq!(host.network_mode.as_deref(), Some("none"));
     assert_eq!(host.readonly_rootfs, Some(true));
@@ -260,23 +316,11 @@ async fn a_pod_runs_as_a_locked_down_container_and_reports_its_exit() {
     );
 
     // Deleting the pod removes its container.
-    let (status, deleted) = request(
-        &double,
-        reqwest::Method::DELETE,
-        "/api/v1/namespaces/sandbox/pods/runner",
-        None,
-    )
-    .await;
+    let (status, deleted) = delete(&double, "/api/v1/namespaces/sandbox/pods/runner").await;
     assert_eq!(status, 200, "{deleted}");
     until_gone(&double, "sandbox", "runner").await;
     assert!(containers_of(&double).await.is_empty());
-    let (status, missing) = request(
-        &double,
-        reqwest::Method::GET,
-        "/api/v1/namespaces/sandbox/pods/runner",
-        None,
-    )
-    .await;
+    let (status, missing) = get(&double, "/api/v1/namespaces/sandbox/pods/runner").await;
     assert_eq!(status, 404);
     assert_eq!(missing["reason"], "NotFound");
     assert_eq!(missing["message"], "pods \"runner\" not found");
@@ -286,29 +330,12 @@ async fn a_pod_runs_as_a_locked_down_container_and_reports_its_exit() {
 #[tokio::test]
 async fn kubectl_gets_deletes_and_runs_with_attach() {
     let (double, _home, kubeconfig) = double_with_kubeconfig("default").await;
-    let image = image();
 
     // kubectl run -i: create, wait for Running, attach over WebSocket, stdin to the container,
     // its output back, then the exit read from the pod's status.
     let script = "import sys; print(sys.stdin.read().upper(), end='')";
-    let (code, stdout, stderr) = kubectl(
-        &kubeconfig,
-        &[
-            "run",
-            "shout",
-            "-i",
-            "--restart=Never",
-            &format!("--image={image}"),
-            "--image-pull-policy=Never",
-            "--command",
-            "--",
-            "python3",
-            "-c",
-            script,
-        ],
-        Some("hello from kubectl\n"),
-    )
-    .await;
+    let (code, stdout, stderr) =
+        kubectl_run_python(&kubeconfig, "shout", script, Some("hello from kubectl\n")).await;
     assert_eq!(
         code,
         0,
@@ -338,21 +365,10 @@ async fn kubectl_gets_deletes_and_runs_with_attach() {
     assert_eq!(pod["spec"]["containers"][0]["stdinOnce"], true);
 
     // A failing command's exit code comes back through kubectl.
-    let (code, _, stderr) = kubectl(
+    let (code, _, stderr) = kubectl_run_python(
         &kubeconfig,
-        &[
-            "run",
-            "fails",
-            "-i",
-            "--restart=Never",
-            &format!("--image={image}"),
-            "--image-pull-policy=Never",
-            "--command",
-            "--",
-            "python3",
-            "-c",
-            "import sys; sys.stdin.read(); sys.exit(7)",
-        ],
+        "fails",
+        "import sys; sys.stdin.read(); sys.exit(7)",
         Some(""),
     )
     .await;
@@ -463,21 +479,9 @@ async fn a_restricted_namespace_refuses_a_pod_with_the_violations_named() {
     );
 
     // The same pod in an unlabelled namespace is admitted; a second create is a conflict.
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(restricted_pod("twice", "pass")),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", restricted_pod("twice", "pass")).await;
     assert_eq!(status, 201);
-    let (status, body) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(restricted_pod("twice", "pass")),
-    )
-    .await;
+    let (status, body) = create_pod(&double, "default", restricted_pod("twice", "pass")).await;
     assert_eq!(
         (status, body["reason"].as_str()),
         (409, Some("AlreadyExists"))
@@ -504,13 +508,7 @@ async fn active_deadline_kills_and_owner_gc_collects() {
     // activeDeadlineSeconds: the kubelet kills the pod, Failed with DeadlineExceeded.
     let mut pod = restricted_pod("late", sleeper);
     pod["spec"]["activeDeadlineSeconds"] = json!(2);
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     until_pod(&double, "default", "late", |p| {
         p["status"]["phase"] == "Running"
@@ -532,13 +530,7 @@ async fn active_deadline_kills_and_owner_gc_collects() {
     pod["metadata"]["ownerReferences"] =
         json!([{"apiVersion": "v1", "kind": "Pod", "name": "server", "uid": owner}]);
     pod["spec"]["terminationGracePeriodSeconds"] = json!(1);
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     until_pod(&double, "default", "owned", |p| {
         p["status"]["phase"] == "Running"
@@ -626,13 +618,7 @@ async fn stdin_pod(double: &KubeDouble, name: &str, script: &str) {
     let mut pod = restricted_pod(name, script);
     pod["spec"]["containers"][0]["stdin"] = json!(true);
     pod["spec"]["containers"][0]["stdinOnce"] = json!(true);
-    let (status, body) = request(
-        double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, body) = create_pod(double, "default", pod).await;
     assert_eq!(status, 201, "{body}");
     until_pod(double, "default", name, |p| {
         p["status"]["phase"] == "Running"
@@ -681,11 +667,9 @@ async fn attach_speaks_v5_with_half_close_and_v4() {
     .await;
 
     // A completed pod cannot be attached to.
-    let (status, body) = request(
+    let (status, body) = get(
         &double,
-        reqwest::Method::GET,
         "/api/v1/namespaces/default/pods/four/attach?stdout=true",
-        None,
     )
     .await;
     assert_eq!(status, 400);
@@ -701,55 +685,12 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     let double = with_timeout(KubeDouble::start()).await;
 
     // SelfSubjectAccessReview answers per deny_verbs, and the denied request itself gets 403.
-    let review = |verb: &str, resource: &str, subresource: &str| {
-        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource, "subresource": subresource}}})
-    };
-    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
-    let (status, body) = request(
-        &double,
-        reqwest::Method::POST,
-        path,
-        Some(review("delete", "pods", "")),
-    )
-    .await;
-    assert_eq!(
-        (status, &body["status"]["allowed"]),
-        (201, &json!(true)),
-        "{body}"
-    );
+    assert!(allowed(&double, "delete", "pods", "").await);
     double.deny_verbs(&["delete", "get pods/attach"]);
-    let (_, body) = request(
-        &double,
-        reqwest::Method::POST,
-        path,
-        Some(review("delete", "pods", "")),
-    )
-    .await;
-    assert_eq!(body["status"]["allowed"], false);
-    let (_, body) = request(
-        &double,
-        reqwest::Method::POST,
-        path,
-        Some(review("get", "pods", "attach")),
-    )
-    .await;
-    assert_eq!(body["status"]["allowed"], false);
-    let (_, body) = request(
-        &double,
-        reqwest::Method::POST,
-        path,
-        Some(review("get", "pods", "")),
-    )
-    .await;
-    assert_eq!(body["status"]["allowed"], true);
-    let (status, body) = request(
-        &double,
-        reqwest::Method::DELETE,
-        "/api/v1/namespaces/default/pods/any",
-        None,
-    )
-    .await;
+    assert!(!allowed(&double, "delete", "pods", "").await);
+    assert!(!allowed(&double, "get", "pods", "attach").await);
+    assert!(allowed(&double, "get", "pods", "").await);
+    let (status, body) = delete(&double, "/api/v1/namespaces/default/pods/any").await;
     assert_eq!(status, 403);
     assert_eq!(
         body["message"],
@@ -778,13 +719,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     double.set_pids_limit(64);
     let mut pod = restricted_pod("gvisor", "print('hi')");
     pod["spec"]["runtimeClassName"] = json!("gvisor");
-    let (status, body) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod.clone()),
-    )
-    .await;
+    let (status, body) = create_pod(&double, "default", pod.clone()).await;
     assert_eq!(status, 403);
     assert_eq!(
         body["message"],
@@ -793,13 +728,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     double
         .apply(json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handler": "runsc"}))
         .await;
-    let (status, body) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, body) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201, "{body}");
     assert!(body["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"].is_null());
     let pod = until_pod(&double, "default", "gvisor", |p| {
@@ -807,12 +736,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     })
     .await;
     assert_eq!(pod["status"]["phase"], "Succeeded", "{pod}");
-    let containers = containers_of(&double).await;
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let inspected =
-        with_timeout(docker.inspect_container(containers[0].id.as_deref().unwrap(), None))
-            .await
-            .unwrap();
+    let inspected = inspect_container_of(&double, "gvisor").await;
     let host = inspected.host_config.unwrap();
     assert_eq!(host.runtime.as_deref(), Some("runsc"));
     assert_eq!(host.pids_limit, Some(64));
@@ -821,13 +745,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     // An image the engine lacks is not pulled: the container waits.
     let mut pod = restricted_pod("absent", "pass");
     pod["spec"]["containers"][0]["image"] = json!("kube-double-absent:1");
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     let pod = until_pod(&double, "default", "absent", |p| {
         !p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].is_null()
@@ -853,13 +771,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     let pinned = format!("{repository}@{id}");
     let mut pod = restricted_pod("pinned", "pass");
     pod["spec"]["containers"][0]["image"] = json!(pinned);
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     let pod = until_pod(&double, "default", "pinned", |p| {
         p["status"]["phase"] == "Succeeded"
@@ -871,13 +783,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     );
     let mut pod = restricted_pod("mispinned", "pass");
     pod["spec"]["containers"][0]["image"] = json!(format!("elsewhere/other@{id}"));
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     let pod = until_pod(&double, "default", "mispinned", |p| {
         !p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].is_null()
@@ -891,13 +797,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     // Over its memory limit, the container is OOMKilled.
     let mut pod = restricted_pod("hungry", "x = bytearray(512 * 1024 * 1024)");
     pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("64Mi");
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     let pod = until_pod(&double, "default", "hungry", |p| {
         p["status"]["phase"] == "Failed"
@@ -925,11 +825,9 @@ async fn a_pod_deleted_while_its_container_is_created_leaves_no_container() {
         assert_eq!(status, 201);
         // Let the kubelet reach Docker on some rounds, not on others.
         tokio::time::sleep(Duration::from_millis((round % 6) * 15)).await;
-        let (status, _) = request(
+        let (status, _) = delete(
             &double,
-            reqwest::Method::DELETE,
             &format!("/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0"),
-            None,
         )
         .await;
         assert_eq!(status, 200);
@@ -981,11 +879,9 @@ async fn watch_events(
 #[tokio::test]
 async fn watches_resume_from_a_revision_and_honour_selectors() {
     let double = with_timeout(KubeDouble::start()).await;
-    let (status, list) = request(
+    let (status, list) = get(
         &double,
-        reqwest::Method::GET,
         "/api/v1/namespaces/default/pods?labelSelector=app%3Dkube-double-test",
-        None,
     )
     .await;
     assert_eq!(status, 200);
@@ -1000,13 +896,7 @@ async fn watches_resume_from_a_revision_and_honour_selectors() {
     let mut other = restricted_pod("other", "pass");
     other["metadata"]["labels"] = json!({"app": "else"});
     for pod in [other, restricted_pod("watched", "pass")] {
-        let (status, _) = request(
-            &double,
-            reqwest::Method::POST,
-            "/api/v1/namespaces/default/pods",
-            Some(pod),
-        )
-        .await;
+        let (status, _) = create_pod(&double, "default", pod).await;
         assert_eq!(status, 201);
     }
     until_pod(&double, "default", "watched", |p| {

@@ -815,9 +815,17 @@ pub async fn remove_labelled(cluster: &Cluster, uid: Option<&str>) {
     let _ = futures_util::future::join_all(removals).await;
 }
 
+/// The container a request names, or the pod's first (as the API server defaults it).
+pub fn container_name(pod: &Value, asked: Option<&str>) -> String {
+    asked
+        .or(pod["spec"]["containers"][0]["name"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The Docker id of a pod's container (`container`, or its first), once it has one.
 pub fn container_id(pod: &Value, container: Option<&str>) -> Option<String> {
-    let name = container.or(pod["spec"]["containers"][0]["name"].as_str())?;
+    let name = container_name(pod, container);
     pod["status"]["containerStatuses"]
         .as_array()?
         .iter()
@@ -834,14 +842,7 @@ pub async fn logs(
     container: Option<&String>,
 ) -> Result<String, ApiError> {
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
-    let name = container
-        .cloned()
-        .or_else(|| {
-            pod["spec"]["containers"][0]["name"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .unwrap_or_default();
+    let name = container_name(pod, container.map(String::as_str));
     let Some(id) = container_id(pod, Some(&name)) else {
         return Err(ApiError::bad_request(format!(
             "container \"{name}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating"
