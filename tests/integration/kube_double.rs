@@ -163,11 +163,10 @@ async fn until_gone(double: &KubeDouble, namespace: &str, name: &str) {
     .await;
 }
 
-/// The Docker containers carrying the double's label.
-async fn containers_of(double: &KubeDouble) -> Vec<bollard::models::ContainerSummary> {
+/// The Docker containers carrying `label` (`key=value`).
+async fn labelled(label: &str) -> Vec<bollard::models::ContainerSummary> {
     let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let (key, value) = double.label();
-    let filters = std::collections::HashMap::from([("label", vec![format!("{key}={value}")])]);
+    let filters = std::collections::HashMap::from([("label", vec![label.to_string()])]);
     let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&filters)
@@ -175,6 +174,17 @@ async fn containers_of(double: &KubeDouble) -> Vec<bollard::models::ContainerSum
     with_timeout(docker.list_containers(Some(options)))
         .await
         .unwrap()
+}
+
+/// The double's label, as `key=value`.
+fn label_of(double: &KubeDouble) -> String {
+    let (key, value) = double.label();
+    format!("{key}={value}")
+}
+
+/// The Docker containers carrying the double's label.
+async fn containers_of(double: &KubeDouble) -> Vec<bollard::models::ContainerSummary> {
+    labelled(&label_of(double)).await
 }
 
 /// `docker inspect` of the one container of pod `name`.
@@ -195,19 +205,17 @@ async fn inspect_container_of(
 
 /// Shuts the double down and asserts that it left no container.
 async fn shutdown_and_assert_clean(double: KubeDouble) {
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let (key, value) = double.label();
-    let label = format!("{key}={value}");
+    let label = label_of(&double);
     with_timeout(double.shutdown()).await;
-    let filters = std::collections::HashMap::from([("label", vec![label])]);
-    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
-        .all(true)
-        .filters(&filters)
-        .build();
-    let left = with_timeout(docker.list_containers(Some(options)))
-        .await
-        .unwrap();
+    let left = labelled(&label).await;
     assert!(left.is_empty(), "containers left: {left:?}");
+    // A container whose create was in flight at shutdown would appear only now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let late = labelled(&label).await;
+    assert!(
+        late.is_empty(),
+        "containers created after shutdown: {late:?}"
+    );
 }
 
 /// A pod spec that passes Pod Security "restricted", running `script` in Python.
@@ -945,4 +953,26 @@ async fn watches_resume_from_a_revision_and_honour_selectors() {
     );
     assert!(events.iter().all(|(_, name)| name == "other"), "{events:?}");
     shutdown_and_assert_clean(double).await;
+}
+
+#[tokio::test]
+async fn a_double_dropped_without_shutdown_removes_its_containers() {
+    let double = with_timeout(KubeDouble::start()).await;
+    let (status, _) = create_pod(
+        &double,
+        "default",
+        restricted_pod("left", "import time; time.sleep(60)"),
+    )
+    .await;
+    assert_eq!(status, 201);
+    until_pod(&double, "default", "left", |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+    let label = label_of(&double);
+    assert_eq!(containers_of(&double).await.len(), 1);
+    // As when a test panics before its shutdown.
+    drop(double);
+    let left = labelled(&label).await;
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -111,12 +111,14 @@ const HISTORY: usize = 100_000;
 /// A mutating admission hook.
 type Hook = Arc<dyn Fn(&mut Value) + Send + Sync>;
 
-/// The running double. Dropping it without [`KubeDouble::shutdown`] leaves its containers to
-/// the label (`docker rm -f $(docker ps -aq --filter label=io.file-agent.kube-double=ID)`).
+/// The running double. Dropping it without [`KubeDouble::shutdown`] (a test that panicked)
+/// still removes its containers, through the docker CLI, synchronously.
 pub struct KubeDouble {
     cluster: Arc<Cluster>,
     url: String,
     server: tokio::task::JoinHandle<()>,
+    /// Set by [`KubeDouble::shutdown`], so that drop has nothing left to do.
+    shut_down: bool,
 }
 
 /// What every handler and kubelet shares.
@@ -415,6 +417,7 @@ impl KubeDouble {
             cluster,
             url: format!("http://{address}"),
             server,
+            shut_down: false,
         }
     }
 
@@ -534,11 +537,36 @@ impl KubeDouble {
 
     /// Stops serving, ends every kubelet (their containers removed), then removes any
     /// container still carrying this double's label.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
+        self.shut_down = true;
         self.server.abort();
         self.cluster.stop.cancel();
         self.cluster.kubelets.close();
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.cluster.kubelets.wait()).await;
         kubelet::remove_labelled(&self.cluster, None).await;
+    }
+}
+
+impl Drop for KubeDouble {
+    fn drop(&mut self) {
+        if self.shut_down {
+            return;
+        }
+        self.server.abort();
+        self.cluster.stop.cancel();
+        let label = format!("label={LABEL_KEY}={}", self.cluster.id);
+        let listed = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter", &label])
+            .output();
+        if let Ok(listed) = listed {
+            let ids = String::from_utf8_lossy(&listed.stdout).into_owned();
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f"])
+                    .args(&ids)
+                    .output();
+            }
+        }
     }
 }
