@@ -278,6 +278,10 @@ async fn a_pod_runs_as_a_locked_down_container_and_reports_its_exit() {
         "256Mi"
     );
     assert!(
+        created["spec"]["containers"][0].get("ports").is_none(),
+        "{created}"
+    );
+    assert!(
         created["spec"]["volumes"].as_array().unwrap().len() == 1,
         "no token volume: {created}"
     );
@@ -549,8 +553,32 @@ async fn active_deadline_kills_and_owner_gc_collects() {
         double.pod("default", "owned").await.is_some(),
         "collected while its owner lives"
     );
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods?watch=1&fieldSelector=metadata.name%3Downed",
+        double.url()
+    );
+    let watch = with_timeout(reqwest::Client::new().get(url).bearer_auth(TOKEN).send())
+        .await
+        .unwrap();
     assert!(double.delete_pod("default", "server", 0).await);
     until_gone(&double, "default", "owned").await;
+    // Graceful: the deletion is marked first, and the container's end is written before the
+    // pod goes. Python as PID 1 ignores SIGTERM (no handler), so the grace ends in SIGKILL.
+    let events = watch_objects(watch, |events| {
+        events.iter().any(|e| e["type"] == "DELETED")
+    })
+    .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "MODIFIED"
+                && !e["object"]["metadata"]["deletionTimestamp"].is_null()),
+        "{events:?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "DELETED");
+    let terminated = &last["object"]["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["exitCode"], 137, "{last}");
     let left: Vec<_> = containers_of(&double)
         .await
         .into_iter()
@@ -856,11 +884,11 @@ async fn a_pod_deleted_while_its_container_is_created_leaves_no_container() {
     shutdown_and_assert_clean(double).await;
 }
 
-/// Reads watch events from a streaming response until `until` says stop; their (type, name).
-async fn watch_events(
+/// Reads watch events (whole) from a streaming response until `until` says stop.
+async fn watch_objects(
     response: reqwest::Response,
-    until: impl Fn(&[(String, String)]) -> bool,
-) -> Vec<(String, String)> {
+    until: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
     use futures_util::StreamExt;
     let mut body = response.bytes_stream();
     let (mut buffer, mut events) = (Vec::new(), Vec::new());
@@ -871,17 +899,27 @@ async fn watch_events(
         buffer.extend_from_slice(&chunk.unwrap());
         while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = buffer.drain(..=end).collect();
-            let event: Value = serde_json::from_slice(&line).unwrap();
-            events.push((
-                event["type"].as_str().unwrap().to_string(),
-                event["object"]["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            ));
+            events.push(serde_json::from_slice(&line).unwrap());
         }
     }
     events
+}
+
+/// Reads watch events until `until` says stop; their (type, name).
+async fn watch_events(
+    response: reqwest::Response,
+    until: impl Fn(&[(String, String)]) -> bool,
+) -> Vec<(String, String)> {
+    let brief = |events: &[Value]| -> Vec<(String, String)> {
+        events
+            .iter()
+            .map(|e| {
+                let name = e["object"]["metadata"]["name"].as_str().unwrap_or_default();
+                (e["type"].as_str().unwrap().to_string(), name.to_string())
+            })
+            .collect()
+    };
+    brief(&watch_objects(response, |events| until(&brief(events))).await)
 }
 
 #[tokio::test]

@@ -148,7 +148,13 @@ impl Kubelet {
             Ended::Completed => {}
             Ended::Deadline => self.end_at_deadline().await,
             Ended::Deleted(grace) => {
+                // As a kubelet does, the stopped containers' states are written before the
+                // pod goes.
                 self.stop_containers(grace).await;
+                self.record_terminated(|status| {
+                    status["conditions"] = conditions(false, Some("PodCompleted"));
+                })
+                .await;
                 return self.finalize().await;
             }
             Ended::Shutdown => return self.remove_containers().await,
@@ -279,6 +285,18 @@ impl Kubelet {
     /// `activeDeadlineSeconds` passed: kill the containers, the pod Failed/DeadlineExceeded.
     async fn end_at_deadline(&self) {
         self.stop_containers(0).await;
+        self.record_terminated(|status| {
+            status["phase"] = json!("Failed");
+            status["reason"] = json!("DeadlineExceeded");
+            status["message"] = json!(DEADLINE_MESSAGE);
+            status["conditions"] = conditions(false, Some("PodFailed"));
+        })
+        .await;
+    }
+
+    /// Writes each stopped container's `terminated` state into the pod's status, with
+    /// `change` to the rest of the status.
+    async fn record_terminated(&self, change: impl FnOnce(&mut Value)) {
         let ids = container_ids(&self.cluster, Some(&self.uid)).await;
         let mut states = HashMap::new();
         for (id, name) in ids {
@@ -286,10 +304,7 @@ impl Kubelet {
         }
         let containers = self.containers();
         self.update(|pod| {
-            pod["status"]["phase"] = json!("Failed");
-            pod["status"]["reason"] = json!("DeadlineExceeded");
-            pod["status"]["message"] = json!(DEADLINE_MESSAGE);
-            pod["status"]["conditions"] = conditions(false, Some("PodFailed"));
+            change(&mut pod["status"]);
             for (index, container) in containers.iter().enumerate() {
                 let name = container["name"].as_str().unwrap_or_default();
                 if let Some((state, id)) = states.get(name) {
