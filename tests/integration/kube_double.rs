@@ -1014,3 +1014,87 @@ async fn a_double_dropped_without_shutdown_removes_its_containers() {
     let left = labelled(&label).await;
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Measures, side by side, one attach round trip (connect, 4 bytes in, output and end back) to
+/// a warm pod through the double against `docker attach` to an equal warm container. Run by
+/// hand: `cargo nextest run --run-ignored only -E 'test(/attach_overhead/)' --no-capture`.
+#[tokio::test]
+#[ignore = "a measurement, not a check"]
+async fn attach_overhead_against_docker() {
+    use bollard::container::{AttachContainerResults, LogOutput};
+    use futures_util::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    const ROUNDS: usize = 10;
+    let script = "import sys; data = sys.stdin.read(4); print(data.upper())";
+    let double = with_timeout(KubeDouble::start()).await;
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let (mut through_double, mut direct) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let name = format!("warm-{round}");
+        stdin_pod(&double, &name, script).await;
+        let started = std::time::Instant::now();
+        let (stdout, _, _, _) = attach_raw(&double, &name, "v5.channel.k8s.io", b"abcd").await;
+        through_double.push(started.elapsed());
+        assert_eq!(stdout, "ABCD\n");
+
+        let (key, value) = double.label();
+        let body = bollard::models::ContainerCreateBody {
+            image: Some(image()),
+            entrypoint: Some(vec!["python3".into(), "-c".into(), script.into()]),
+            open_stdin: Some(true),
+            stdin_once: Some(true),
+            attach_stdin: Some(true),
+            labels: Some(std::collections::HashMap::from([(
+                key.to_string(),
+                value.to_string(),
+            )])),
+            // The pod's limits (500m cpu, 256Mi): a cpu quota alone costs more than the attach.
+            host_config: Some(bollard::models::HostConfig {
+                network_mode: Some("none".into()),
+                nano_cpus: Some(500_000_000),
+                memory: Some(256 * 1024 * 1024),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let id = with_timeout(docker.create_container(None, body))
+            .await
+            .unwrap()
+            .id;
+        with_timeout(docker.start_container(&id, None))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let started = std::time::Instant::now();
+        let options = bollard::query_parameters::AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .build();
+        let AttachContainerResults {
+            mut output,
+            mut input,
+        } = with_timeout(docker.attach_container(&id, Some(options)))
+            .await
+            .unwrap();
+        input.write_all(b"abcd").await.unwrap();
+        input.flush().await.unwrap();
+        let mut stdout = Vec::new();
+        while let Some(Ok(chunk)) = with_timeout(output.next()).await {
+            if let LogOutput::StdOut { message } = chunk {
+                stdout.extend_from_slice(&message);
+            }
+        }
+        direct.push(started.elapsed());
+        assert_eq!(stdout, b"ABCD\n");
+    }
+    through_double.sort();
+    direct.sort();
+    println!(
+        "attach round trip, median of {ROUNDS}: through the double {:?}, docker attach {:?}",
+        through_double[ROUNDS / 2],
+        direct[ROUNDS / 2]
+    );
+    shutdown_and_assert_clean(double).await;
+}

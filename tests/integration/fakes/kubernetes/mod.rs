@@ -409,6 +409,10 @@ impl KubeDouble {
             api::create_namespace(&cluster, namespace, &[]);
         }
         let app = api::router(cluster.clone());
+        // No Nagle: attach writes many small frames, which would otherwise wait for ACKs.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
