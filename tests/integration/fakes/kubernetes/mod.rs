@@ -66,6 +66,9 @@
 //! - Only `create`, `get`, `list`, `watch`, `delete` and `deletecollection` (no update or
 //!   patch), JSON only; label and field selectors are matched on the object as it is now (a
 //!   watched object that stops matching is not turned into a `DELETED` event).
+//! - No aggregated discovery and no OpenAPI documents (`/openapi/v2` and `/v3` answer 404,
+//!   so kubectl's client-side schema validation is not available); no events, no
+//!   ServiceAccounts or Secrets; `pods/exec`, port-forward and SPDY are not served.
 //! - Pod Security checks implemented: host namespaces, privileged, hostPort,
 //!   allowPrivilegeEscalation, capabilities, restricted volume types, runAsNonRoot, runAsUser=0,
 //!   seccompProfile (not AppArmor, SELinux, procMount, sysctls, Windows, probes' hosts).
