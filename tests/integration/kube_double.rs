@@ -50,6 +50,31 @@ async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> (i32,
     )
 }
 
+/// `kubectl run NAME -i --restart=Never` of the sandbox image running `python3 -c script`,
+/// with `stdin` piped in.
+async fn kubectl_run_python(
+    kubeconfig: &Path,
+    name: &str,
+    script: &str,
+    stdin: Option<&str>,
+) -> (i32, String, String) {
+    let image = format!("--image={}", image());
+    let args = [
+        "run",
+        name,
+        "-i",
+        "--restart=Never",
+        &image,
+        "--image-pull-policy=Never",
+        "--command",
+        "--",
+        "python3",
+        "-c",
+        script,
+    ];
+    kubectl(kubeconfig, &args, stdin).await
+}
+
 /// A started double and a kubeconfig for `namespace` in a scratch folder.
 async fn double_with_kubeconfig(namespace: &str) -> (KubeDouble, tempfile::TempDir, PathBuf) {
     let double = with_timeout(KubeDouble::start()).await;
@@ -82,6 +107,32 @@ async fn request(
     )
 }
 
+/// `GET path`; (status, body).
+async fn get(double: &KubeDouble, path: &str) -> (u16, Value) {
+    request(double, reqwest::Method::GET, path, None).await
+}
+
+/// `DELETE path`; (status, body).
+async fn delete(double: &KubeDouble, path: &str) -> (u16, Value) {
+    request(double, reqwest::Method::DELETE, path, None).await
+}
+
+/// Creates `pod` in `namespace` over HTTP; (status, body).
+async fn create_pod(double: &KubeDouble, namespace: &str, pod: Value) -> (u16, Value) {
+    let path = format!("/api/v1/namespaces/{namespace}/pods");
+    request(double, reqwest::Method::POST, &path, Some(pod)).await
+}
+
+/// What a SelfSubjectAccessReview of `verb` on `resource`/`subresource` answers.
+async fn allowed(double: &KubeDouble, verb: &str, resource: &str, subresource: &str) -> bool {
+    let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource, "subresource": subresource}}});
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let (status, body) = request(double, reqwest::Method::POST, path, Some(review)).await;
+    assert_eq!(status, 201, "{body}");
+    body["status"]["allowed"].as_bool().unwrap()
+}
+
 /// Waits until the pod satisfies `done`; returns it.
 async fn until_pod(
     double: &KubeDouble,
@@ -112,11 +163,10 @@ async fn until_gone(double: &KubeDouble, namespace: &str, name: &str) {
     .await;
 }
 
-/// The Docker containers carrying the double's label.
-async fn containers_of(double: &KubeDouble) -> Vec<bollard::models::ContainerSummary> {
+/// The Docker containers carrying `label` (`key=value`).
+async fn labelled(label: &str) -> Vec<bollard::models::ContainerSummary> {
     let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let (key, value) = double.label();
-    let filters = std::collections::HashMap::from([("label", vec![format!("{key}={value}")])]);
+    let filters = std::collections::HashMap::from([("label", vec![label.to_string()])]);
     let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&filters)
@@ -126,21 +176,46 @@ async fn containers_of(double: &KubeDouble) -> Vec<bollard::models::ContainerSum
         .unwrap()
 }
 
+/// The double's label, as `key=value`.
+fn label_of(double: &KubeDouble) -> String {
+    let (key, value) = double.label();
+    format!("{key}={value}")
+}
+
+/// The Docker containers carrying the double's label.
+async fn containers_of(double: &KubeDouble) -> Vec<bollard::models::ContainerSummary> {
+    labelled(&label_of(double)).await
+}
+
+/// `docker inspect` of the one container of pod `name`.
+async fn inspect_container_of(
+    double: &KubeDouble,
+    name: &str,
+) -> bollard::models::ContainerInspectResponse {
+    let containers = containers_of(double).await;
+    let container = containers
+        .iter()
+        .find(|c| c.labels.as_ref().unwrap()["io.kubernetes.pod.name"] == name)
+        .expect("the pod's container");
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    with_timeout(docker.inspect_container(container.id.as_deref().unwrap(), None))
+        .await
+        .unwrap()
+}
+
 /// Shuts the double down and asserts that it left no container.
 async fn shutdown_and_assert_clean(double: KubeDouble) {
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let (key, value) = double.label();
-    let label = format!("{key}={value}");
+    let label = label_of(&double);
     with_timeout(double.shutdown()).await;
-    let filters = std::collections::HashMap::from([("label", vec![label])]);
-    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
-        .all(true)
-        .filters(&filters)
-        .build();
-    let left = with_timeout(docker.list_containers(Some(options)))
-        .await
-        .unwrap();
+    let left = labelled(&label).await;
     assert!(left.is_empty(), "containers left: {left:?}");
+    // A container whose create was in flight at shutdown would appear only now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let late = labelled(&label).await;
+    assert!(
+        late.is_empty(),
+        "containers created after shutdown: {late:?}"
+    );
 }
 
 /// A pod spec that passes Pod Security "restricted", running `script` in Python.
@@ -203,6 +278,10 @@ async fn a_pod_runs_as_a_locked_down_container_and_reports_its_exit() {
         "256Mi"
     );
     assert!(
+        created["spec"]["containers"][0].get("ports").is_none(),
+        "{created}"
+    );
+    assert!(
         created["spec"]["volumes"].as_array().unwrap().len() == 1,
         "no token volume: {created}"
     );
@@ -221,24 +300,13 @@ async fn a_pod_runs_as_a_locked_down_container_and_reports_its_exit() {
             .starts_with("sha256:")
     );
 
-    let (status, log) = request(
-        &double,
-        reqwest::Method::GET,
-        "/api/v1/namespaces/sandbox/pods/runner/log",
-        None,
-    )
-    .await;
+    let (status, log) = get(&double, "/api/v1/namespaces/sandbox/pods/runner/log").await;
     assert_eq!(status, 200);
     assert_eq!(log, Value::String("10001 10001 ok\n".to_string()));
 
     // What Docker was told.
-    let containers = containers_of(&double).await;
-    assert_eq!(containers.len(), 1);
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let inspected =
-        with_timeout(docker.inspect_container(containers[0].id.as_deref().unwrap(), None))
-            .await
-            .unwrap();
+    assert_eq!(containers_of(&double).await.len(), 1);
+    let inspected = inspect_container_of(&double, "runner").await;
     let host = inspected.host_config.unwrap();
     assert_eq!(host.network_mode.as_deref(), Some("none"));
     assert_eq!(host.readonly_rootfs, Some(true));
@@ -260,23 +328,11 @@ async fn a_pod_runs_as_a_locked_down_container_and_reports_its_exit() {
     );
 
     // Deleting the pod removes its container.
-    let (status, deleted) = request(
-        &double,
-        reqwest::Method::DELETE,
-        "/api/v1/namespaces/sandbox/pods/runner",
-        None,
-    )
-    .await;
+    let (status, deleted) = delete(&double, "/api/v1/namespaces/sandbox/pods/runner").await;
     assert_eq!(status, 200, "{deleted}");
     until_gone(&double, "sandbox", "runner").await;
     assert!(containers_of(&double).await.is_empty());
-    let (status, missing) = request(
-        &double,
-        reqwest::Method::GET,
-        "/api/v1/namespaces/sandbox/pods/runner",
-        None,
-    )
-    .await;
+    let (status, missing) = get(&double, "/api/v1/namespaces/sandbox/pods/runner").await;
     assert_eq!(status, 404);
     assert_eq!(missing["reason"], "NotFound");
     assert_eq!(missing["message"], "pods \"runner\" not found");
@@ -286,29 +342,12 @@ async fn a_pod_runs_as_a_locked_down_container_and_reports_its_exit() {
 #[tokio::test]
 async fn kubectl_gets_deletes_and_runs_with_attach() {
     let (double, _home, kubeconfig) = double_with_kubeconfig("default").await;
-    let image = image();
 
     // kubectl run -i: create, wait for Running, attach over WebSocket, stdin to the container,
     // its output back, then the exit read from the pod's status.
     let script = "import sys; print(sys.stdin.read().upper(), end='')";
-    let (code, stdout, stderr) = kubectl(
-        &kubeconfig,
-        &[
-            "run",
-            "shout",
-            "-i",
-            "--restart=Never",
-            &format!("--image={image}"),
-            "--image-pull-policy=Never",
-            "--command",
-            "--",
-            "python3",
-            "-c",
-            script,
-        ],
-        Some("hello from kubectl\n"),
-    )
-    .await;
+    let (code, stdout, stderr) =
+        kubectl_run_python(&kubeconfig, "shout", script, Some("hello from kubectl\n")).await;
     assert_eq!(
         code,
         0,
@@ -338,21 +377,10 @@ async fn kubectl_gets_deletes_and_runs_with_attach() {
     assert_eq!(pod["spec"]["containers"][0]["stdinOnce"], true);
 
     // A failing command's exit code comes back through kubectl.
-    let (code, _, stderr) = kubectl(
+    let (code, _, stderr) = kubectl_run_python(
         &kubeconfig,
-        &[
-            "run",
-            "fails",
-            "-i",
-            "--restart=Never",
-            &format!("--image={image}"),
-            "--image-pull-policy=Never",
-            "--command",
-            "--",
-            "python3",
-            "-c",
-            "import sys; sys.stdin.read(); sys.exit(7)",
-        ],
+        "fails",
+        "import sys; sys.stdin.read(); sys.exit(7)",
         Some(""),
     )
     .await;
@@ -463,21 +491,9 @@ async fn a_restricted_namespace_refuses_a_pod_with_the_violations_named() {
     );
 
     // The same pod in an unlabelled namespace is admitted; a second create is a conflict.
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(restricted_pod("twice", "pass")),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", restricted_pod("twice", "pass")).await;
     assert_eq!(status, 201);
-    let (status, body) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(restricted_pod("twice", "pass")),
-    )
-    .await;
+    let (status, body) = create_pod(&double, "default", restricted_pod("twice", "pass")).await;
     assert_eq!(
         (status, body["reason"].as_str()),
         (409, Some("AlreadyExists"))
@@ -504,13 +520,7 @@ async fn active_deadline_kills_and_owner_gc_collects() {
     // activeDeadlineSeconds: the kubelet kills the pod, Failed with DeadlineExceeded.
     let mut pod = restricted_pod("late", sleeper);
     pod["spec"]["activeDeadlineSeconds"] = json!(2);
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     until_pod(&double, "default", "late", |p| {
         p["status"]["phase"] == "Running"
@@ -532,13 +542,7 @@ async fn active_deadline_kills_and_owner_gc_collects() {
     pod["metadata"]["ownerReferences"] =
         json!([{"apiVersion": "v1", "kind": "Pod", "name": "server", "uid": owner}]);
     pod["spec"]["terminationGracePeriodSeconds"] = json!(1);
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     until_pod(&double, "default", "owned", |p| {
         p["status"]["phase"] == "Running"
@@ -549,8 +553,32 @@ async fn active_deadline_kills_and_owner_gc_collects() {
         double.pod("default", "owned").await.is_some(),
         "collected while its owner lives"
     );
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods?watch=1&fieldSelector=metadata.name%3Downed",
+        double.url()
+    );
+    let watch = with_timeout(reqwest::Client::new().get(url).bearer_auth(TOKEN).send())
+        .await
+        .unwrap();
     assert!(double.delete_pod("default", "server", 0).await);
     until_gone(&double, "default", "owned").await;
+    // Graceful: the deletion is marked first, and the container's end is written before the
+    // pod goes. Python as PID 1 ignores SIGTERM (no handler), so the grace ends in SIGKILL.
+    let events = watch_objects(watch, |events| {
+        events.iter().any(|e| e["type"] == "DELETED")
+    })
+    .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "MODIFIED"
+                && !e["object"]["metadata"]["deletionTimestamp"].is_null()),
+        "{events:?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "DELETED");
+    let terminated = &last["object"]["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["exitCode"], 137, "{last}");
     let left: Vec<_> = containers_of(&double)
         .await
         .into_iter()
@@ -626,13 +654,7 @@ async fn stdin_pod(double: &KubeDouble, name: &str, script: &str) {
     let mut pod = restricted_pod(name, script);
     pod["spec"]["containers"][0]["stdin"] = json!(true);
     pod["spec"]["containers"][0]["stdinOnce"] = json!(true);
-    let (status, body) = request(
-        double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, body) = create_pod(double, "default", pod).await;
     assert_eq!(status, 201, "{body}");
     until_pod(double, "default", name, |p| {
         p["status"]["phase"] == "Running"
@@ -681,11 +703,9 @@ async fn attach_speaks_v5_with_half_close_and_v4() {
     .await;
 
     // A completed pod cannot be attached to.
-    let (status, body) = request(
+    let (status, body) = get(
         &double,
-        reqwest::Method::GET,
         "/api/v1/namespaces/default/pods/four/attach?stdout=true",
-        None,
     )
     .await;
     assert_eq!(status, 400);
@@ -701,55 +721,12 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     let double = with_timeout(KubeDouble::start()).await;
 
     // SelfSubjectAccessReview answers per deny_verbs, and the denied request itself gets 403.
-    let review = |verb: &str, resource: &str, subresource: &str| {
-        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource, "subresource": subresource}}})
-    };
-    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
-    let (status, body) = request(
-        &double,
-        reqwest::Method::POST,
-        path,
-        Some(review("delete", "pods", "")),
-    )
-    .await;
-    assert_eq!(
-        (status, &body["status"]["allowed"]),
-        (201, &json!(true)),
-        "{body}"
-    );
+    assert!(allowed(&double, "delete", "pods", "").await);
     double.deny_verbs(&["delete", "get pods/attach"]);
-    let (_, body) = request(
-        &double,
-        reqwest::Method::POST,
-        path,
-        Some(review("delete", "pods", "")),
-    )
-    .await;
-    assert_eq!(body["status"]["allowed"], false);
-    let (_, body) = request(
-        &double,
-        reqwest::Method::POST,
-        path,
-        Some(review("get", "pods", "attach")),
-    )
-    .await;
-    assert_eq!(body["status"]["allowed"], false);
-    let (_, body) = request(
-        &double,
-        reqwest::Method::POST,
-        path,
-        Some(review("get", "pods", "")),
-    )
-    .await;
-    assert_eq!(body["status"]["allowed"], true);
-    let (status, body) = request(
-        &double,
-        reqwest::Method::DELETE,
-        "/api/v1/namespaces/default/pods/any",
-        None,
-    )
-    .await;
+    assert!(!allowed(&double, "delete", "pods", "").await);
+    assert!(!allowed(&double, "get", "pods", "attach").await);
+    assert!(allowed(&double, "get", "pods", "").await);
+    let (status, body) = delete(&double, "/api/v1/namespaces/default/pods/any").await;
     assert_eq!(status, 403);
     assert_eq!(
         body["message"],
@@ -778,13 +755,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     double.set_pids_limit(64);
     let mut pod = restricted_pod("gvisor", "print('hi')");
     pod["spec"]["runtimeClassName"] = json!("gvisor");
-    let (status, body) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod.clone()),
-    )
-    .await;
+    let (status, body) = create_pod(&double, "default", pod.clone()).await;
     assert_eq!(status, 403);
     assert_eq!(
         body["message"],
@@ -793,13 +764,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     double
         .apply(json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handler": "runsc"}))
         .await;
-    let (status, body) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, body) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201, "{body}");
     assert!(body["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"].is_null());
     let pod = until_pod(&double, "default", "gvisor", |p| {
@@ -807,12 +772,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     })
     .await;
     assert_eq!(pod["status"]["phase"], "Succeeded", "{pod}");
-    let containers = containers_of(&double).await;
-    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
-    let inspected =
-        with_timeout(docker.inspect_container(containers[0].id.as_deref().unwrap(), None))
-            .await
-            .unwrap();
+    let inspected = inspect_container_of(&double, "gvisor").await;
     let host = inspected.host_config.unwrap();
     assert_eq!(host.runtime.as_deref(), Some("runsc"));
     assert_eq!(host.pids_limit, Some(64));
@@ -821,13 +781,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     // An image the engine lacks is not pulled: the container waits.
     let mut pod = restricted_pod("absent", "pass");
     pod["spec"]["containers"][0]["image"] = json!("kube-double-absent:1");
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     let pod = until_pod(&double, "default", "absent", |p| {
         !p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].is_null()
@@ -853,13 +807,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     let pinned = format!("{repository}@{id}");
     let mut pod = restricted_pod("pinned", "pass");
     pod["spec"]["containers"][0]["image"] = json!(pinned);
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     let pod = until_pod(&double, "default", "pinned", |p| {
         p["status"]["phase"] == "Succeeded"
@@ -871,13 +819,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     );
     let mut pod = restricted_pod("mispinned", "pass");
     pod["spec"]["containers"][0]["image"] = json!(format!("elsewhere/other@{id}"));
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     let pod = until_pod(&double, "default", "mispinned", |p| {
         !p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].is_null()
@@ -891,13 +833,7 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     // Over its memory limit, the container is OOMKilled.
     let mut pod = restricted_pod("hungry", "x = bytearray(512 * 1024 * 1024)");
     pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("64Mi");
-    let (status, _) = request(
-        &double,
-        reqwest::Method::POST,
-        "/api/v1/namespaces/default/pods",
-        Some(pod),
-    )
-    .await;
+    let (status, _) = create_pod(&double, "default", pod).await;
     assert_eq!(status, 201);
     let pod = until_pod(&double, "default", "hungry", |p| {
         p["status"]["phase"] == "Failed"
@@ -925,11 +861,9 @@ async fn a_pod_deleted_while_its_container_is_created_leaves_no_container() {
         assert_eq!(status, 201);
         // Let the kubelet reach Docker on some rounds, not on others.
         tokio::time::sleep(Duration::from_millis((round % 6) * 15)).await;
-        let (status, _) = request(
+        let (status, _) = delete(
             &double,
-            reqwest::Method::DELETE,
             &format!("/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0"),
-            None,
         )
         .await;
         assert_eq!(status, 200);
@@ -950,11 +884,11 @@ async fn a_pod_deleted_while_its_container_is_created_leaves_no_container() {
     shutdown_and_assert_clean(double).await;
 }
 
-/// Reads watch events from a streaming response until `until` says stop; their (type, name).
-async fn watch_events(
+/// Reads watch events (whole) from a streaming response until `until` says stop.
+async fn watch_objects(
     response: reqwest::Response,
-    until: impl Fn(&[(String, String)]) -> bool,
-) -> Vec<(String, String)> {
+    until: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
     use futures_util::StreamExt;
     let mut body = response.bytes_stream();
     let (mut buffer, mut events) = (Vec::new(), Vec::new());
@@ -965,27 +899,35 @@ async fn watch_events(
         buffer.extend_from_slice(&chunk.unwrap());
         while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = buffer.drain(..=end).collect();
-            let event: Value = serde_json::from_slice(&line).unwrap();
-            events.push((
-                event["type"].as_str().unwrap().to_string(),
-                event["object"]["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            ));
+            events.push(serde_json::from_slice(&line).unwrap());
         }
     }
     events
 }
 
+/// Reads watch events until `until` says stop; their (type, name).
+async fn watch_events(
+    response: reqwest::Response,
+    until: impl Fn(&[(String, String)]) -> bool,
+) -> Vec<(String, String)> {
+    let brief = |events: &[Value]| -> Vec<(String, String)> {
+        events
+            .iter()
+            .map(|e| {
+                let name = e["object"]["metadata"]["name"].as_str().unwrap_or_default();
+                (e["type"].as_str().unwrap().to_string(), name.to_string())
+            })
+            .collect()
+    };
+    brief(&watch_objects(response, |events| until(&brief(events))).await)
+}
+
 #[tokio::test]
 async fn watches_resume_from_a_revision_and_honour_selectors() {
     let double = with_timeout(KubeDouble::start()).await;
-    let (status, list) = request(
+    let (status, list) = get(
         &double,
-        reqwest::Method::GET,
         "/api/v1/namespaces/default/pods?labelSelector=app%3Dkube-double-test",
-        None,
     )
     .await;
     assert_eq!(status, 200);
@@ -1000,13 +942,7 @@ async fn watches_resume_from_a_revision_and_honour_selectors() {
     let mut other = restricted_pod("other", "pass");
     other["metadata"]["labels"] = json!({"app": "else"});
     for pod in [other, restricted_pod("watched", "pass")] {
-        let (status, _) = request(
-            &double,
-            reqwest::Method::POST,
-            "/api/v1/namespaces/default/pods",
-            Some(pod),
-        )
-        .await;
+        let (status, _) = create_pod(&double, "default", pod).await;
         assert_eq!(status, 201);
     }
     until_pod(&double, "default", "watched", |p| {
@@ -1054,5 +990,111 @@ async fn watches_resume_from_a_revision_and_honour_selectors() {
         "{events:?}"
     );
     assert!(events.iter().all(|(_, name)| name == "other"), "{events:?}");
+    shutdown_and_assert_clean(double).await;
+}
+
+#[tokio::test]
+async fn a_double_dropped_without_shutdown_removes_its_containers() {
+    let double = with_timeout(KubeDouble::start()).await;
+    let (status, _) = create_pod(
+        &double,
+        "default",
+        restricted_pod("left", "import time; time.sleep(60)"),
+    )
+    .await;
+    assert_eq!(status, 201);
+    until_pod(&double, "default", "left", |p| {
+        p["status"]["phase"] == "Running"
+    })
+    .await;
+    let label = label_of(&double);
+    assert_eq!(containers_of(&double).await.len(), 1);
+    // As when a test panics before its shutdown.
+    drop(double);
+    let left = labelled(&label).await;
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Measures, side by side, one attach round trip (connect, 4 bytes in, output and end back) to
+/// a warm pod through the double against `docker attach` to an equal warm container. Run by
+/// hand: `cargo nextest run --run-ignored only -E 'test(/attach_overhead/)' --no-capture`.
+#[tokio::test]
+#[ignore = "a measurement, not a check"]
+async fn attach_overhead_against_docker() {
+    use bollard::container::{AttachContainerResults, LogOutput};
+    use futures_util::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    const ROUNDS: usize = 10;
+    let script = "import sys; data = sys.stdin.read(4); print(data.upper())";
+    let double = with_timeout(KubeDouble::start()).await;
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let (mut through_double, mut direct) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let name = format!("warm-{round}");
+        stdin_pod(&double, &name, script).await;
+        let started = std::time::Instant::now();
+        let (stdout, _, _, _) = attach_raw(&double, &name, "v5.channel.k8s.io", b"abcd").await;
+        through_double.push(started.elapsed());
+        assert_eq!(stdout, "ABCD\n");
+
+        let (key, value) = double.label();
+        let body = bollard::models::ContainerCreateBody {
+            image: Some(image()),
+            entrypoint: Some(vec!["python3".into(), "-c".into(), script.into()]),
+            open_stdin: Some(true),
+            stdin_once: Some(true),
+            attach_stdin: Some(true),
+            labels: Some(std::collections::HashMap::from([(
+                key.to_string(),
+                value.to_string(),
+            )])),
+            // The pod's limits (500m cpu, 256Mi): a cpu quota alone costs more than the attach.
+            host_config: Some(bollard::models::HostConfig {
+                network_mode: Some("none".into()),
+                nano_cpus: Some(500_000_000),
+                memory: Some(256 * 1024 * 1024),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let id = with_timeout(docker.create_container(None, body))
+            .await
+            .unwrap()
+            .id;
+        with_timeout(docker.start_container(&id, None))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let started = std::time::Instant::now();
+        let options = bollard::query_parameters::AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .build();
+        let AttachContainerResults {
+            mut output,
+            mut input,
+        } = with_timeout(docker.attach_container(&id, Some(options)))
+            .await
+            .unwrap();
+        input.write_all(b"abcd").await.unwrap();
+        input.flush().await.unwrap();
+        let mut stdout = Vec::new();
+        while let Some(Ok(chunk)) = with_timeout(output.next()).await {
+            if let LogOutput::StdOut { message } = chunk {
+                stdout.extend_from_slice(&message);
+            }
+        }
+        direct.push(started.elapsed());
+        assert_eq!(stdout, b"ABCD\n");
+    }
+    through_double.sort();
+    direct.sort();
+    println!(
+        "attach round trip, median of {ROUNDS}: through the double {:?}, docker attach {:?}",
+        through_double[ROUNDS / 2],
+        direct[ROUNDS / 2]
+    );
     shutdown_and_assert_clean(double).await;
 }

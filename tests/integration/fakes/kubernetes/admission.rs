@@ -78,7 +78,9 @@ pub fn default_pod(pod: &mut Value) {
             ]}}));
         }
     }
-    for volume in pod["spec"]["volumes"].as_array_mut().into_iter().flatten() {
+    // `get_mut`, not indexing: an index would write `null` for an absent field.
+    let volumes = pod["spec"].get_mut("volumes").and_then(Value::as_array_mut);
+    for volume in volumes.into_iter().flatten() {
         if let Some(empty_dir) = volume.get_mut("emptyDir")
             && empty_dir.is_null()
         {
@@ -114,7 +116,8 @@ pub fn default_pod(pod: &mut Value) {
                 }
             }
         }
-        for port in container["ports"].as_array_mut().into_iter().flatten() {
+        let ports = container.get_mut("ports").and_then(Value::as_array_mut);
+        for port in ports.into_iter().flatten() {
             if port["protocol"].is_null() {
                 port["protocol"] = json!("TCP");
             }

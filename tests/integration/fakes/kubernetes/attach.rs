@@ -93,15 +93,7 @@ async fn upgrade(
             "cannot attach a container in a completed pod; current phase is {phase}"
         )));
     }
-    let container = query
-        .get("container")
-        .cloned()
-        .or_else(|| {
-            pod["spec"]["containers"][0]["name"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .unwrap_or_default();
+    let container = kubelet::container_name(&pod, query.get("container").map(String::as_str));
     let declared = pod["spec"]["containers"]
         .as_array()
         .into_iter()

@@ -148,7 +148,13 @@ impl Kubelet {
             Ended::Completed => {}
             Ended::Deadline => self.end_at_deadline().await,
             Ended::Deleted(grace) => {
+                // As a kubelet does, the stopped containers' states are written before the
+                // pod goes.
                 self.stop_containers(grace).await;
+                self.record_terminated(|status| {
+                    status["conditions"] = conditions(false, Some("PodCompleted"));
+                })
+                .await;
                 return self.finalize().await;
             }
             Ended::Shutdown => return self.remove_containers().await,
@@ -279,6 +285,18 @@ impl Kubelet {
     /// `activeDeadlineSeconds` passed: kill the containers, the pod Failed/DeadlineExceeded.
     async fn end_at_deadline(&self) {
         self.stop_containers(0).await;
+        self.record_terminated(|status| {
+            status["phase"] = json!("Failed");
+            status["reason"] = json!("DeadlineExceeded");
+            status["message"] = json!(DEADLINE_MESSAGE);
+            status["conditions"] = conditions(false, Some("PodFailed"));
+        })
+        .await;
+    }
+
+    /// Writes each stopped container's `terminated` state into the pod's status, with
+    /// `change` to the rest of the status.
+    async fn record_terminated(&self, change: impl FnOnce(&mut Value)) {
         let ids = container_ids(&self.cluster, Some(&self.uid)).await;
         let mut states = HashMap::new();
         for (id, name) in ids {
@@ -286,10 +304,7 @@ impl Kubelet {
         }
         let containers = self.containers();
         self.update(|pod| {
-            pod["status"]["phase"] = json!("Failed");
-            pod["status"]["reason"] = json!("DeadlineExceeded");
-            pod["status"]["message"] = json!(DEADLINE_MESSAGE);
-            pod["status"]["conditions"] = conditions(false, Some("PodFailed"));
+            change(&mut pod["status"]);
             for (index, container) in containers.iter().enumerate() {
                 let name = container["name"].as_str().unwrap_or_default();
                 if let Some((state, id)) = states.get(name) {
@@ -815,9 +830,17 @@ pub async fn remove_labelled(cluster: &Cluster, uid: Option<&str>) {
     let _ = futures_util::future::join_all(removals).await;
 }
 
+/// The container a request names, or the pod's first (as the API server defaults it).
+pub fn container_name(pod: &Value, asked: Option<&str>) -> String {
+    asked
+        .or(pod["spec"]["containers"][0]["name"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The Docker id of a pod's container (`container`, or its first), once it has one.
 pub fn container_id(pod: &Value, container: Option<&str>) -> Option<String> {
-    let name = container.or(pod["spec"]["containers"][0]["name"].as_str())?;
+    let name = container_name(pod, container);
     pod["status"]["containerStatuses"]
         .as_array()?
         .iter()
@@ -834,14 +857,7 @@ pub async fn logs(
     container: Option<&String>,
 ) -> Result<String, ApiError> {
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
-    let name = container
-        .cloned()
-        .or_else(|| {
-            pod["spec"]["containers"][0]["name"]
-                .as_str()
-                .map(str::to_string)
-        })
-        .unwrap_or_default();
+    let name = container_name(pod, container.map(String::as_str));
     let Some(id) = container_id(pod, Some(&name)) else {
         return Err(ApiError::bad_request(format!(
             "container \"{name}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating"

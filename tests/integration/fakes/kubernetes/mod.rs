@@ -66,6 +66,9 @@
 //! - Only `create`, `get`, `list`, `watch`, `delete` and `deletecollection` (no update or
 //!   patch), JSON only; label and field selectors are matched on the object as it is now (a
 //!   watched object that stops matching is not turned into a `DELETED` event).
+//! - No aggregated discovery and no OpenAPI documents (`/openapi/v2` and `/v3` answer 404,
+//!   so kubectl's client-side schema validation is not available); no events, no
+//!   ServiceAccounts or Secrets; `pods/exec`, port-forward and SPDY are not served.
 //! - Pod Security checks implemented: host namespaces, privileged, hostPort,
 //!   allowPrivilegeEscalation, capabilities, restricted volume types, runAsNonRoot, runAsUser=0,
 //!   seccompProfile (not AppArmor, SELinux, procMount, sysctls, Windows, probes' hosts).
@@ -111,12 +114,14 @@ const HISTORY: usize = 100_000;
 /// A mutating admission hook.
 type Hook = Arc<dyn Fn(&mut Value) + Send + Sync>;
 
-/// The running double. Dropping it without [`KubeDouble::shutdown`] leaves its containers to
-/// the label (`docker rm -f $(docker ps -aq --filter label=io.file-agent.kube-double=ID)`).
+/// The running double. Dropping it without [`KubeDouble::shutdown`] (a test that panicked)
+/// still removes its containers, through the docker CLI, synchronously.
 pub struct KubeDouble {
     cluster: Arc<Cluster>,
     url: String,
     server: tokio::task::JoinHandle<()>,
+    /// Set by [`KubeDouble::shutdown`], so that drop has nothing left to do.
+    shut_down: bool,
 }
 
 /// What every handler and kubelet shares.
@@ -407,6 +412,10 @@ impl KubeDouble {
             api::create_namespace(&cluster, namespace, &[]);
         }
         let app = api::router(cluster.clone());
+        // No Nagle: attach writes many small frames, which would otherwise wait for ACKs.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -415,6 +424,7 @@ impl KubeDouble {
             cluster,
             url: format!("http://{address}"),
             server,
+            shut_down: false,
         }
     }
 
@@ -534,11 +544,36 @@ impl KubeDouble {
 
     /// Stops serving, ends every kubelet (their containers removed), then removes any
     /// container still carrying this double's label.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
+        self.shut_down = true;
         self.server.abort();
         self.cluster.stop.cancel();
         self.cluster.kubelets.close();
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.cluster.kubelets.wait()).await;
         kubelet::remove_labelled(&self.cluster, None).await;
+    }
+}
+
+impl Drop for KubeDouble {
+    fn drop(&mut self) {
+        if self.shut_down {
+            return;
+        }
+        self.server.abort();
+        self.cluster.stop.cancel();
+        let label = format!("label={LABEL_KEY}={}", self.cluster.id);
+        let listed = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter", &label])
+            .output();
+        if let Ok(listed) = listed {
+            let ids = String::from_utf8_lossy(&listed.stdout).into_owned();
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f"])
+                    .args(&ids)
+                    .output();
+            }
+        }
     }
 }
