@@ -422,17 +422,12 @@ impl<R: Runner> Tools<R> {
     /// was turned away, when, and why. The reason never holds the credential itself.
     async fn require_credential(&self, caller: &crate::storage::Caller) -> Result<(), ToolError> {
         let checked = self.storage.require_credential(caller).await;
-        if let (Err(error), Some(audit)) = (&checked, &self.audit) {
-            let record = Record {
-                time: crate::time::rfc3339_now(),
-                caller: CALL.try_with(Clone::clone).unwrap_or_default(),
+        if let Err(error) = &checked {
+            self.audit_nothing_ran(Record {
                 status: "refused_credential".into(),
                 error: Some(crate::error_chain(error)),
                 ..Record::default()
-            };
-            if let Err(error) = audit.append(record) {
-                tracing::error!(error = %error, "could not write the audit trail");
-            }
+            });
         }
         Ok(checked?)
     }
@@ -440,14 +435,21 @@ impl<R: Runner> Tools<R> {
     /// A line of the audit trail for a change of a saved tool, when no container ran (saving,
     /// deleting): `status` is the action.
     fn audit_event(&self, author: Author, mark: crate::audit::ToolMark) {
-        let Some(audit) = &self.audit else { return };
-        let record = Record {
-            time: crate::time::rfc3339_now(),
-            caller: CALL.try_with(Clone::clone).unwrap_or_default(),
+        self.audit_nothing_ran(Record {
             author: author.as_str().into(),
             status: mark.action.clone(),
             saved_tool: Some(mark),
             ..Record::default()
+        });
+    }
+
+    /// Appends `record`, a line for which no container ran, stamped now with the call's caller.
+    fn audit_nothing_ran(&self, record: Record) {
+        let Some(audit) = &self.audit else { return };
+        let record = Record {
+            time: crate::time::rfc3339_now(),
+            caller: CALL.try_with(Clone::clone).unwrap_or_default(),
+            ..record
         };
         if let Err(error) = audit.append(record) {
             tracing::error!(error = %error, "could not write the audit trail");
