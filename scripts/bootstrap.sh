@@ -6,21 +6,22 @@
 #   3. gVisor (Debian's runsc), registered with the engine as the runtime `runsc`, for
 #      SANDBOX_RUNTIME=runsc;
 #   4. the sandbox image this checkout expects (built only if its tag is missing), by the
-#      file-agent binary of the build profile given (default release: the main job's
-#      `cargo run --release` then finds it built and compiles nothing more).
-# Usage: scripts/bootstrap.sh [--profile release|dev]. What only the tests need (nextest, the
-# Python venvs, poppler-utils) is in scripts/test-setup.sh, which runs this with --profile dev.
+#      release binary: the main job's `cargo run --release` then finds it built and compiles
+#      nothing more.
+# Usage: scripts/bootstrap.sh [--no-image]. What only the tests need (nextest, the Python venvs,
+# poppler-utils) is in scripts/test-setup.sh, which runs this with --no-image and builds the
+# image with the tests' own build of file-agent, so that nothing is compiled twice.
 # Needs root (or sudo) for steps 1 to 3 on a fresh machine; later runs change nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 
-profile=release
+image=yes
 case "${1:-}" in
   "") ;;
-  --profile) profile=${2:?"bootstrap: --profile needs release or dev"} ;;
-  *) echo "bootstrap: unknown argument $1 (usage: scripts/bootstrap.sh [--profile release|dev])" >&2; exit 2 ;;
+  --no-image) image=no ;;
+  *) echo "bootstrap: unknown argument $1 (usage: scripts/bootstrap.sh [--no-image])" >&2; exit 2 ;;
 esac
 
 if ! docker info >/dev/null 2>&1; then
@@ -72,4 +73,6 @@ PY
 fi
 
 # cargo run (not ./target/...) so a CARGO_TARGET_DIR elsewhere works too.
-cargo run --quiet --profile "$profile" -- image build
+if [ "$image" = yes ]; then
+  cargo run --quiet --release -- image build
+fi
