@@ -1,7 +1,7 @@
-//! A mutation fuzzer for the parsers that read untrusted bytes in the server, on stable Rust
-//! and with no crate beyond file-agent's own: the detection by bytes (`filetype::detect`), the
-//! zip reader (`untrusted_zip`), the OOXML check (`ooxml::check`) and the PDF check
-//! (`pdf::Checker`, which runs `pdf::check` in a memory-capped child: here this program).
+//! A mutation fuzzer for the parsers that read untrusted bytes in the server (`src/untrusted/`),
+//! on stable Rust and with no crate beyond file-agent's own: the detection by bytes
+//! (`detect::detect`), the zip reader (`zip`), the OOXML check (`ooxml::check`) and the PDF
+//! check (`pdf::Checker`, which runs `pdf::check` in a memory-capped child: here this program).
 //!
 //! `cargo run --example fuzz -- <target|all> [--seconds N] [--seed S]`
 //!
@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use file_agent::tools::filetype::{self, FileType};
-use file_agent::tools::untrusted_zip::{Archive, ZipLimits};
-use file_agent::tools::{ooxml, pdf};
+use file_agent::untrusted::filetype::FileType;
+use file_agent::untrusted::zip::{Archive, ZipLimits};
+use file_agent::untrusted::{detect, ooxml, pdf};
 
 /// An input slower than this is reported.
 const SLOW: Duration = Duration::from_secs(2);
@@ -90,8 +90,8 @@ fn main() -> ExitCode {
 fn run(target: &str, bytes: &[u8]) {
     match target {
         "filetype" => {
-            let _ = filetype::detect(bytes, "input.xlsx", None);
-            let _ = filetype::detect(bytes, "input.doc", Some("application/msword"));
+            let _ = detect::detect(bytes, "input.xlsx", None);
+            let _ = detect::detect(bytes, "input.doc", Some("application/msword"));
         }
         "zip" => {
             if let Ok(archive) = Archive::open(bytes, ZipLimits::OFFICE) {

@@ -10,6 +10,7 @@
 //! This module does not read `.env` files (the CLI does, before calling it) or talk to anything.
 
 mod analysis;
+pub mod image;
 mod kubernetes;
 pub mod names;
 mod service;
@@ -21,7 +22,7 @@ pub use kubernetes::{Backend, KubernetesConfig, OwnerPod};
 pub use service::{
     AdmissionConfig, AuditConfig, AuditPlace, Config, DEFAULT_AUDIT_FOLDER, DynamicTools,
     LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, Secret, ServerConfig, StorageConfig,
-    TransferLimits,
+    TransferLimits, valid_chain_name,
 };
 
 use thiserror::Error;
@@ -253,7 +254,7 @@ impl SandboxConfig {
                 });
             }
             Some(image) => image,
-            None => crate::sandbox::image::default_tag(),
+            None => image::default_tag(),
         };
         let runtime = parse_name(
             vars,

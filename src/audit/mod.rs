@@ -17,7 +17,6 @@
 //! [`report`] reads every chain for a reviewer.
 
 pub mod chain;
-pub mod report;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -188,7 +187,7 @@ impl std::fmt::Debug for AuditLog {
 impl AuditLog {
     /// Opens (or creates) the chain `name` in `folder`: `<folder>/<name>.jsonl`.
     pub fn open_chain(folder: &Path, name: &str, config: AuditConfig) -> Result<Self, AuditError> {
-        if !valid_chain_name(name) {
+        if !crate::config::valid_chain_name(name) {
             return Err(AuditError {
                 path: folder.display().to_string(),
                 action: "opened",
@@ -302,16 +301,6 @@ impl AuditLog {
 
 /// The file name of a chain's live file: `<name>.jsonl`.
 pub const CHAIN_SUFFIX: &str = ".jsonl";
-
-/// Whether `name` may name a chain (a file in the audit folder): 1 to 253 letters, digits,
-/// `-`, `_` or `.`, not starting with `.` (a pod name or an instance always fits).
-pub fn valid_chain_name(name: &str) -> bool {
-    (1..=253).contains(&name.len())
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
 
 /// Takes `<path>.lock`, or says which other writer holds it.
 fn lock_chain(path: &Path) -> Result<File, AuditError> {

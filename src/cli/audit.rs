@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::audit::chain::{self, Chain};
-use crate::audit::report::{self, Filter};
 use crate::audit::{self, Record};
+use crate::report::{self, Filter};
 
 /// Checks the chain across `files` (in order: rotated files first, oldest first), or, given
 /// one folder, every chain in it, each on its own.

@@ -196,9 +196,9 @@ struct FilterArgs {
 }
 
 impl FilterArgs {
-    fn parse(self) -> anyhow::Result<crate::audit::report::Filter> {
-        use crate::audit::report::parse_time;
-        Ok(crate::audit::report::Filter {
+    fn parse(self) -> anyhow::Result<crate::report::Filter> {
+        use crate::report::parse_time;
+        Ok(crate::report::Filter {
             since: self.since.map(|t| parse_time(&t, false)).transpose()?,
             until: self.until.map(|t| parse_time(&t, true)).transpose()?,
             user: self.user,
@@ -236,7 +236,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // Before anything else: the PDF check's child caps itself and reads nothing but stdin.
     if let Some(Command::CheckPdf { memory }) = &cli.command {
-        return crate::tools::pdf::child_main(memory);
+        return crate::untrusted::pdf::child_main(memory);
     }
     // Before any thread exists: `.env` fills in variables the environment does not set.
     match dotenvy::from_path(".env") {

@@ -496,9 +496,7 @@ impl AuditConfig {
             (None, None) => AuditPlace::Folder(data_dir.join(DEFAULT_AUDIT_FOLDER)),
         };
         let chain = match vars.get("POD_NAME") {
-            Some(name) if crate::audit::valid_chain_name(name.trim()) => {
-                Some(name.trim().to_string())
-            }
+            Some(name) if valid_chain_name(name.trim()) => Some(name.trim().to_string()),
             Some(name) => {
                 return Err(ConfigError {
                     var: "POD_NAME",
@@ -596,6 +594,16 @@ fn url_authority(url: &str) -> Option<String> {
     let url = reqwest::Url::parse(url).ok()?;
     let host = url.host_str()?.trim_matches(['[', ']']).to_string();
     Some(host)
+}
+
+/// Whether `name` may name a chain (a file in the audit folder): 1 to 253 letters, digits,
+/// `-`, `_` or `.`, not starting with `.` (a pod name or an instance always fits).
+pub fn valid_chain_name(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::changes::{self, Compared};
 use super::filename::{output_name, safe_name};
-use super::filetype::{self, FileType};
 use super::{
     AttemptLine, Author, ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools,
     failure_reason, human_size, local_io, non_empty,
@@ -21,6 +20,8 @@ use crate::llm::code::extract_code;
 use crate::sandbox::{Input, InputSource, Job, Runner};
 use crate::storage::{Caller, content_type_for};
 use crate::text::tail;
+use crate::untrusted::detect;
+use crate::untrusted::filetype::FileType;
 
 /// Where the sandbox's `/work/out` is.
 const OUTPUT_DIR: &str = "/work/out";
@@ -90,7 +91,7 @@ impl<R: Runner> Tools<R> {
         self.require_llm()?;
         self.require_credential(caller).await?;
         let original = self.storage.fetch(file_id.trim(), caller).await?;
-        let file_type = filetype::detect(
+        let file_type = detect::detect(
             &original.bytes,
             &original.name,
             original.content_type.as_deref(),
@@ -284,7 +285,7 @@ impl<R: Runner> Tools<R> {
             // Inflating a package within its caps can still take a second of CPU: keep it
             // off the async workers.
             tokio::task::spawn_blocking(move || {
-                let verdict = filetype::validate(file_type, &bytes);
+                let verdict = detect::validate(file_type, &bytes);
                 (bytes, verdict)
             })
             .await

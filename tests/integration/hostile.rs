@@ -489,13 +489,13 @@ fn deck_parts() -> Vec<(&'static str, &'static [u8])> {
 /// Validates `bytes` as `file_type`, asserting it took under 2 s and grew this process's
 /// peak memory by under 64 MiB; returns the verdict.
 fn validated_within_bounds(
-    file_type: file_agent::tools::filetype::FileType,
+    file_type: file_agent::untrusted::filetype::FileType,
     bytes: &[u8],
 ) -> Result<(), String> {
     std::fs::write("/proc/self/clear_refs", "5").unwrap();
     let before = memory("VmRSS:");
     let started = std::time::Instant::now();
-    let verdict = file_agent::tools::filetype::validate(file_type, bytes);
+    let verdict = file_agent::untrusted::detect::validate(file_type, bytes);
     let (took, growth) = (started.elapsed(), memory("VmHWM:").saturating_sub(before));
     eprintln!(
         "{} bytes: {took:?}, +{} MiB: {verdict:?}",
@@ -509,7 +509,7 @@ fn validated_within_bounds(
 
 #[test]
 fn office_outputs_of_ten_thousand_entries_are_checked_within_bounds_and_one_more_is_refused() {
-    use file_agent::tools::filetype::FileType;
+    use file_agent::untrusted::filetype::FileType;
     let filler = |zip: &mut RawZip, count: usize| {
         for n in 0..count {
             zip.add_stored(&format!("ppt/media/filler{n}.bin"), b"x");
@@ -546,7 +546,7 @@ fn office_outputs_of_ten_thousand_entries_are_checked_within_bounds_and_one_more
 
 #[test]
 fn overlapping_entries_that_share_one_kernel_are_refused_within_bounds() {
-    use file_agent::tools::filetype::FileType;
+    use file_agent::untrusted::filetype::FileType;
     // David Fifield's non-recursive zip bomb, small: entry i's compressed data is a stored
     // DEFLATE block quoting entry i+1's local header, then entry i+1's compressed data; the
     // last one's is a kernel that inflates to 1 MiB. Each entry inflates to the kernel's MiB

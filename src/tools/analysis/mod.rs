@@ -31,7 +31,7 @@ use crate::prompts::render;
 use crate::sandbox::{Input, Job, Runner, Status};
 use crate::storage::{Caller, Download};
 use crate::text::{fenced, head, tail};
-use table::TableKind;
+use crate::untrusted::table::{self as table_kind, TableKind};
 
 /// Steps (model-written scripts that ran) per analysis pass.
 pub const MAX_STEPS: usize = 3;
@@ -240,8 +240,8 @@ impl<R: Runner> Tools<R> {
         cancel: &CancellationToken,
     ) -> Result<Analysis, ToolError> {
         let started = Instant::now();
-        let detected =
-            table::detect(&download.bytes, &download.name).map_err(ToolError::UnsupportedInput)?;
+        let detected = table_kind::detect(&download.bytes, &download.name)
+            .map_err(ToolError::UnsupportedInput)?;
         let file_name = safe_name(&download.name, &format!("data.{}", detected.kind.code()));
         let input = Input::from_bytes(file_name.as_str(), download.bytes);
         let mut clock = Clock::default();

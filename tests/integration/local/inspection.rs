@@ -6,6 +6,7 @@
 use file_agent::config::SandboxConfig;
 use file_agent::sandbox::{Input, Job, Runner, Status};
 use file_agent::tools::analysis::table;
+use file_agent::untrusted::table as table_kind;
 use tokio_util::sync::CancellationToken;
 
 use super::LocalRunner;
@@ -26,7 +27,7 @@ async fn run(runner: &LocalRunner, job: Job) -> (file_agent::sandbox::Outcome, t
 
 /// The inspection of `bytes` named `name`, as the model would read it.
 async fn inspect(name: &str, bytes: Vec<u8>) -> String {
-    let detected = table::detect(&bytes, name).unwrap();
+    let detected = table_kind::detect(&bytes, name).unwrap();
     let job = table::inspection_job(Input::from_bytes(name, bytes), detected.kind);
     let (outcome, _out) = run(&runner(), job).await;
     assert_eq!(outcome.status, Status::Ok, "{}", outcome.stderr.text());

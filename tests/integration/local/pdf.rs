@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use file_agent::tools::pdf::{self, Checker, PdfError};
+use file_agent::untrusted::pdf::{self, Checker, PdfError};
 
 use crate::common::{memory, with_timeout};
 

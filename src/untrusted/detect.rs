@@ -1,61 +1,15 @@
-//! The formats the file tools produce and accept: naming them, recognising them by their bytes
-//! (never by name alone), and checking that an output really opens.
+//! Recognising a file by its bytes (never by its name alone), and checking that an output
+//! really opens, the way Excel or Word would find its way into it.
 //!
 //! Both read untrusted bytes inside the server, so both go through bounded readers: Office
-//! packages through the zip reader ([`untrusted_zip`](super::untrusted_zip)) and a structure
-//! check ([`ooxml`]), PDFs through [`pdf`](super::pdf); none loads a sheet's cells, a
-//! document's text or a page's content into memory. A PDF's parse, whose memory no cap of
-//! lopdf bounds, runs in a memory-capped child process ([`Checker`](super::pdf::Checker)).
+//! packages through the zip reader ([`zip`](super::zip)) and a structure check
+//! ([`ooxml`](super::ooxml)); none loads a sheet's cells or a document's text into memory. A
+//! PDF's parse, whose memory no cap of lopdf bounds, is not done here but in a memory-capped
+//! child process ([`Checker`](super::pdf::Checker)).
 
+use super::filetype::FileType;
 use super::ooxml;
-use super::untrusted_zip::{Archive, ZipLimits};
-
-/// A file type `generate_file` makes and `modify_file` changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileType {
-    /// An Excel workbook (.xlsx).
-    Excel,
-    /// A Word document (.docx).
-    Docx,
-    /// A PowerPoint presentation (.pptx).
-    Pptx,
-    /// A PDF document (made, never modified).
-    Pdf,
-}
-
-impl FileType {
-    /// The `file_type` argument: `excel`, `docx`, `pptx` or `pdf` (also `xlsx`, `word`,
-    /// `powerpoint`).
-    pub fn parse(value: &str) -> Option<Self> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "excel" | "xlsx" => Some(Self::Excel),
-            "docx" | "word" => Some(Self::Docx),
-            "pptx" | "powerpoint" => Some(Self::Pptx),
-            "pdf" => Some(Self::Pdf),
-            _ => None,
-        }
-    }
-
-    /// The file extension, without the dot.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Self::Excel => "xlsx",
-            Self::Docx => "docx",
-            Self::Pptx => "pptx",
-            Self::Pdf => "pdf",
-        }
-    }
-
-    /// Words for a person.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Excel => "Excel workbook",
-            Self::Docx => "Word document",
-            Self::Pptx => "PowerPoint presentation",
-            Self::Pdf => "PDF document",
-        }
-    }
-}
+use super::zip::{Archive, ZipLimits};
 
 /// What `modify_file` was given, by its bytes (the name and content type only break ties).
 pub fn detect(bytes: &[u8], name: &str, content_type: Option<&str>) -> Result<FileType, String> {
@@ -102,7 +56,7 @@ pub fn detect(bytes: &[u8], name: &str, content_type: Option<&str>) -> Result<Fi
 }
 
 /// Checks that `bytes` is a valid file of type `file_type` by its structure, the way Excel or
-/// Word finds its way into it, within the caps of [`untrusted_zip`](super::untrusted_zip).
+/// Word finds its way into it, within the caps of [`zip`](super::zip).
 /// The error says what is wrong and, when a cap refused it, what to do.
 pub fn validate(file_type: FileType, bytes: &[u8]) -> Result<(), String> {
     if bytes.is_empty() {
@@ -126,7 +80,7 @@ pub fn validate(file_type: FileType, bytes: &[u8]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::untrusted_zip::zip_with;
+    use crate::untrusted::zip::zip_with;
 
     #[test]
     fn detects_by_content_not_name() {

@@ -2,7 +2,7 @@
 //! the way Excel and Word find their way into them, without ever loading a sheet's cells or a
 //! document's text into the server's memory:
 //!
-//! 1. the zip is read with [`untrusted_zip`](super::untrusted_zip), under its caps;
+//! 1. the zip is read with [`zip`](super::zip), under its caps;
 //! 2. `[Content_Types].xml` and `_rels/.rels` are parsed whole (each at most
 //!    [`MAX_PARSED_PART_BYTES`]) to find the main part and check its content type;
 //! 3. for a workbook, `workbook.xml` and its relationships are parsed whole the same way: at
@@ -22,7 +22,7 @@ use quick_xml::events::{BytesStart, Event};
 use thiserror::Error;
 
 use super::filetype::FileType;
-use super::untrusted_zip::{Archive, ZipError, ZipLimits};
+use super::zip::{Archive, ZipError, ZipLimits};
 use crate::config::MIB;
 
 /// The largest part parsed whole (content types, relationships, `workbook.xml`).
@@ -457,7 +457,7 @@ fn walk_xml(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::untrusted_zip::zip_with;
+    use crate::untrusted::zip::zip_with;
 
     const TYPES: &str = r#"<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>"#;
     const ROOT_RELS_XL: &str = r#"<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/></Relationships>"#;

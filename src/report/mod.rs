@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::chain::{self, Chain};
-use super::{Record, ToolMark};
+use crate::audit::chain::{self, Chain};
+use crate::audit::{Record, ToolMark};
 
 /// Rows of "needs attention" kept (the newest).
 pub const ATTENTION_MAX: usize = 1000;
@@ -544,7 +544,7 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
     let mut hourly: BTreeMap<String, Counts> = BTreeMap::new();
     let mut verdicts = Vec::new();
     for (index, chain) in chains.iter().enumerate() {
-        let verdict = super::verify_each(&chain.files, |record| {
+        let verdict = crate::audit::verify_each(&chain.files, |record| {
             if !filter.admits(&record) {
                 return;
             }

@@ -1,0 +1,163 @@
+//! The attempt loop's steps: one attempt run in a fresh container once a slot is free, its
+//! timings counted, its audit line prepared and written once the flow has judged the output;
+//! why an attempt failed, in words for the model; and the message that asks the model to try
+//! again. The flows (`files`, `analysis`, `dynamic`, `python`) loop over these.
+
+use std::path::Path;
+
+use tokio_util::sync::CancellationToken;
+
+use super::trail::{AUDIT_ERROR_CHARS, AttemptLine, Author};
+use super::{CALL, MAX_ATTEMPTS, ToolError, Tools};
+use crate::audit::{FileDigest, Record};
+use crate::config::SandboxConfig;
+use crate::sandbox::{Job, Outcome, Runner, SandboxError, Status};
+
+impl<R: Runner> Tools<R> {
+    /// The message that tells the model its attempt `attempt` failed, and why (`error`).
+    pub(super) fn retry_message(&self, attempt: usize, error: &str) -> crate::llm::Message {
+        crate::llm::Message::User(crate::prompts::render(
+            &self.prompts.retry,
+            &[
+                ("attempt", &attempt.to_string()),
+                ("max_attempts", &MAX_ATTEMPTS.to_string()),
+                ("error", error),
+            ],
+        ))
+    }
+
+    /// Runs one attempt in a fresh container, waiting for a free slot first, and records it
+    /// in the audit trail however it ends.
+    pub(super) async fn run_attempt(
+        &self,
+        job: Job,
+        author: Author,
+        out_dir: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<Outcome, ToolError> {
+        self.run_judged(job, author, None, out_dir, cancel)
+            .await
+            .map(|(outcome, _line)| outcome)
+    }
+
+    /// [`Self::run_attempt`] for a flow that checks what the attempt produced (marked as a
+    /// saved tool's check or call in the trail when `saved_tool` says so): its audit line is
+    /// written when the returned [`AttemptLine`] is dropped, after the flow has had the chance
+    /// to [`AttemptLine::refuse`] the output. A run that failed is written at once.
+    pub(super) async fn run_judged(
+        &self,
+        job: Job,
+        author: Author,
+        saved_tool: Option<crate::audit::ToolMark>,
+        out_dir: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<(Outcome, AttemptLine), ToolError> {
+        let started = std::time::Instant::now();
+        let record = self.audit.as_ref().map(|_| Record {
+            saved_tool,
+            ..self.audit_record(&job, author)
+        });
+        let result = match self.admission.enter(cancel).await {
+            Err(error) => Err(error),
+            Ok(_slot) => match self.runner.run(job, out_dir, cancel).await {
+                Err(SandboxError::Cancelled) => Err(ToolError::Cancelled),
+                other => other.map_err(ToolError::from),
+            },
+        };
+        let status = match &result {
+            Ok(outcome) => serde_json::to_value(outcome.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            Err(ToolError::Busy { .. }) => "busy".into(),
+            Err(ToolError::Cancelled) => "cancelled".into(),
+            Err(_) => "sandbox_error".into(),
+        };
+        let tool = CALL.try_with(|call| call.tool.clone()).unwrap_or_default();
+        let metrics = crate::metrics::metrics();
+        metrics.attempt(&tool, &status, started.elapsed());
+        if let Ok(outcome) = &result {
+            let timings = &outcome.timings;
+            for (phase, took) in [
+                ("create", timings.create),
+                ("start", timings.start),
+                ("copy_in", timings.copy_in),
+                ("run", timings.run),
+                ("logs", timings.logs),
+                ("copy_out", timings.copy_out),
+            ] {
+                metrics.phase(phase, took);
+            }
+        }
+        let mut line = AttemptLine {
+            audit: self.audit.clone(),
+            record: None,
+        };
+        if let Some(mut record) = record {
+            record.duration_ms = started.elapsed().as_millis() as u64;
+            record.status = status;
+            match &result {
+                Ok(outcome) => {
+                    record.exit_code = outcome.exit_code;
+                    record.container = Some(outcome.container_id.clone());
+                    record.container_kind =
+                        Some(if outcome.warm { "warm" } else { "cold" }.to_string());
+                    record.container_created =
+                        Some(crate::time::format_rfc3339(outcome.container_created));
+                    record.image_id = Some(outcome.image_id.clone());
+                    record.outputs = outcome
+                        .outputs
+                        .iter()
+                        .map(|file| FileDigest {
+                            name: file.path.clone(),
+                            bytes: file.bytes,
+                            sha256: file.sha256.clone(),
+                        })
+                        .collect();
+                    if outcome.status != Status::Ok {
+                        record.error = Some(crate::text::tail(&outcome.message, AUDIT_ERROR_CHARS));
+                    }
+                    if author == Author::FileAgent {
+                        record.report_sha256 =
+                            Some(crate::audit::sha256_hex(&outcome.stdout.bytes));
+                    }
+                }
+                Err(error) => record.error = Some(crate::error_chain(error)),
+            }
+            line.record = Some(record);
+        }
+        result.map(|outcome| (outcome, line))
+    }
+}
+
+/// Why an attempt failed, in words for the model, or `None` when the script succeeded.
+pub(super) fn failure_reason(outcome: &Outcome, config: &SandboxConfig) -> Option<String> {
+    let limits = &config.limits;
+    match outcome.status {
+        Status::Ok => None,
+        Status::Failed => {
+            let stderr = outcome.stderr.text();
+            Some(format!(
+                "The script failed (exit code {}).\n{}",
+                outcome.exit_code.unwrap_or(-1),
+                if stderr.trim().is_empty() {
+                    outcome.message.clone()
+                } else {
+                    stderr
+                }
+            ))
+        }
+        Status::Timeout => Some(format!(
+            "The script ran longer than the {} s time limit and was killed.",
+            limits.timeout.as_secs()
+        )),
+        Status::OutOfMemory => Some(format!(
+            "The script used more than the {} MiB memory limit and was killed.",
+            limits.memory_bytes / (1024 * 1024)
+        )),
+        Status::OutputLimit => Some(format!(
+            "The script wrote too much output: {}",
+            outcome.message
+        )),
+    }
+}
