@@ -21,8 +21,8 @@ pub use analysis::{Network, ResearchConfig, UrlFetchConfig};
 pub use kubernetes::{Backend, KubernetesConfig, OwnerPod};
 pub use service::{
     AdmissionConfig, AuditConfig, AuditPlace, Config, DEFAULT_AUDIT_FOLDER, DynamicTools,
-    LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, Secret, ServerConfig, StorageConfig,
-    TransferLimits, valid_chain_name,
+    LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, RETENTION_INTERVAL, RetentionConfig,
+    Secret, ServerConfig, StorageConfig, TransferLimits, valid_chain_name,
 };
 
 use thiserror::Error;

@@ -17,6 +17,7 @@
 //! [`report`] reads every chain for a reviewer.
 
 pub mod chain;
+pub mod retention;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -142,6 +143,9 @@ pub struct Record {
     /// no container ran: `status` is the action), or a call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saved_tool: Option<ToolMark>,
+    /// What retention deleted, on a line whose `status` is `retention` (no container ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pruned: Option<retention::Pruned>,
     /// The hex SHA-256 of the line before.
     pub prev: String,
 }
@@ -554,6 +558,31 @@ pub fn describe(record: &Record) -> String {
                 .map(|owner| format!(", saved by {}", printable(owner)))
                 .unwrap_or_default()
         ));
+    }
+    if let Some(pruned) = &record.pruned {
+        if let Some(before) = &pruned.files_before {
+            text.push_str(&format!(
+                "\n  retention: {} stored file(s) written before {} deleted",
+                pruned.stored_files,
+                printable(before)
+            ));
+        }
+        if let Some(before) = &pruned.audit_before {
+            text.push_str(&format!(
+                "\n  retention: audit files whose last line is before {} deleted: {}",
+                printable(before),
+                pruned.audit_files.len()
+            ));
+        }
+        for dropped in &pruned.audit_files {
+            text.push_str(&format!(
+                "\n  audit file {} deleted whole (last line #{} of {}, sha256 {}…)",
+                printable(&dropped.file),
+                dropped.last_seq,
+                printable(&dropped.last_time),
+                printable(dropped.last_hash.get(..12).unwrap_or(&dropped.last_hash))
+            ));
+        }
     }
     if !record.inputs.is_empty() {
         text.push_str(&format!("\n  in: {}", files(&record.inputs)));

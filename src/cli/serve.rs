@@ -28,6 +28,7 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
         // stdout carries the protocol.
         config.audit.stdout = false;
         let tools = server::build_tools(&config).await?;
+        server::retention::spawn(&tools, &config, shutdown.clone());
         tracing::info!("serving MCP on stdio");
         server::serve_stdio(tools, shutdown).await?;
         return Ok(ExitCode::SUCCESS);
@@ -57,6 +58,7 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
     eprintln!(
         "file-agent: MCP at http://{address}/mcp, health at http://{address}/health; {storage}"
     );
+    server::retention::spawn(&tools, &config, shutdown.clone());
     server::serve_http(tools, &config, listener, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

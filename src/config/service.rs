@@ -35,6 +35,11 @@ pub const DEFAULT_DOWNLOAD_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 30;
 /// `FILE_AGENT_REAP_INTERVAL`: seconds between two looks for leftover containers.
 pub const DEFAULT_REAP_INTERVAL_SECS: u64 = 300;
+/// How often retention looks for stored files and audit files past their age (it also looks
+/// once at start-up).
+pub const RETENTION_INTERVAL: Duration = Duration::from_secs(3600);
+/// The longest retention that can be set, in days (a hundred years).
+pub const MAX_RETENTION_DAYS: u64 = 36_500;
 /// The audit folder's name in `FILE_AGENT_DATA_DIR` (`FILE_AGENT_AUDIT_DIR`'s default).
 pub const DEFAULT_AUDIT_FOLDER: &str = "audit";
 /// `FILE_AGENT_AUDIT_MAX_MIB`: the audit file's size before it is rotated.
@@ -90,6 +95,8 @@ pub struct Config {
     pub admission: AdmissionConfig,
     /// The audit trail.
     pub audit: AuditConfig,
+    /// How long stored files and rotated audit files are kept.
+    pub retention: RetentionConfig,
     /// Which document URLs `data_analysis_tool` may fetch.
     pub url_fetch: UrlFetchConfig,
     /// How `conduct_deep_research` runs.
@@ -148,6 +155,40 @@ pub struct AuditConfig {
     pub include_code: bool,
     /// `FILE_AGENT_AUDIT_MAX_MIB`, in bytes: rotate past this size.
     pub max_bytes: u64,
+}
+
+/// Retention: off (keep forever) unless set. What counts as a file's age is in `retention`'s
+/// own doc (`server::retention`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RetentionConfig {
+    /// `FILE_AGENT_FILES_RETENTION_DAYS`: files of the local store older than this are deleted.
+    pub files: Option<Duration>,
+    /// `FILE_AGENT_AUDIT_RETENTION_DAYS`: audit files whose last line is older than this are
+    /// deleted whole (never the file a server is writing).
+    pub audit: Option<Duration>,
+}
+
+impl RetentionConfig {
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        let days = |var| {
+            vars.number(
+                var,
+                0,
+                0..=MAX_RETENTION_DAYS,
+                "whole days (0 or unset: keep forever)",
+            )
+            .map(|days| (days > 0).then(|| Duration::from_secs(days * 86_400)))
+        };
+        Ok(Self {
+            files: days("FILE_AGENT_FILES_RETENTION_DAYS")?,
+            audit: days("FILE_AGENT_AUDIT_RETENTION_DAYS")?,
+        })
+    }
+
+    /// Whether anything is pruned at all.
+    pub fn enabled(&self) -> bool {
+        self.files.is_some() || self.audit.is_some()
+    }
 }
 
 /// Where the audit trail is written.
@@ -297,6 +338,7 @@ impl Config {
             prompts_dir: vars.get("FILE_AGENT_PROMPTS_DIR").map(PathBuf::from),
             admission: AdmissionConfig::from_vars(&vars)?,
             audit: AuditConfig::from_vars(&vars, &data_dir)?,
+            retention: RetentionConfig::from_vars(&vars)?,
             url_fetch: UrlFetchConfig::from_vars(&vars)?,
             research: ResearchConfig::from_vars(&vars)?,
             dynamic_tools: DynamicTools::from_vars(&vars)?,
@@ -773,5 +815,27 @@ mod tests {
                 .allowed_hosts
                 .is_none()
         );
+    }
+
+    #[test]
+    fn retention_is_off_unless_set_and_a_bad_value_names_its_variable() {
+        let off = config(&[]).unwrap().retention;
+        assert_eq!(off, RetentionConfig::default());
+        assert!(!off.enabled());
+        let zero = config(&[("FILE_AGENT_AUDIT_RETENTION_DAYS", "0")]).unwrap();
+        assert!(!zero.retention.enabled());
+        let set = config(&[
+            ("FILE_AGENT_FILES_RETENTION_DAYS", "30"),
+            ("FILE_AGENT_AUDIT_RETENTION_DAYS", "365"),
+        ])
+        .unwrap()
+        .retention;
+        assert_eq!(set.files, Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(set.audit, Some(Duration::from_secs(365 * 86_400)));
+        for bad in ["-1", "30d", "36501"] {
+            let error = config(&[("FILE_AGENT_FILES_RETENTION_DAYS", bad)]).unwrap_err();
+            assert_eq!(error.var, "FILE_AGENT_FILES_RETENTION_DAYS");
+            assert!(error.to_string().contains("whole days"), "{error}");
+        }
     }
 }

@@ -193,6 +193,11 @@ fn integrity(page: &mut String, report: &Report) {
     for chain in &integrity.chains {
         let verdict = match (&chain.broken, &chain.continues_from) {
             (Some(broken), _) => format!("<span class=\"bad\">BROKEN: {}</span>", esc(broken)),
+            (None, Some(prev)) if chain.deleted_by_retention.is_some() => format!(
+                "intact; continues {} (prev {})",
+                esc(chain.deleted_by_retention.as_deref().unwrap_or_default()),
+                short(prev)
+            ),
             (None, Some(prev)) => format!(
                 "intact; continues an earlier file no longer here (prev {})",
                 short(prev)

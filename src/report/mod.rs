@@ -286,6 +286,10 @@ pub struct ChainIntegrity {
     pub head: Option<String>,
     /// `prev` of its first line when its earlier files are gone (rotated away).
     pub continues_from: Option<String>,
+    /// When a retention line in the trail names the file that `continues_from` points at:
+    /// that file, and when retention deleted it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deleted_by_retention: Option<String>,
     /// Where it breaks: file, line, problem.
     pub broken: Option<String>,
 }
@@ -543,8 +547,19 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
     let mut histories: BTreeMap<String, History> = BTreeMap::new();
     let mut hourly: BTreeMap<String, Counts> = BTreeMap::new();
     let mut verdicts = Vec::new();
+    // The last line's hash of every audit file retention deleted: (file, when, by which chain).
+    let mut deleted: HashMap<String, String> = HashMap::new();
     for (index, chain) in chains.iter().enumerate() {
         let verdict = crate::audit::verify_each(&chain.files, |record| {
+            for dropped in record.pruned.iter().flat_map(|p| &p.audit_files) {
+                deleted.insert(
+                    dropped.last_hash.clone(),
+                    format!(
+                        "{}, deleted whole by retention at {} (line #{} of {})",
+                        dropped.file, record.time, record.seq, chain.name
+                    ),
+                );
+            }
             if !filter.admits(&record) {
                 return;
             }
@@ -640,6 +655,9 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
                     Err(b) => (b.line.saturating_sub(1), None, None, Some(b.to_string())),
                 };
                 ChainIntegrity {
+                    deleted_by_retention: continues_from
+                        .as_ref()
+                        .and_then(|prev| deleted.get(prev).cloned()),
                     name: chain.name.clone(),
                     files: chain
                         .files

@@ -22,8 +22,16 @@ use crate::tools::filename::safe_name;
 /// Room for the multipart framing around the file.
 const MULTIPART_SLACK: usize = 64 * 1024;
 
-/// The routes, bound to `store`.
-pub fn routes(store: LocalStore, tokens: AccessTokens) -> axum::Router<Tools> {
+/// How long stored files are kept (`FILE_AGENT_FILES_RETENTION_DAYS`), for the 404's words.
+#[derive(Debug, Clone, Copy)]
+struct Kept(Option<std::time::Duration>);
+
+/// The routes, bound to `store`; `retention` is how long its files are kept, if not forever.
+pub fn routes(
+    store: LocalStore,
+    tokens: AccessTokens,
+    retention: Option<std::time::Duration>,
+) -> axum::Router<Tools> {
     let limit = store.max_bytes() as usize + MULTIPART_SLACK;
     let upload = post(upload).layer(DefaultBodyLimit::max(limit)).layer(
         axum::middleware::from_fn_with_state(tokens, super::auth::require_token),
@@ -32,6 +40,19 @@ pub fn routes(store: LocalStore, tokens: AccessTokens) -> axum::Router<Tools> {
         .route("/files/{id}/{name}", get(download))
         .route("/files", upload)
         .layer(axum::Extension(store))
+        .layer(axum::Extension(Kept(retention)))
+}
+
+/// The 404 of a download: under a retention, an old link's file may have been deleted.
+fn not_found(kept: Kept) -> Response {
+    let message = match kept.0 {
+        Some(age) => format!(
+            "no such file; check the link. Files here are deleted {} days after they were made (FILE_AGENT_FILES_RETENTION_DAYS): make it again if the link is older",
+            age.as_secs() / 86_400
+        ),
+        None => "no such file; check the link".into(),
+    };
+    error(StatusCode::NOT_FOUND, message)
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -40,14 +61,15 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 async fn download(
     axum::Extension(store): axum::Extension<LocalStore>,
+    axum::Extension(kept): axum::Extension<Kept>,
     Path((id, name)): Path<(String, String)>,
 ) -> Response {
     let Some(path) = store.locate(&id, &name) else {
-        return error(StatusCode::NOT_FOUND, "no such file; check the link");
+        return not_found(kept);
     };
     let file = match tokio::fs::File::open(&path).await {
         Ok(file) => file,
-        Err(_) => return error(StatusCode::NOT_FOUND, "no such file; check the link"),
+        Err(_) => return not_found(kept),
     };
     let length = file.metadata().await.map(|m| m.len()).ok();
     let mut response = Body::from_stream(tokio_util::io::ReaderStream::new(file)).into_response();

@@ -13,6 +13,7 @@
 pub mod auth;
 mod files;
 pub mod hosts;
+pub mod retention;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -321,7 +322,7 @@ pub fn router(
     );
     let mut app = guarded.merge(metrics).route("/health", get(health));
     if let Some(store) = tools.storage().local() {
-        app = app.merge(files::routes(store.clone(), tokens));
+        app = app.merge(files::routes(store.clone(), tokens, config.retention.files));
     }
     app.with_state(tools)
 }

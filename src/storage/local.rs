@@ -138,6 +138,39 @@ impl LocalStore {
             bytes: bytes.len() as u64,
         })
     }
+
+    /// Retention: deletes every stored file last written before `cutoff`, its whole folder,
+    /// and returns their ids. The age is the file's modification time (a stored file is written
+    /// once and never again); a folder with no file in it goes by its own. Folders whose name
+    /// is not an id are left alone, and one already gone (another server pruning the same
+    /// folder) is skipped.
+    pub fn prune(&self, cutoff: std::time::SystemTime) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            if !is_id(&id) {
+                continue;
+            }
+            let written = match self.only_file(&id) {
+                Ok((_, path)) => std::fs::metadata(path).and_then(|m| m.modified()),
+                Err(_) => entry.metadata().and_then(|m| m.modified()),
+            };
+            if !written.is_ok_and(|written| written < cutoff) {
+                continue;
+            }
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => removed.push(id),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::error!(id, %error, "retention: cannot delete a stored file");
+                }
+            }
+        }
+        removed
+    }
 }
 
 /// Writes through a temporary file in the same folder, then links it in place without ever

@@ -139,6 +139,11 @@ impl<R: Runner> Tools<R> {
         &self.storage
     }
 
+    /// The audit trail, when it is on.
+    pub fn audit_log(&self) -> Option<&Arc<AuditLog>> {
+        self.audit.as_ref()
+    }
+
     /// The model client.
     pub fn llm(&self) -> &Llm {
         &self.llm

@@ -15,7 +15,7 @@ use crate::mcp_server::{TestServer, call, llm_script, python_sdk};
 
 const CODE: &str = "import shutil\nshutil.copy(input_file_path, 'copy.csv')\nprint('copied')";
 
-async fn file_agent(args: &[&str]) -> (i32, String) {
+pub async fn file_agent(args: &[&str]) -> (i32, String) {
     let output = with_timeout(
         tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
             .args(args)

@@ -24,6 +24,7 @@ mod operator;
 mod pool;
 mod reap;
 mod research;
+mod retention;
 mod runner;
 mod sandbox;
 mod saved_tools;

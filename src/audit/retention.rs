@@ -1,0 +1,197 @@
+//! Retention of the audit trail: files whose last line is older than the cut-off are deleted
+//! whole, oldest first, and never edited. What survives still verifies: a chain whose first
+//! files are gone "continues an earlier file" (its first `prev` is the hash of the last line
+//! dropped), and the server that dropped them says so in a line of its own chain
+//! ([`Pruned`]), with each dropped file's last `seq` and last line's hash, so a reviewer can
+//! tell retention from a file removed by hand.
+//!
+//! Which files may go:
+//! - a rotated file (`<name>.jsonl.<seq>`) of any chain in the folder, from the oldest on,
+//!   while its last line is older than the cut-off: rotated files are never written again, so
+//!   any server sharing the folder may drop them, and two doing it at once is harmless (a
+//!   file already gone is skipped);
+//! - the live file of a chain no server writes any more (its lock is free: a replica that is
+//!   gone, such as a Kubernetes pod replaced by another), once its last line is older than the
+//!   cut-off and all its rotated files are gone too: the whole chain has aged out;
+//! - never the live file of a chain a server holds, and never the caller's own.
+//!
+//! A file's age is the time written in its last line, not its mtime, which a backup or a copy
+//! changes. A file whose last line cannot be read as a record is kept.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use super::chain::{self, Chain};
+use super::{CHAIN_SUFFIX, Record, hash_line, last_line};
+
+/// `status` of the line that records a pruning.
+pub const RETENTION_STATUS: &str = "retention";
+
+/// One audit file retention deleted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DroppedFile {
+    /// Its name in the audit folder (`fa-1234.jsonl.000000004711`).
+    pub file: String,
+    /// `seq` of its last line.
+    pub last_seq: u64,
+    /// The hex SHA-256 of its last line: the `prev` of the first line after it.
+    pub last_hash: String,
+    /// The time of its last line.
+    pub last_time: String,
+}
+
+/// What one pruning deleted: the `pruned` field of its line in the trail.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Pruned {
+    /// The audit files' cut-off: files whose last line is older went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_before: Option<String>,
+    /// Audit files deleted, oldest first per chain.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit_files: Vec<DroppedFile>,
+    /// The stored files' cut-off: files written before it went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_before: Option<String>,
+    /// How many stored files (the local store's folders) were deleted.
+    #[serde(default)]
+    pub stored_files: u64,
+    /// Their ids, up to [`MAX_LISTED_IDS`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stored_ids: Vec<String>,
+}
+
+/// Ids of deleted stored files listed in one line (the count is always whole).
+pub const MAX_LISTED_IDS: usize = 200;
+
+/// Deletes, under `folder`, the audit files older than `cutoff` (the rules in the module doc),
+/// never `own` (the live file of the caller's chain). One chain at a time; an error on one file
+/// is logged and that chain left as it is.
+pub fn prune(folder: &Path, own: Option<&Path>, cutoff: SystemTime) -> Vec<DroppedFile> {
+    let chains = match chain::chains(folder) {
+        Ok(chains) => chains,
+        Err(error) => {
+            tracing::error!(folder = %folder.display(), %error, "retention: cannot list the audit folder");
+            return Vec::new();
+        }
+    };
+    let mut dropped = Vec::new();
+    for chain in chains {
+        prune_chain(&chain, own, cutoff, &mut dropped);
+    }
+    dropped
+}
+
+/// [`prune`] for the one chain whose live file is `live` (`FILE_AGENT_AUDIT_FILE`): only its
+/// rotated files may go.
+pub fn prune_single(live: &Path, cutoff: SystemTime) -> Vec<DroppedFile> {
+    let folder = live.parent().filter(|p| !p.as_os_str().is_empty());
+    let folder = folder.unwrap_or_else(|| Path::new("."));
+    let mut dropped = Vec::new();
+    match chain::chains(folder) {
+        Ok(chains) => {
+            for chain in chains {
+                if chain.files.last().map(PathBuf::as_path) == Some(live)
+                    || chain.files.last().and_then(|f| f.file_name()) == live.file_name()
+                {
+                    prune_chain(&chain, Some(live), cutoff, &mut dropped);
+                }
+            }
+        }
+        Err(error) => {
+            tracing::error!(folder = %folder.display(), %error, "retention: cannot list the audit folder")
+        }
+    }
+    dropped
+}
+
+fn prune_chain(chain: &Chain, own: Option<&Path>, cutoff: SystemTime, out: &mut Vec<DroppedFile>) {
+    let live = chain
+        .files
+        .last()
+        .filter(|f| f.to_string_lossy().ends_with(CHAIN_SUFFIX));
+    let rotated = chain.files.iter().filter(|f| Some(*f) != live);
+    let mut all_rotated_gone = true;
+    for file in rotated {
+        match aged(file, cutoff) {
+            Some(mut dropped) => match std::fs::remove_file(file) {
+                Ok(()) => {
+                    dropped.file = display_name(file);
+                    out.push(dropped);
+                }
+                // Another server pruning the same folder took it first.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::error!(file = %file.display(), %error, "retention: cannot delete an audit file");
+                    return;
+                }
+            },
+            None => {
+                all_rotated_gone = false;
+                break;
+            }
+        }
+    }
+    let Some(live) = live else { return };
+    let is_own = own.is_some_and(|own| same_file(own, live));
+    if !all_rotated_gone || is_own {
+        return;
+    }
+    // The live file of a chain nobody writes: take its lock so that no server starts writing
+    // it while it goes, then delete it whole if it has aged out.
+    let lock_path = lock_path(live);
+    let Ok(lock) = std::fs::OpenOptions::new().write(true).open(&lock_path) else {
+        return; // no lock file: a trail from before locks (`audit.jsonl`) is left alone
+    };
+    if lock.try_lock().is_err() {
+        return; // a server writes it
+    }
+    if let Some(mut dropped) = aged(live, cutoff) {
+        match std::fs::remove_file(live) {
+            Ok(()) => {
+                dropped.file = display_name(live);
+                out.push(dropped);
+                let _ = std::fs::remove_file(&lock_path);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::error!(file = %live.display(), %error, "retention: cannot delete an audit file")
+            }
+        }
+    }
+}
+
+/// The file's last line as a [`DroppedFile`] (without its name) when it is older than
+/// `cutoff`; `None` when it is younger, empty or unreadable.
+fn aged(file: &Path, cutoff: SystemTime) -> Option<DroppedFile> {
+    let mut handle = std::fs::File::open(file).ok()?;
+    let line = last_line(&mut handle).ok()??;
+    let record: Record = serde_json::from_str(&line).ok()?;
+    let time = crate::time::parse_rfc3339(&record.time)?;
+    (time < cutoff).then(|| DroppedFile {
+        file: String::new(),
+        last_seq: record.seq,
+        last_hash: hash_line(&line),
+        last_time: record.time,
+    })
+}
+
+fn display_name(file: &Path) -> String {
+    file.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn lock_path(live: &Path) -> PathBuf {
+    let mut name = live.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    live.with_file_name(name)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
