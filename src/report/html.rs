@@ -223,8 +223,9 @@ fn summary(page: &mut String, report: &Report) {
         "<section id=\"summary\"><h2>Summary</h2><div class=\"stats\">\
 <div class=\"stat\"><b>{}</b>attempts</div><div class=\"stat\"><b>{}</b>calls</div>\
 <div class=\"stat\"><b>{}</b>users</div><div class=\"stat\"><b>{}</b>tools</div>\
-<div class=\"stat\"><b>{}</b>saved-tool changes</div></div>",
-        s.attempts, s.calls, s.users, s.tools, s.tool_changes
+<div class=\"stat\"><b>{}</b>saved-tool changes</div>\
+<div class=\"stat\"><b>{}</b>retention deletions</div></div>",
+        s.attempts, s.calls, s.users, s.tools, s.tool_changes, s.retention_lines
     );
     chart_svg(page, &s.chart, &s.bucket);
     page.push_str("<table><tr><th>ending</th><th>attempts</th></tr>");

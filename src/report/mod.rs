@@ -307,6 +307,8 @@ pub struct Summary {
     pub tools: u64,
     /// Saved-tool changes (created, updated, saved again, deleted).
     pub tool_changes: u64,
+    /// Retention lines (each a pruning that deleted files; no container ran).
+    pub retention_lines: u64,
     /// Attempts per ending.
     pub endings: Counts,
     /// Attempts per status, as written (shows statuses this report does not know).
@@ -589,6 +591,10 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
             }
             if change {
                 summary.tool_changes += 1;
+                return;
+            }
+            if record.pruned.is_some() {
+                summary.retention_lines += 1;
                 return;
             }
             summary.attempts += 1;

@@ -186,6 +186,16 @@ async fn aged_files_are_deleted_whole_when_retention_is_set_and_the_trail_still_
         .find(|c| c["name"] == format!("audit/{me}.jsonl"))
         .unwrap()
         .clone();
+    assert_eq!(
+        report["summary"]["retention_lines"], 1,
+        "{}",
+        report["summary"]
+    );
+    assert!(
+        report["summary"]["statuses"].get("retention").is_none(),
+        "the retention line counted as an attempt: {}",
+        report["summary"]
+    );
     let why = chain["deleted_by_retention"].as_str().unwrap_or_default();
     assert!(why.contains("deleted whole by retention"), "{chain}");
     let (code, out) = file_agent(&["audit", "show", folder, "--tail", "1"]).await;
