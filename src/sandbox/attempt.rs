@@ -16,8 +16,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::Engine;
-use super::launch::{InputStream, OutputStream};
 use super::request::Request;
+use super::started::{InputStream, OutputStream};
 use super::stream::{self, Reading, Relayed, Report, RunnerEnd};
 use super::{COPY_OUT_GRACE, Sandbox, SandboxError, Status, Timings, archive};
 use crate::config::{Limits, SandboxConfig};

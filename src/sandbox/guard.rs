@@ -7,17 +7,23 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bollard::Docker;
-use bollard::query_parameters::RemoveContainerOptionsBuilder;
+use futures_util::future::BoxFuture;
 use tokio_util::task::TaskTracker;
 
 use super::SandboxError;
-use super::engine::Engine;
+
+/// What removes a container (or deletes a pod) by its id; one already gone is fine. The
+/// engine is one ([`super::engine::Engine`]); a Kubernetes `Cluster` is one for the pods it
+/// creates. A trait object, so that the guard does not depend on the backends that create it.
+pub(crate) trait Remover: std::fmt::Debug + Send + Sync {
+    /// Removes `id`.
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), SandboxError>>;
+}
 
 /// Owns a created container until it is removed.
 #[derive(Debug)]
 pub struct ContainerGuard {
-    engine: Engine,
+    remover: Arc<dyn Remover>,
     id: String,
     /// The sandbox's count of live containers; decremented once the container is gone.
     live: Arc<AtomicUsize>,
@@ -30,14 +36,14 @@ pub struct ContainerGuard {
 impl ContainerGuard {
     /// Takes ownership of a container that was just created, counting it as live.
     pub(crate) fn new(
-        engine: Engine,
+        remover: Arc<dyn Remover>,
         id: String,
         live: Arc<AtomicUsize>,
         tracker: TaskTracker,
     ) -> Self {
         live.fetch_add(1, Ordering::SeqCst);
         Self {
-            engine,
+            remover,
             id,
             live,
             tracker,
@@ -52,7 +58,7 @@ impl ContainerGuard {
 
     /// Force-removes the container (and any anonymous volume), killing it if it still runs.
     pub async fn remove(mut self) -> Result<(), SandboxError> {
-        let result = self.engine.remove(&self.id).await;
+        let result = self.remover.remove(&self.id).await;
         self.armed = false;
         self.live.fetch_sub(1, Ordering::SeqCst);
         result
@@ -70,14 +76,14 @@ impl Drop for ContainerGuard {
         if !self.armed {
             return;
         }
-        let engine = self.engine.clone();
+        let remover = self.remover.clone();
         let id = std::mem::take(&mut self.id);
         let live = self.live.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 self.tracker.spawn_on(
                     async move {
-                        if let Err(error) = engine.remove(&id).await {
+                        if let Err(error) = remover.remove(&id).await {
                             tracing::error!(container = %id, %error, "could not remove a sandbox container; `file-agent reap` will");
                         }
                         live.fetch_sub(1, Ordering::SeqCst);
@@ -90,22 +96,5 @@ impl Drop for ContainerGuard {
                 live.fetch_sub(1, Ordering::SeqCst);
             }
         }
-    }
-}
-
-/// Force-removes a container and its anonymous volumes; one that is already gone is fine.
-pub(crate) async fn remove_container(docker: &Docker, id: &str) -> Result<(), SandboxError> {
-    let options = RemoveContainerOptionsBuilder::default()
-        .force(true)
-        .v(true)
-        .build();
-    match docker.remove_container(id, Some(options)).await {
-        Ok(()) => Ok(()),
-        // 404: already gone; 409: a removal is already in progress.
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404 | 409,
-            ..
-        }) => Ok(()),
-        Err(error) => Err(SandboxError::docker("removing a container", error)),
     }
 }

@@ -6,30 +6,21 @@
 //! Under the Kubernetes backend the launch is the pod's ([`super::kubernetes::Cluster::launch`]):
 //! create, guard, verify, wait for it to run, attach.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant, SystemTime};
 
 use bollard::Docker;
-use bollard::container::{AttachContainerResults, LogOutput};
+use bollard::container::AttachContainerResults;
 use bollard::query_parameters::AttachContainerOptionsBuilder;
-use futures_util::Stream;
-use tokio::io::AsyncWrite;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::engine::Engine;
 use super::policy::{self, Kind};
+use super::started::Started;
 use super::{ContainerGuard, SandboxError};
 use crate::config::SandboxConfig;
-
-/// The container's stdout and stderr, as Docker's attach stream.
-pub(crate) type OutputStream =
-    Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
-/// The container's stdin. Dropping it does not close it; the runner sees end of file only when
-/// the whole attach connection goes (the attempt is over, or the server is gone).
-pub(crate) type InputStream = Pin<Box<dyn AsyncWrite + Send>>;
 
 /// Everything that creates containers shares this: the engine, the settings, the label of this
 /// instance, the count of live containers and the tracker of removals still running.
@@ -45,70 +36,6 @@ pub(crate) struct Launcher {
     /// Removals started by dropped guards, and the pool's background work;
     /// [`super::Sandbox::shutdown`] waits for them.
     pub(crate) tracker: TaskTracker,
-}
-
-/// A started container, attached, whose runner waits for its request on stdin.
-pub(crate) struct Started {
-    /// Owns the container: removes it on every path.
-    pub(crate) guard: ContainerGuard,
-    /// The image id Docker resolved the image to.
-    pub(crate) image_id: String,
-    /// stdout and stderr.
-    pub(crate) output: OutputStream,
-    /// stdin.
-    pub(crate) input: InputStream,
-    /// Cold or warm.
-    pub(crate) kind: Kind,
-    /// When the container was created (for the audit trail).
-    pub(crate) created_at: SystemTime,
-    /// How long create and verify took.
-    pub(crate) create: Duration,
-    /// How long attach and start took.
-    pub(crate) start: Duration,
-}
-
-impl std::fmt::Debug for Started {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Started")
-            .field("container", &self.guard.id())
-            .field("kind", &self.kind)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a launch that got as far as its attach gives: the image id, the stdio, and how long
-/// starting took.
-pub(crate) type Attached = (String, OutputStream, InputStream, Duration);
-
-impl Started {
-    /// The end of every launch (a container's or a pod's): the started sandbox, or, when a
-    /// step after create failed, its removal and the error. `began` is when the launch began
-    /// (wall clock, for the audit trail, and monotonic, for the timings).
-    pub(crate) async fn settle(
-        guard: ContainerGuard,
-        result: Result<Attached, SandboxError>,
-        kind: Kind,
-        began: (SystemTime, Instant),
-    ) -> Result<Self, SandboxError> {
-        match result {
-            Ok((image_id, output, input, start)) => Ok(Self {
-                guard,
-                image_id,
-                output,
-                input,
-                kind,
-                created_at: began.0,
-                create: began.1.elapsed().saturating_sub(start),
-                start,
-            }),
-            Err(error) => {
-                if let Err(removal) = guard.remove().await {
-                    tracing::warn!(%removal, "could not remove a sandbox that failed to start");
-                }
-                Err(error)
-            }
-        }
-    }
 }
 
 impl Launcher {
@@ -138,7 +65,7 @@ impl Launcher {
             .await
             .map_err(|e| self.create_error(e))?;
         let guard = ContainerGuard::new(
-            self.engine.clone(),
+            Arc::new(self.engine.clone()),
             created.id,
             self.live.clone(),
             self.tracker.clone(),

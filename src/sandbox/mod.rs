@@ -31,6 +31,7 @@ mod outcome;
 pub mod policy;
 mod pool;
 pub mod request;
+mod started;
 pub mod stream;
 
 use std::path::Path;
@@ -51,10 +52,11 @@ pub use pool::PoolStats;
 
 use crate::config::{Backend, SandboxConfig};
 use engine::Engine;
-use launch::{Launcher, Started};
+use launch::Launcher;
 use policy::Kind;
 use pool::WarmPool;
 use request::Request;
+use started::Started;
 
 /// Time allowed, after the script has finished, for the runner to stream its outputs back.
 pub const COPY_OUT_GRACE: Duration = Duration::from_secs(60);
@@ -488,7 +490,7 @@ impl Sandbox {
                 .scope
                 .removes(running, warm, age, stopped_for, &mut report)
             {
-                guard::remove_container(docker, &id).await?;
+                engine::remove_container(docker, &id).await?;
                 report.containers += 1;
             }
         }

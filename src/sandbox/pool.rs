@@ -30,8 +30,9 @@ use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::SandboxError;
-use super::launch::{Launcher, OutputStream, Started};
+use super::launch::Launcher;
 use super::policy::{self, Kind};
+use super::started::{OutputStream, Started};
 
 /// What the runner writes on stdout once its imports are done (`READY` in runner.py).
 const READY: &[u8] = b"--file-agent-ready--\n";

@@ -29,8 +29,9 @@ use kube::api::{Api, AttachParams, DeleteParams, ListParams, PostParams, WatchEv
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::launch::{Attached, OutputStream, Started};
+use super::guard::Remover;
 use super::policy::{INSTANCE_LABEL, Kind, MANAGED_LABEL, WARM_LABEL};
+use super::started::{Attached, OutputStream, Started};
 use super::{ContainerGuard, ReapFilter, ReapReport, SandboxError};
 use crate::config::{KubernetesConfig, SandboxConfig};
 use pod::Owner;
@@ -210,7 +211,7 @@ impl Cluster {
             .map_err(|e| api_error("creating the sandbox pod", e))?;
         let (live, tracker) = bookkeeping;
         let guard = ContainerGuard::new(
-            super::engine::Engine::Kubernetes(Box::new(self.clone())),
+            std::sync::Arc::new(self.clone()),
             name.clone(),
             live,
             tracker,
@@ -632,6 +633,15 @@ impl Cluster {
             Err(kube::Error::Api(status)) if status.code == 403 => Ok(None),
             Err(error) => Err(api_error(action, error)),
         }
+    }
+}
+
+impl Remover for Cluster {
+    fn remove<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), SandboxError>> {
+        Box::pin(Cluster::remove(self, id))
     }
 }
 
