@@ -60,3 +60,6 @@ pub(crate) fn bearer_token(headers: &http::HeaderMap) -> Option<String> {
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
 }
+
+#[cfg(test)]
+mod layering;
