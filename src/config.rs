@@ -4,12 +4,13 @@
 //! variable is listed in the README's table and in `.env.example`.
 //!
 //! [`Config`] gathers everything `serve` needs: the sandbox part here, the server, model and
-//! storage parts in [`service`], the analysis tools' URL policy and research polling in
+//! storage parts in [`service`], who called in [`identity`], the analysis tools' URL policy and research polling in
 //! [`analysis`].
 //!
 //! This module does not read `.env` files (the CLI does, before calling it) or talk to anything.
 
 mod analysis;
+mod identity;
 pub mod image;
 mod kubernetes;
 pub mod names;
@@ -18,6 +19,10 @@ mod service;
 use std::time::Duration;
 
 pub use analysis::{Network, ResearchConfig, UrlFetchConfig};
+pub use identity::{
+    DEFAULT_OPENWEBUI_USER_JWT_HEADER, IdentityConfig, MIN_JWT_SECRET_BYTES, OAuthConfig,
+    OpenWebUiJwtConfig,
+};
 pub use kubernetes::{Backend, KubernetesConfig, OwnerPod};
 pub use service::{
     AdmissionConfig, AuditConfig, AuditPlace, Config, DEFAULT_AUDIT_FOLDER, DynamicTools,

@@ -15,6 +15,8 @@
 //! - [`audit`]: the hash-chained trail of every attempt, and its verification;
 //! - [`report`]: `audit report`, the trail and the saved tools' versions as one reviewer's page;
 //! - [`metrics`]: counters and histograms for `/metrics` (Prometheus text format);
+//! - [`identity`]: who called, and what proves it (Open WebUI's signed user token, OAuth 2.1
+//!   access tokens, Open WebUI's session, a plain header, an access token);
 //! - [`mcp`]: the MCP adapter over the tools, the only module that knows MCP types;
 //! - [`server`]: HTTP (`/mcp`, `/health`, `/files`) and stdio wiring, start-up and shutdown;
 //! - [`prompts`]: the texts the model reads, from `prompts/`;
@@ -28,6 +30,7 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod identity;
 pub mod llm;
 pub mod mcp;
 pub mod metrics;

@@ -68,6 +68,7 @@ pub struct Metrics {
     phases: Mutex<BTreeMap<&'static str, Histogram>>,
     llm: Mutex<BTreeMap<String, Histogram>>,
     llm_retries: AtomicU64,
+    identities_refused: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
@@ -115,6 +116,14 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// An identity from `source` (`oauth`, `openwebui-jwt`, ...) was not accepted, for
+    /// `reason` (`expired`, `bad_signature`, `conflict`, ...).
+    pub fn identity_refused(&self, source: &'static str, reason: &'static str) {
+        *lock(&self.identities_refused)
+            .entry((source, reason))
+            .or_default() += 1;
+    }
+
     /// A model request is being tried again (after a timeout).
     pub fn llm_retry(&self) {
         self.llm_retries.fetch_add(1, Ordering::Relaxed);
@@ -141,6 +150,14 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "file_agent_tool_calls_total{{tool=\"{tool}\",outcome=\"{outcome}\"}} {count}"
+            );
+        }
+        out.push_str("# HELP file_agent_identity_refused_total Identities not accepted (a token refused, a plain header contradicting a proven user), by source and reason.\n");
+        out.push_str("# TYPE file_agent_identity_refused_total counter\n");
+        for ((source, reason), count) in lock(&self.identities_refused).iter() {
+            let _ = writeln!(
+                out,
+                "file_agent_identity_refused_total{{source=\"{source}\",reason=\"{reason}\"}} {count}"
             );
         }
         out.push_str("# HELP file_agent_attempt_duration_seconds Sandbox attempts, from asking for a slot to removal, by tool and status.\n");

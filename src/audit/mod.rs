@@ -57,8 +57,20 @@ pub struct CallInfo {
     /// (or, over stdio, from `initialize`), else the HTTP `User-Agent`; `None` when the call
     /// carries neither.
     pub client: Option<String>,
-    /// Open WebUI's user id (`X-OpenWebUI-User-Id`), when sent.
+    /// The user, when a source named one: Open WebUI's user id, or the OAuth token's user
+    /// claim.
     pub user: Option<String>,
+    /// What identified the caller (`identity::Source`): `oauth`, `openwebui-jwt`,
+    /// `openwebui-session`, `header` (a plain header, no proof) or `access-token` (a token,
+    /// no user); absent when nothing did (stdio, an open server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// The OAuth issuer that signed the caller's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// The access token the request came with, as the first 16 hex digits of its SHA-256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<String>,
     /// Open WebUI's chat id (`X-OpenWebUI-Chat-Id`), when sent.
     pub chat: Option<String>,
 }

@@ -12,7 +12,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{ConfigError, ResearchConfig, SandboxConfig, UrlFetchConfig, Vars};
+use super::{
+    ConfigError, IdentityConfig, ResearchConfig, SandboxConfig, UrlFetchConfig, Vars,
+};
 
 /// `FILE_AGENT_LISTEN`: where the HTTP server listens.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
@@ -83,6 +85,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// The HTTP side.
     pub server: ServerConfig,
+    /// Who called: Open WebUI's signed user token and OAuth issuers.
+    pub identity: IdentityConfig,
     /// The model that writes code for `generate_file` and `modify_file`.
     pub llm: LlmConfig,
     /// Where inputs come from and outputs go.
@@ -332,6 +336,7 @@ impl Config {
         let mut config = Self {
             sandbox: SandboxConfig::from_vars(&vars)?,
             server,
+            identity: IdentityConfig::from_vars(&vars)?,
             llm: LlmConfig::from_vars(&vars)?,
             storage: StorageConfig::from_vars(&vars, &data_dir)?,
             transfer: TransferLimits::from_vars(&vars)?,

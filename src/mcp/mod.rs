@@ -25,7 +25,8 @@ use crate::config::Secret;
 use crate::prompts::Prompts;
 use crate::storage::Caller;
 use crate::tools::catalog::{SAVED_TOOL_PREFIX, Tool};
-use crate::tools::dynamic::{AccessTokenId, Identity, NewTool};
+use crate::identity::{Identity, SCOPE_SAVED_TOOLS};
+use crate::tools::dynamic::NewTool;
 use crate::tools::research::Progress;
 use crate::tools::{CALL, CallInfo, ToolError, ToolOutput, Tools};
 
@@ -347,24 +348,21 @@ async fn tools_changed(context: &RequestContext<RoleServer>, result: &Result<Str
     }
 }
 
-/// Who is calling, for saved tools: Open WebUI's user id and the access token the request
-/// came with (both absent over stdio), and whether it came over HTTP.
+/// Who is calling, as the server's gate established it for the HTTP request behind this call
+/// (`server::gate`); over stdio, the one local user.
 fn identity_of(context: &RequestContext<RoleServer>) -> Identity {
-    let parts = context.extensions.get::<http::request::Parts>();
-    Identity {
-        user: request_header(context, USER_ID_HEADER)
-            .map(str::trim)
-            .filter(|user| !user.is_empty())
-            .map(capped),
-        token: parts
-            .and_then(|parts| parts.extensions.get::<AccessTokenId>())
-            .map(|id| id.0.clone()),
-        over_http: parts.is_some(),
+    match context.extensions.get::<http::request::Parts>() {
+        Some(parts) => parts
+            .extensions
+            .get::<Identity>()
+            .cloned()
+            .unwrap_or_else(|| Identity {
+                over_http: true,
+                ..Identity::default()
+            }),
+        None => Identity::default(),
     }
 }
-
-/// Open WebUI's header with the user's id (sent with `ENABLE_FORWARD_USER_INFO_HEADERS`).
-const USER_ID_HEADER: &str = "x-openwebui-user-id";
 
 /// The header `name` of the HTTP request behind this call, when there is one and it is text.
 fn request_header<'a>(context: &'a RequestContext<RoleServer>, name: &str) -> Option<&'a str> {
@@ -375,10 +373,6 @@ fn request_header<'a>(context: &'a RequestContext<RoleServer>, name: &str) -> Op
         .and_then(|value| value.to_str().ok())
 }
 
-/// `text` cut to [`CALLER_FIELD_MAX_CHARS`] characters.
-fn capped(text: &str) -> String {
-    text.chars().take(CALLER_FIELD_MAX_CHARS).collect()
-}
 
 // `#[tool_handler]` writes only the methods not written here: `list_tools` and `call_tool` add
 // the caller's saved tools (`my_<name>`) to the built-in ones.
@@ -389,16 +383,20 @@ impl ServerHandler for FileAgentServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let saved_on = self.tools.saved_tools_on();
+        let identity = identity_of(&context);
+        // The tools that change saved tools are listed only where saved tools are on and the
+        // caller may change them.
+        let changes_saved = self.tools.saved_tools_on() && identity.allows(SCOPE_SAVED_TOOLS);
         let mut tools: Vec<rmcp::model::Tool> = self
             .tool_router
             .list_all()
             .into_iter()
-            .filter(|tool| {
-                saved_on || Tool::named(&tool.name).is_none_or(|tool| !tool.manages_saved_tools())
+            .filter(|tool| match Tool::named(&tool.name) {
+                Some(Tool::ListTools) => self.tools.saved_tools_on(),
+                Some(tool) if tool.manages_saved_tools() => changes_saved,
+                _ => true,
             })
             .collect();
-        let identity = identity_of(&context);
         tools.extend(
             self.tools
                 .saved_tools_for(&identity)
@@ -496,11 +494,9 @@ fn describe<S>(router: &mut ToolRouter<S>, prompts: &Prompts) -> Result<(), Stri
     }
 }
 
-/// Longest client name, user id or chat id kept for the audit trail, in characters.
-const CALLER_FIELD_MAX_CHARS: usize = 200;
-
-/// Who is calling, for the audit trail: the MCP client as the call itself identifies it, and
-/// Open WebUI's user and chat ids when it forwards them (`ENABLE_FORWARD_USER_INFO_HEADERS`).
+/// Who is calling, for the audit trail: the MCP client as the call itself identifies it, the
+/// user and what identified them ([`identity_of`]), and Open WebUI's chat id when it forwards
+/// it (`ENABLE_FORWARD_USER_INFO_HEADERS`).
 ///
 /// The client is, in this order: the `_meta` client info of the request (the stateless
 /// protocol sends it on every request); the client's `initialize` info, only over stdio,
@@ -513,7 +509,7 @@ fn call_info(
     tool: &str,
     context: &RequestContext<RoleServer>,
 ) -> CallInfo {
-    let header = |name: &str| request_header(context, name).map(capped);
+    let header = |name: &str| request_header(context, name).map(crate::identity::capped);
     let handshake = match context.extensions.get::<http::request::Parts>() {
         Some(_) => None,
         None => context
@@ -525,14 +521,18 @@ fn call_info(
         .meta
         .client_info()
         .or(handshake)
-        .map(|info| capped(&format!("{}/{}", info.name, info.version)))
+        .map(|info| crate::identity::capped(&format!("{}/{}", info.name, info.version)))
         .or_else(|| header("user-agent"));
+    let identity = identity_of(context);
     CallInfo {
         call: call.to_string(),
         request,
         tool: tool.to_string(),
         client,
-        user: header(USER_ID_HEADER),
+        identity: identity.source().map(|source| source.as_str().to_string()),
+        issuer: identity.user.as_ref().and_then(|user| user.issuer.clone()),
+        token_id: identity.token.clone(),
+        user: identity.user.map(|user| user.id),
         chat: header("x-openwebui-chat-id"),
     }
 }
@@ -573,6 +573,14 @@ impl FileAgentServer {
         // The JSON-RPC id as JSON: a number stays a number, a string a string.
         let request = serde_json::to_value(&context.id).unwrap_or_default();
         let info = call_info(&id, request.clone(), tool, context);
+        // A request whose plain header contradicts its proven user runs nothing.
+        let conflict = identity_of(context).conflict;
+        let call = async {
+            match conflict {
+                Some(conflict) => Err(self.tools.refuse_identity(conflict)),
+                None => call.await,
+            }
+        };
         let call = self.tools.track(tokio::time::timeout(deadline, call));
         let result = match CALL.scope(info, call).await {
             Ok(result) => result,
@@ -619,6 +627,7 @@ fn outcome_name(error: &ToolError) -> &'static str {
         ToolError::Cancelled => "cancelled",
         ToolError::Busy { .. } => "busy",
         ToolError::Deadline(_) => "deadline",
+        ToolError::Identity(_) => "refused_identity",
     }
 }
 

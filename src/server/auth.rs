@@ -1,13 +1,9 @@
-//! Who may call: optional access tokens for `/mcp` and uploads (`POST /files`). Downloads
-//! (`GET /files/{id}/{name}`, where the 128-bit id is the capability) and `/health` stay open.
+//! The server's own access tokens (`FILE_AGENT_ACCESS_TOKENS`, `FILE_AGENT_METRICS_TOKEN`):
+//! loaded, checked, and the 401 that refuses a request without one. The gate of `/mcp` and
+//! uploads ([`super::gate`]) uses them beside OAuth; `/metrics` uses [`require_token`] alone.
 //!
-//! A token is accepted in `X-File-Agent-Key`, or as `Authorization: Bearer`. The header keeps
-//! Open WebUI's "session" auth working next to a token: Open WebUI sends the user's own token
-//! as the bearer (forwarded to its files API) and the server's token in a custom header. A
-//! server token that arrives as the bearer is removed from the request before the tools see
-//! it, so it is never forwarded to Open WebUI as if it were a user's.
-//!
-//! Tokens are kept as SHA-256 digests and compared digest to digest without early exit.
+//! A token is accepted in `X-File-Agent-Key`, or as `Authorization: Bearer`. Tokens are kept as
+//! SHA-256 digests and compared digest to digest without early exit.
 
 use std::sync::Arc;
 
@@ -19,7 +15,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Secret, ServerConfig};
-use crate::tools::dynamic::AccessTokenId;
+use crate::identity::AccessTokenId;
 
 /// The header that carries a server token next to a user's bearer token.
 pub const KEY_HEADER: &str = "x-file-agent-key";
@@ -102,7 +98,7 @@ impl AccessTokens {
 
 /// Which token a request came with, as saved tools tell owners apart: the first 16 hex digits
 /// of its SHA-256 (not the token, which is never kept).
-fn token_id(token: &str) -> AccessTokenId {
+pub fn token_id(token: &str) -> AccessTokenId {
     AccessTokenId(hex::encode(digest(token))[..16].to_string())
 }
 
@@ -110,56 +106,49 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// The middleware: passes a request with an accepted token (with a server token taken out of
-/// `Authorization`), answers 401 otherwise.
+/// The middleware of `/metrics` (and of the gate's simple cases): passes a request with one
+/// of `tokens` when any is set, answers 401 otherwise.
 pub async fn require_token(
     State(tokens): State<AccessTokens>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
     if !tokens.enabled() {
         return next.run(request).await;
     }
     let headers = request.headers();
-    let key = headers
+    let presented = headers
         .get(KEY_HEADER)
         .and_then(|value| value.to_str().ok())
-        .map(str::trim);
-    let bearer = crate::bearer_token(headers);
-    match (key, bearer) {
-        (Some(key), _) if tokens.accepts(key) => {
-            let id = token_id(key);
-            request.headers_mut().remove(KEY_HEADER);
-            request.extensions_mut().insert(id);
-            next.run(request).await
-        }
-        (None, Some(bearer)) if tokens.accepts(&bearer) => {
-            let id = token_id(&bearer);
-            request.headers_mut().remove(header::AUTHORIZATION);
-            request.extensions_mut().insert(id);
-            next.run(request).await
-        }
-        (None, None) => unauthorized(
-            "Bearer realm=\"file-agent\"",
-            "an access token is required: send it as `Authorization: Bearer <token>` or in `X-File-Agent-Key`",
+        .map(|key| key.trim().to_string())
+        .or_else(|| crate::bearer_token(headers));
+    match presented {
+        Some(token) if tokens.accepts(&token) => next.run(request).await,
+        Some(_) => refusal(
+            StatusCode::UNAUTHORIZED,
+            &format!("{CHALLENGE}, error=\"invalid_token\""),
+            INVALID_TOKEN,
         ),
-        _ => unauthorized(
-            "Bearer realm=\"file-agent\", error=\"invalid_token\"",
-            "the access token is not valid; check the token configured in the MCP client",
-        ),
+        None => refusal(StatusCode::UNAUTHORIZED, CHALLENGE, TOKEN_REQUIRED),
     }
 }
 
-fn unauthorized(challenge: &'static str, message: &str) -> Response {
-    let mut response = (
-        StatusCode::UNAUTHORIZED,
-        axum::Json(json!({"error": message})),
-    )
-        .into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static(challenge),
-    );
+/// The challenge of every refusal, before its details.
+pub const CHALLENGE: &str = "Bearer realm=\"file-agent\"";
+/// The refusal of a request without a credential, where only access tokens admit.
+pub const TOKEN_REQUIRED: &str = "an access token is required: send it as `Authorization: Bearer <token>` or in `X-File-Agent-Key`";
+/// The refusal of an access token that is not one of the server's.
+pub const INVALID_TOKEN: &str =
+    "the access token is not valid; check the token configured in the MCP client";
+
+/// A refusal: `status`, the `WWW-Authenticate` `challenge`, and `{"error": message}`.
+pub fn refusal(status: StatusCode, challenge: &str, message: &str) -> Response {
+    let mut response = (status, axum::Json(json!({"error": message}))).into_response();
+    if let Ok(value) = HeaderValue::from_str(challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
     response
 }
 

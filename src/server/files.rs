@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
-use super::auth::AccessTokens;
+use super::gate::Gate;
 use crate::storage::local::LocalStore;
 use crate::storage::{content_type_for, encode_path_segment};
 use crate::tools::Tools;
@@ -29,12 +29,12 @@ struct Kept(Option<std::time::Duration>);
 /// The routes, bound to `store`; `retention` is how long its files are kept, if not forever.
 pub fn routes(
     store: LocalStore,
-    tokens: AccessTokens,
+    gate: Gate,
     retention: Option<std::time::Duration>,
 ) -> axum::Router<Tools> {
     let limit = store.max_bytes() as usize + MULTIPART_SLACK;
     let upload = post(upload).layer(DefaultBodyLimit::max(limit)).layer(
-        axum::middleware::from_fn_with_state(tokens, super::auth::require_token),
+        axum::middleware::from_fn_with_state(gate, super::gate::admit),
     );
     axum::Router::new()
         .route("/files/{id}/{name}", get(download))

@@ -12,6 +12,7 @@
 
 pub mod auth;
 mod files;
+pub mod gate;
 pub mod hosts;
 pub mod retention;
 
@@ -40,6 +41,7 @@ use crate::storage::url::UrlFetcher;
 use crate::tools::Tools;
 use crate::tools::dynamic::SavedTools;
 use auth::AccessTokens;
+use gate::Gate;
 
 /// Largest MCP request body (a `run_python` script is the biggest thing sent).
 const MAX_MCP_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -274,12 +276,13 @@ impl ToolParts {
     }
 }
 
-/// The HTTP application: `/mcp`, `/health`, and `/files` when the local store is in use.
-/// With `tokens` configured, `/mcp` and uploads need one (see [`auth`]).
+/// The HTTP application: `/mcp`, `/health`, `/metrics`, the protected-resource metadata, and
+/// `/files` when the local store is in use. `/mcp` and uploads pass the `gate` (credentials
+/// and the caller's identity).
 pub fn router(
     tools: Tools,
     config: &Config,
-    tokens: AccessTokens,
+    gate: Gate,
     shutdown: CancellationToken,
 ) -> axum::Router {
     let mut mcp_config = StreamableHttpServerConfig::default()
@@ -309,8 +312,8 @@ pub fn router(
     let guarded = axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn_with_state(
-            tokens.clone(),
-            auth::require_token,
+            gate.clone(),
+            gate::admit,
         ))
         .layer(axum::middleware::from_fn_with_state(
             hosts::AllowedHosts::new(config.server.allowed_hosts.as_deref()),
@@ -320,9 +323,16 @@ pub fn router(
     let metrics = axum::Router::new().route("/metrics", get(metrics)).layer(
         axum::middleware::from_fn_with_state(metrics_tokens, auth::require_token),
     );
-    let mut app = guarded.merge(metrics).route("/health", get(health));
+    let metadata = axum::Router::new()
+        .route(gate::RESOURCE_METADATA_PATH, get(gate::resource_metadata))
+        .route(gate::RESOURCE_METADATA_ROOT_PATH, get(gate::resource_metadata))
+        .with_state(gate.clone());
+    let mut app = guarded
+        .merge(metrics)
+        .merge(metadata)
+        .route("/health", get(health));
     if let Some(store) = tools.storage().local() {
-        app = app.merge(files::routes(store.clone(), tokens, config.retention.files));
+        app = app.merge(files::routes(store.clone(), gate, config.retention.files));
     }
     app.with_state(tools)
 }
@@ -335,13 +345,20 @@ pub async fn serve_http(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let tokens = AccessTokens::load(&config.server).map_err(std::io::Error::other)?;
-    if !tokens.enabled() {
+    let open = !tokens.enabled() && config.identity.oauth.is_none();
+    let gate = Gate::new(tokens, config, tools.storage().openwebui().cloned())
+        .map_err(std::io::Error::other)?;
+    if let Some(oauth) = gate.oauth().cloned() {
+        tracing::info!(issuers = ?oauth.issuers(), audience = oauth.audience(), "OAuth access tokens accepted");
+        tokio::spawn(async move { oauth.warm_up().await });
+    }
+    if open {
         tracing::warn!(
-            "no FILE_AGENT_ACCESS_TOKENS: anyone who reaches this port can call the tools; set tokens or keep the port private"
+            "no FILE_AGENT_ACCESS_TOKENS and no FILE_AGENT_OAUTH_ISSUER: anyone who reaches this port can call the tools; set tokens or an issuer, or keep the port private"
         );
         if config.dynamic_tools == crate::config::DynamicTools::PerUser {
             tracing::warn!(
-                "saved tools are per user, and without access tokens only Open WebUI's X-OpenWebUI-User-Id names the user: set ENABLE_FORWARD_USER_INFO_HEADERS=true in Open WebUI, or FILE_AGENT_DYNAMIC_TOOLS=shared for a team that may share its tools; requests naming no user get no saved tools"
+                "saved tools are per user, and without access tokens only Open WebUI's user headers name the user: set ENABLE_FORWARD_USER_INFO_HEADERS=true in Open WebUI (with FORWARD_USER_INFO_HEADER_JWT_SECRET, and FILE_AGENT_OPENWEBUI_USER_JWT_SECRET here), or FILE_AGENT_DYNAMIC_TOOLS=shared for a team that may share its tools; requests naming no user get no saved tools"
             );
         }
     }
@@ -372,7 +389,7 @@ pub async fn serve_http(
             }
         })
     });
-    let app = router(tools.clone(), config, tokens, tools.stopping().clone());
+    let app = router(tools.clone(), config, gate, tools.stopping().clone());
     let stop = shutdown.clone();
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled_owned().await })

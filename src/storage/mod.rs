@@ -170,6 +170,14 @@ impl Storage {
         }
     }
 
+    /// The Open WebUI client, when files live there.
+    pub fn openwebui(&self) -> Option<&OpenWebUi> {
+        match self {
+            Self::OpenWebUi(client) => Some(client),
+            Self::Local(_) => None,
+        }
+    }
+
     /// `NoCredential` when this store needs a credential for `caller` and has none (Open
     /// WebUI without `OPENWEBUI_API_KEY`, and no forwarded user token), `Unauthorized` when
     /// Open WebUI refuses it (asked once, remembered for a minute). The tools that fetch or

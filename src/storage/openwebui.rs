@@ -8,7 +8,8 @@
 //! model or runs anything, [`OpenWebUi::require_credential`] asks Open WebUI once whether the
 //! credential is accepted (`GET /api/v1/auths/`, the session user's own record), and remembers
 //! the answer for [`CREDENTIAL_CHECK_TTL`]: a refused key costs one cheap request, not a
-//! model call and a sandbox attempt.
+//! model call and a sandbox attempt. The same answer names the user whose session a forwarded
+//! token is ([`OpenWebUi::session_user`]), one of the identity sources (`identity`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,9 +35,37 @@ const CREDENTIAL_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Credentials whose answer is remembered (forwarded tokens are one per user).
 const CREDENTIAL_CACHE_MAX: usize = 1024;
 
-/// Open WebUI's answers on credentials, by the SHA-256 of the token (never the token itself):
-/// accepted or not, and when it said so.
-type CredentialCache = Mutex<HashMap<[u8; 32], (bool, Instant)>>;
+/// Open WebUI's answers on credentials, by the SHA-256 of the token (never the token itself),
+/// and when it gave them.
+type CredentialCache = Mutex<HashMap<[u8; 32], (Answer, Instant)>>;
+
+/// The largest answer of `GET /api/v1/auths/` read (a user's record, a few hundred bytes).
+const SESSION_USER_MAX_BYTES: u64 = 64 * 1024;
+
+/// What Open WebUI said of a credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    /// 401: not accepted.
+    Refused,
+    /// 200: accepted, as the session of this user (`None` when the record did not parse).
+    Accepted(Option<SessionUser>),
+}
+
+/// The user whose session a token is, as Open WebUI's `GET /api/v1/auths/` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SessionUser {
+    /// Open WebUI's user id.
+    pub id: String,
+    /// The display name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The email address.
+    #[serde(default)]
+    pub email: Option<String>,
+    /// `user`, `admin` or `pending`.
+    #[serde(default)]
+    pub role: Option<String>,
+}
 
 /// A client of one Open WebUI.
 #[derive(Debug, Clone)]
@@ -101,24 +130,7 @@ impl OpenWebUi {
     /// nothing: the real request will say.
     pub async fn require_credential(&self, caller: &Caller) -> Result<(), StorageError> {
         let token = self.token(caller)?;
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let known = self.credentials.lock().ok().and_then(|cache| {
-            cache
-                .get(&key)
-                .filter(|(_, at)| at.elapsed() < CREDENTIAL_CHECK_TTL)
-                .map(|(accepted, _)| *accepted)
-        });
-        let accepted = match known {
-            Some(accepted) => accepted,
-            None => match self.ask_about(token).await {
-                Some(accepted) => {
-                    self.remember(key, accepted);
-                    accepted
-                }
-                None => true,
-            },
-        };
-        if accepted {
+        if self.answer_on(token).await != Some(Answer::Refused) {
             Ok(())
         } else {
             Err(StorageError::Unauthorized {
@@ -129,9 +141,40 @@ impl OpenWebUi {
         }
     }
 
-    /// Whether Open WebUI accepts `token`: `Some(true)` on 200, `Some(false)` on 401, `None`
-    /// on anything else.
-    async fn ask_about(&self, token: &str) -> Option<bool> {
+    /// Whose session `bearer` is, when this client forwards users' tokens and Open WebUI
+    /// accepts it: the same question as [`Self::require_credential`]'s, answered from the same
+    /// memory.
+    pub async fn session_user(&self, bearer: &str) -> Option<SessionUser> {
+        if !self.forward_user_token {
+            return None;
+        }
+        match self.answer_on(bearer).await {
+            Some(Answer::Accepted(user)) => user,
+            _ => None,
+        }
+    }
+
+    /// Open WebUI's answer on `token`, remembered for [`CREDENTIAL_CHECK_TTL`]; `None` when it
+    /// gave none that decides.
+    async fn answer_on(&self, token: &str) -> Option<Answer> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let known = self.credentials.lock().ok().and_then(|cache| {
+            cache
+                .get(&key)
+                .filter(|(_, at)| at.elapsed() < CREDENTIAL_CHECK_TTL)
+                .map(|(answer, _)| answer.clone())
+        });
+        if known.is_some() {
+            return known;
+        }
+        let answer = self.ask_about(token).await?;
+        self.remember(key, answer.clone());
+        Some(answer)
+    }
+
+    /// What Open WebUI says of `token`: accepted (200, with the session's user when its record
+    /// parses) or refused (401); `None` on anything else.
+    async fn ask_about(&self, token: &str) -> Option<Answer> {
         let url = format!("{}/api/v1/auths/", self.internal_url);
         let response = self
             .http
@@ -140,21 +183,30 @@ impl OpenWebUi {
             .timeout(CREDENTIAL_CHECK_TIMEOUT)
             .send()
             .await;
-        match response.as_ref().map(reqwest::Response::status) {
-            Ok(status) if status.is_success() => Some(true),
-            Ok(reqwest::StatusCode::UNAUTHORIZED) => Some(false),
-            Ok(status) => {
-                tracing::debug!(%status, "Open WebUI's credential check decided nothing");
+        match response {
+            Ok(response) if response.status().is_success() => {
+                let user = read_capped(response, SESSION_USER_MAX_BYTES)
+                    .await
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice::<SessionUser>(&bytes).ok())
+                    .filter(|user| !user.id.trim().is_empty());
+                Some(Answer::Accepted(user))
+            }
+            Ok(response) if response.status() == reqwest::StatusCode::UNAUTHORIZED => {
+                Some(Answer::Refused)
+            }
+            Ok(response) => {
+                tracing::debug!(status = %response.status(), "Open WebUI's credential check decided nothing");
                 None
             }
             Err(error) => {
-                tracing::debug!(error = %crate::error_chain(error), "Open WebUI's credential check got no answer");
+                tracing::debug!(error = %crate::error_chain(&error), "Open WebUI's credential check got no answer");
                 None
             }
         }
     }
 
-    fn remember(&self, key: [u8; 32], accepted: bool) {
+    fn remember(&self, key: [u8; 32], answer: Answer) {
         let Ok(mut cache) = self.credentials.lock() else {
             return;
         };
@@ -164,7 +216,7 @@ impl OpenWebUi {
                 cache.clear();
             }
         }
-        cache.insert(key, (accepted, Instant::now()));
+        cache.insert(key, (answer, Instant::now()));
     }
 
     fn unreachable(&self, error: &reqwest::Error) -> StorageError {

@@ -105,6 +105,10 @@ pub enum ToolError {
         "the call took longer than {0} s (FILE_AGENT_CALL_TIMEOUT) and was stopped; ask for less, or raise the limit"
     )]
     Deadline(u64),
+    /// The caller's identity contradicts itself (a plain header naming another user than the
+    /// proven one): nothing ran.
+    #[error("this request's identity is contradictory, so file-agent runs nothing for it: {0}")]
+    Identity(String),
 }
 
 impl ToolError {

@@ -1,7 +1,7 @@
 //! What the tools write to the audit trail: who wrote an attempt's code ([`Author`]), the part
 //! of an attempt's line known before it runs, the line itself ([`AttemptLine`]) waiting for the
 //! flow's verdict on the output, and the lines for which no container ran (a saved tool
-//! changed, a credential refused).
+//! changed, a credential or an identity refused).
 
 use std::sync::Arc;
 
@@ -48,6 +48,17 @@ impl<R: Runner> Tools<R> {
             });
         }
         Ok(checked?)
+    }
+
+    /// The refusal of a call whose identity contradicts itself (`reason` says how), written to
+    /// the audit trail as `refused_identity`: nothing ran.
+    pub fn refuse_identity(&self, reason: String) -> ToolError {
+        self.audit_nothing_ran(Record {
+            status: "refused_identity".into(),
+            error: Some(reason.clone()),
+            ..Record::default()
+        });
+        ToolError::Identity(reason)
     }
 
     /// A line of the audit trail for a change of a saved tool, when no container ran (saving,

@@ -181,7 +181,9 @@ pub fn generate_chain(folder: &Path, name: &str, count: u64, days: u64) {
                     .into(),
                 client: Some("open-webui/0.6".into()),
                 user: Some(format!("user-{}", seq % 37)),
+                identity: Some("openwebui-jwt".into()),
                 chat: Some(format!("chat-{}", seq % 101)),
+                ..CallInfo::default()
             },
             author: "model".into(),
             model: Some("gpt-test".into()),

@@ -9,8 +9,10 @@
 //! every attempt. Creation, replacement, deletion and every call are lines of the audit trail,
 //! each with the tool's version.
 //!
-//! Who sees what ([`DynamicTools`]): per owner by default, where the owner is the Open WebUI
-//! user the request names, within the access token it came with ([`Identity`]).
+//! Who sees what ([`DynamicTools`]): per owner by default, where the owner is the caller's user
+//! (an OAuth user in its issuer's namespace; an Open WebUI user within the access token it came
+//! with), else the access token ([`Identity::owner`]). An OAuth token needs the scope
+//! `file-agent.saved-tools` to create or delete one.
 //!
 //! This module does not know MCP: `mcp` lists the tools it is given and routes `my_<name>`
 //! calls here.
@@ -31,6 +33,8 @@ use crate::llm::code::{extract_block, extract_code};
 use crate::sandbox::{Input, Job, Outcome, Runner};
 use crate::storage::Caller;
 use crate::text::tail;
+use crate::identity::SCOPE_SAVED_TOOLS;
+pub use crate::identity::{Identity, LOCAL_OWNER};
 pub use registry::{Registry, RegistryError, Saved, SavedTool};
 
 /// The image's script that checks and calls saved tools.
@@ -43,45 +47,8 @@ pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
 /// Characters of a tool's result, or of its failure, put into the answer.
 const RESULT_CHARS: usize = 20_000;
-/// The owner of calls that carry no identity: stdio (one user, the one who started the server).
-pub const LOCAL_OWNER: &str = "local";
 /// The space every tool is in when tools are shared.
 const SHARED_SPACE: &str = "shared";
-
-/// Who is calling, as far as saved tools care: both parts as the request carried them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Identity {
-    /// Open WebUI's user id (`X-OpenWebUI-User-Id`), when sent.
-    pub user: Option<String>,
-    /// The access token the request was accepted with ([`AccessTokenId`]), when tokens are on.
-    pub token: Option<String>,
-    /// Whether the call came over HTTP, where whoever reaches the port may call: there, a
-    /// request with neither a user nor a token names nobody, and per-user tools refuse it.
-    pub over_http: bool,
-}
-
-impl Identity {
-    /// An HTTP request with neither a user id nor an access token.
-    pub fn names_nobody(&self) -> bool {
-        self.over_http && self.user.is_none() && self.token.is_none()
-    }
-
-    /// The owner this identity stands for: the user within its token, either alone, or
-    /// [`LOCAL_OWNER`] when the request carried neither (stdio: one user).
-    pub fn owner(&self) -> String {
-        match (&self.token, &self.user) {
-            (Some(token), Some(user)) => format!("token:{token}/user:{user}"),
-            (None, Some(user)) => format!("user:{user}"),
-            (Some(token), None) => format!("token:{token}"),
-            (None, None) => LOCAL_OWNER.to_string(),
-        }
-    }
-}
-
-/// The access token an HTTP request was accepted with, as an id that is not the token: the
-/// first 16 hex digits of its SHA-256. The server's token check puts it in the request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AccessTokenId(pub String);
 
 /// The saved tools and who sees them.
 #[derive(Debug)]
@@ -111,9 +78,23 @@ impl SavedTools {
     fn space(&self, identity: &Identity) -> Result<String, ToolError> {
         match self.mode {
             DynamicTools::Shared => Ok(SHARED_SPACE.to_string()),
+            _ if let Some(why) = &identity.user_required => {
+                Err(ToolError::InvalidArgument(format!("{USER_REQUIRED}{why}")))
+            }
             _ if identity.names_nobody() => Err(ToolError::InvalidArgument(NOBODY.into())),
             _ => Ok(identity.owner()),
         }
+    }
+
+    /// [`Self::space`], for creating, replacing or deleting a tool: an OAuth token must also
+    /// hold the scope for it.
+    fn space_to_change(&self, identity: &Identity) -> Result<String, ToolError> {
+        if !identity.allows(SCOPE_SAVED_TOOLS) {
+            return Err(ToolError::InvalidArgument(format!(
+                "your access token does not allow creating or deleting saved tools: it lacks the scope {SCOPE_SAVED_TOOLS}; ask your identity provider's administrator to grant it to this client, then sign in again"
+            )));
+        }
+        self.space(identity)
     }
 }
 
@@ -133,6 +114,10 @@ pub const OTHERS_TOOL_NOTE: &str = "[A tool another user of this server saved; t
 
 /// The refusal of a per-user saved-tool call that names nobody.
 pub const NOBODY: &str = "saved tools are kept per user on this server (FILE_AGENT_DYNAMIC_TOOLS=per-user), but this request names no user and carries no access token, so its tools would be shared with everyone. In Open WebUI, set ENABLE_FORWARD_USER_INFO_HEADERS=true (it then sends X-OpenWebUI-User-Id), or give file-agent access tokens (FILE_AGENT_ACCESS_TOKENS); for a team that may share its tools, set FILE_AGENT_DYNAMIC_TOOLS=shared on file-agent.";
+
+/// The start of the refusal of a per-user saved-tool call while Open WebUI's signed user token
+/// is required but did not prove a user; the reason follows.
+pub const USER_REQUIRED: &str = "saved tools are kept per user on this server (FILE_AGENT_DYNAMIC_TOOLS=per-user), and it takes the user from Open WebUI's signed token only (FILE_AGENT_OPENWEBUI_USER_JWT_SECRET is set), but ";
 
 /// A tool to check and save, as given.
 #[derive(Debug, Clone)]
@@ -323,7 +308,7 @@ impl<R: Runner> Tools<R> {
         tool: NewTool,
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
-        self.saved_tools()?.space(identity)?;
+        self.saved_tools()?.space_to_change(identity)?;
         let checked = self
             .checked(move || check(tool), cancel)
             .await?
@@ -345,7 +330,7 @@ impl<R: Runner> Tools<R> {
         name: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
-        self.saved_tools()?.space(identity)?;
+        self.saved_tools()?.space_to_change(identity)?;
         let instructions = super::non_empty(instructions, "instructions")?;
         let name = name.map(str::trim).filter(|name| !name.is_empty());
         if let Some(name) = name {
@@ -580,7 +565,7 @@ impl<R: Runner> Tools<R> {
     /// `delete_tool`.
     pub fn delete_tool(&self, identity: &Identity, name: &str) -> Result<ToolOutput, ToolError> {
         let saved_tools = self.saved_tools()?;
-        let space = saved_tools.space(identity)?;
+        let space = saved_tools.space_to_change(identity)?;
         let name = name.trim();
         // `my_x` names the tool `x`, unless a tool is really called `my_x`.
         let name = match name.strip_prefix(super::catalog::SAVED_TOOL_PREFIX) {
@@ -733,22 +718,6 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn owners_keep_users_of_different_tokens_apart() {
-        let user = |token: Option<&str>, user: Option<&str>| Identity {
-            user: user.map(str::to_string),
-            token: token.map(str::to_string),
-            over_http: true,
-        };
-        assert_eq!(user(None, None).owner(), LOCAL_OWNER);
-        assert_eq!(user(None, Some("7")).owner(), "user:7");
-        assert_eq!(user(Some("ab"), None).owner(), "token:ab");
-        assert_ne!(
-            user(Some("ab"), Some("7")).owner(),
-            user(Some("cd"), Some("7")).owner()
-        );
-    }
-
-    #[test]
     fn per_user_tools_refuse_an_http_request_that_names_nobody_and_shared_ones_do_not() {
         let dir = tempfile::tempdir().unwrap();
         let open = |mode| SavedTools::open(mode, dir.path()).unwrap().unwrap();
@@ -771,7 +740,10 @@ mod tests {
             LOCAL_OWNER
         );
         let alice = Identity {
-            user: Some("alice".into()),
+            user: Some(crate::identity::User::new(
+                "alice",
+                crate::identity::Source::OpenWebUiJwt,
+            )),
             ..nobody.clone()
         };
         assert_eq!(
@@ -782,6 +754,36 @@ mod tests {
             open(DynamicTools::Shared).space(&nobody).unwrap(),
             SHARED_SPACE
         );
+    }
+
+    #[test]
+    fn per_user_tools_refuse_a_missing_proof_and_a_token_without_the_scope() {
+        let dir = tempfile::tempdir().unwrap();
+        let saved = SavedTools::open(DynamicTools::PerUser, dir.path())
+            .unwrap()
+            .unwrap();
+        // Signed mode on, token missing: no falling back to the access token's space.
+        let unproven = Identity {
+            token: Some("abcd".into()),
+            over_http: true,
+            user_required: Some("the request carries no X-OpenWebUI-User-Jwt header".into()),
+            ..Identity::default()
+        };
+        let error = saved.space(&unproven).unwrap_err().to_string();
+        assert!(
+            error.contains("FILE_AGENT_OPENWEBUI_USER_JWT_SECRET")
+                && error.contains("no X-OpenWebUI-User-Jwt header"),
+            "{error}"
+        );
+        let reader = Identity {
+            user: Some(crate::identity::User::new("bob", crate::identity::Source::OAuth)),
+            scopes: Some(vec![crate::identity::SCOPE_RUN.into()]),
+            over_http: true,
+            ..Identity::default()
+        };
+        assert!(saved.space(&reader).is_ok(), "may list and call");
+        let error = saved.space_to_change(&reader).unwrap_err().to_string();
+        assert!(error.contains(SCOPE_SAVED_TOOLS), "{error}");
     }
 
     #[test]

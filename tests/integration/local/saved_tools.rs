@@ -6,7 +6,8 @@
 
 use file_agent::storage::Caller;
 use file_agent::tools::ToolError;
-use file_agent::tools::dynamic::{Identity, NewTool};
+use file_agent::identity::{Identity, Source, User};
+use file_agent::tools::dynamic::NewTool;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -43,9 +44,9 @@ fn interest() -> NewTool {
 
 fn user(id: &str) -> Identity {
     Identity {
-        user: Some(id.into()),
-        token: None,
+        user: Some(User::new(id, Source::Header)),
         over_http: true,
+        ..Identity::default()
     }
 }
 
