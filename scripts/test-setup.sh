@@ -3,7 +3,9 @@
 # idempotent and quick when done:
 #   1. scripts/bootstrap.sh --no-image: the engine and gVisor (the sandbox tests run under it too);
 #   2. poppler-utils (pdftotext, pdfinfo), with which tests read back the PDFs file-agent makes;
-#   3. the venv module (Debian's python3-venv), for the two venvs below;
+#   3. the venv module (Debian's python3-venv), for the two venvs below, and Debian's glewlwyd,
+#      a real OAuth 2.1 issuer the identity tests run (tests/issuer/glewlwyd.sh); its system
+#      service is never started;
 #   4. cargo-nextest;
 #   5. the tests' build (`cargo nextest run --no-run`), which `cargo nextest run` then finds done,
 #      and the sandbox image, built by the file-agent binary of that same build: a separate
@@ -28,6 +30,24 @@ fi
 if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
   echo "test-setup: installing python3-venv (the tests' Python libraries live in venvs)" >&2
   apt_install python3-venv
+fi
+
+if [ ! -x /usr/bin/glewlwyd ] || ! command -v sqlite3 >/dev/null 2>&1 \
+   || ! command -v openssl >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+  echo "test-setup: installing glewlwyd (a real OAuth issuer for the identity tests; its service stays off)" >&2
+  # "No configuration": its postinst would otherwise run dbconfig-common, which fails without a
+  # database server. A policy-rc.d that says "no" keeps the postinst from starting the service.
+  echo "glewlwyd glewlwyd/config_type select No configuration" | as_root debconf-set-selections
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+    as_root chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  apt_install glewlwyd dbconfig-no-thanks sqlite3 openssl curl
+  [ -z "$own_policy" ] || as_root rm -f /usr/sbin/policy-rc.d
+  as_root deb-systemd-helper disable glewlwyd.service >/dev/null 2>&1 || true
+  as_root update-rc.d glewlwyd disable >/dev/null 2>&1 || true
 fi
 
 if ! cargo nextest --version >/dev/null 2>&1; then

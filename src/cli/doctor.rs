@@ -119,6 +119,60 @@ async fn probe_services(config: &Config) -> usize {
         problems += usize::from(!ok);
         println!("openwebui {} {line}", if ok { "ok  " } else { "FAIL" });
     }
+    problems + identity_checks(config).await
+}
+
+/// Who can be named a user, and each OAuth issuer's metadata and keys, fetched now.
+async fn identity_checks(config: &Config) -> usize {
+    match &config.identity.openwebui_jwt {
+        Some(jwt) => println!(
+            "identity ok    Open WebUI's users are proven by its signed token in {} (FILE_AGENT_OPENWEBUI_USER_JWT_SECRET); plain X-OpenWebUI-User-* headers are ignored",
+            jwt.header
+        ),
+        None => println!(
+            "identity ok    Open WebUI's users are named by plain X-OpenWebUI-User-Id headers, which prove nothing; for per-user set-ups set FILE_AGENT_OPENWEBUI_USER_JWT_SECRET (and FORWARD_USER_INFO_HEADER_JWT_SECRET in Open WebUI)"
+        ),
+    }
+    let Some(oauth) = &config.identity.oauth else {
+        return 0;
+    };
+    let public_url = config.server.public_url.trim_end_matches('/');
+    let verifier = match crate::identity::oauth::OAuth::new(oauth, &format!("{public_url}/mcp")) {
+        Ok(verifier) => verifier,
+        Err(error) => {
+            println!("oauth    FAIL  cannot build the HTTP client: {error}");
+            return 1;
+        }
+    };
+    println!(
+        "oauth    ok    tokens must be issued for {} (FILE_AGENT_OAUTH_AUDIENCE), user claim {:?}",
+        verifier.audience(),
+        oauth.user_claim
+    );
+    let mut problems = 0;
+    for check in verifier.check().await {
+        match (&check.metadata, &check.keys) {
+            (Ok((metadata, _)), Ok(keys)) if !keys.is_empty() => println!(
+                "oauth    ok    {}: metadata at {metadata}, signing keys {}",
+                check.issuer,
+                keys.join(", ")
+            ),
+            (Ok((_, jwks)), Ok(_)) => {
+                problems += 1;
+                println!(
+                    "oauth    FAIL  {}: its key set {jwks} holds no key file-agent can use (RS256, PS256, ES256, EdDSA)",
+                    check.issuer
+                );
+            }
+            (Err(error), _) | (_, Err(error)) => {
+                problems += 1;
+                println!(
+                    "oauth    FAIL  {}: {error}; check FILE_AGENT_OAUTH_ISSUER (exactly as the issuer writes `iss`)",
+                    check.issuer
+                );
+            }
+        }
+    }
     problems
 }
 

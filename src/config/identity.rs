@@ -185,8 +185,8 @@ mod tests {
         let jwt = config.openwebui_jwt.unwrap();
         assert_eq!(jwt.secret.expose(), secret);
         assert_eq!(jwt.header, DEFAULT_OPENWEBUI_USER_JWT_HEADER);
-        let error = identity(&[("FILE_AGENT_OPENWEBUI_USER_JWT_SECRET", "short-secret")])
-            .unwrap_err();
+        let error =
+            identity(&[("FILE_AGENT_OPENWEBUI_USER_JWT_SECRET", "short-secret")]).unwrap_err();
         assert_eq!(error.var, "FILE_AGENT_OPENWEBUI_USER_JWT_SECRET");
         assert!(!error.to_string().contains("short-secret"), "{error}");
         assert!(error.expected.contains("openssl rand"), "{error}");
@@ -208,7 +208,10 @@ mod tests {
         let oauth = config.oauth.unwrap();
         assert_eq!(
             oauth.issuers,
-            ["https://tenant.auth0.com/", "http://127.0.0.1:9000/realms/x"]
+            [
+                "https://tenant.auth0.com/",
+                "http://127.0.0.1:9000/realms/x"
+            ]
         );
         assert_eq!(oauth.user_claim, "sub");
         assert_eq!(oauth.audience, None);

@@ -12,9 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{
-    ConfigError, IdentityConfig, ResearchConfig, SandboxConfig, UrlFetchConfig, Vars,
-};
+use super::{ConfigError, IdentityConfig, ResearchConfig, SandboxConfig, UrlFetchConfig, Vars};
 
 /// `FILE_AGENT_LISTEN`: where the HTTP server listens.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";

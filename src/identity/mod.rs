@@ -268,7 +268,10 @@ mod tests {
         assert_eq!(token_only.owner(), "token:abcd");
         assert_eq!(token_only.source(), Some(Source::AccessToken));
         assert_eq!(Identity::default().owner(), LOCAL_OWNER);
-        assert!(!Identity::default().names_nobody(), "stdio is the local user");
+        assert!(
+            !Identity::default().names_nobody(),
+            "stdio is the local user"
+        );
         let nobody = Identity {
             over_http: true,
             ..Identity::default()

@@ -45,7 +45,7 @@ pub const MAX_KEYS: usize = 32;
 pub const KEYS_TTL: Duration = Duration::from_secs(15 * 60);
 /// The shortest time between two fetches of one issuer's keys, so that tokens naming unknown
 /// keys cannot make the server hammer the issuer.
-pub const REFETCH_MIN_INTERVAL: Duration = Duration::from_secs(30);
+pub const REFETCH_MIN_INTERVAL: Duration = Duration::from_secs(10);
 /// Clock skew allowed on `exp` and `nbf`, in seconds.
 pub const SKEW_SECS: u64 = 30;
 
@@ -68,7 +68,9 @@ pub enum OAuthRefusal {
         alg: String,
     },
     /// `iss` is not a configured issuer.
-    #[error("the access token's issuer {issuer:?} is not one this server accepts (FILE_AGENT_OAUTH_ISSUER)")]
+    #[error(
+        "the access token's issuer {issuer:?} is not one this server accepts (FILE_AGENT_OAUTH_ISSUER)"
+    )]
     Issuer {
         /// The `iss` it named (cut short).
         issuer: String,
@@ -170,7 +172,7 @@ pub struct IssuerCheck {
     pub issuer: String,
     /// The metadata document that answered, and its JWKS URL.
     pub metadata: Result<(String, String), String>,
-    /// The signing keys found: `kid (kty)`.
+    /// The keys found that can verify a token: `kid (kty)`.
     pub keys: Result<Vec<String>, String>,
 }
 
@@ -223,7 +225,10 @@ impl OAuth {
 
     /// The issuers, as configured.
     pub fn issuers(&self) -> Vec<String> {
-        self.issuers.iter().map(|issuer| issuer.url.clone()).collect()
+        self.issuers
+            .iter()
+            .map(|issuer| issuer.url.clone())
+            .collect()
     }
 
     /// The resource a token must be issued for.
@@ -269,7 +274,10 @@ impl OAuth {
         };
         let claims =
             super::unverified_claims(token, MAX_TOKEN_BYTES).ok_or(OAuthRefusal::Malformed)?;
-        let claimed = claims.get("iss").and_then(Value::as_str).unwrap_or_default();
+        let claimed = claims
+            .get("iss")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let issuer = self
             .issuers
             .iter()
@@ -401,7 +409,11 @@ impl OAuth {
         keys.tried_at = Some(Instant::now());
         match self.fetch_keys(issuer).await {
             Ok((_, fetched)) => {
-                tracing::info!(issuer, keys = fetched.len(), "fetched the OAuth issuer's signing keys");
+                tracing::info!(
+                    issuer,
+                    keys = fetched.len(),
+                    "fetched the OAuth issuer's signing keys"
+                );
                 keys.keys = fetched;
                 keys.fetched_at = Some(Instant::now());
                 keys.last_error = None;
@@ -472,14 +484,15 @@ impl OAuth {
         if !response.status().is_success() {
             return Err(format!("{url}: HTTP {}", response.status().as_u16()));
         }
-        let bytes = read_capped(response, MAX_DOCUMENT_BYTES)
-            .await
-            .map_err(|error| match error {
-                CappedRead::TooLarge => {
-                    format!("{url}: larger than {} KiB", MAX_DOCUMENT_BYTES / 1024)
-                }
-                CappedRead::Transport(error) => format!("{url}: {}", describe(&error)),
-            })?;
+        let bytes =
+            read_capped(response, MAX_DOCUMENT_BYTES)
+                .await
+                .map_err(|error| match error {
+                    CappedRead::TooLarge => {
+                        format!("{url}: larger than {} KiB", MAX_DOCUMENT_BYTES / 1024)
+                    }
+                    CappedRead::Transport(error) => format!("{url}: {}", describe(&error)),
+                })?;
         serde_json::from_slice(&bytes).map_err(|_| format!("{url}: not a JSON object"))
     }
 
@@ -491,6 +504,15 @@ impl OAuth {
             let keys = match &metadata {
                 Ok(_) => self.fetch_keys(&issuer.url).await.map(|(_, keys)| {
                     keys.iter()
+                        .filter(|key| {
+                            ALGORITHMS.iter().any(|alg| {
+                                let header = JwtHeader {
+                                    alg: (*alg).to_string(),
+                                    kid: None,
+                                };
+                                !fitting_keys(std::slice::from_ref(*key), &header).is_empty()
+                            })
+                        })
                         .map(|key| {
                             format!(
                                 "{} ({})",
@@ -549,9 +571,7 @@ pub fn metadata_urls(issuer: &str) -> Vec<String> {
 /// key says which. HMAC keys never fit.
 fn fitting_keys(keys: &[Jwk], header: &JwtHeader) -> Vec<DecodingKey> {
     keys.iter()
-        .filter(|key| {
-            header.kid.is_none() || key.common.key_id.as_deref() == header.kid.as_deref()
-        })
+        .filter(|key| header.kid.is_none() || key.common.key_id.as_deref() == header.kid.as_deref())
         .filter(|key| {
             key.common
                 .public_key_use
@@ -639,7 +659,11 @@ mod tests {
         };
         assert_eq!(fitting_keys(&keys, &header("RS256", Some("rsa"))).len(), 1);
         assert_eq!(fitting_keys(&keys, &header("RS256", None)).len(), 1);
-        assert_eq!(fitting_keys(&keys, &header("PS256", Some("rsa"))).len(), 0, "the key says RS256");
+        assert_eq!(
+            fitting_keys(&keys, &header("PS256", Some("rsa"))).len(),
+            0,
+            "the key says RS256"
+        );
         assert_eq!(fitting_keys(&keys, &header("RS256", Some("enc"))).len(), 0);
         assert_eq!(fitting_keys(&keys, &header("HS256", Some("hmac"))).len(), 0);
         assert_eq!(fitting_keys(&keys, &header("EdDSA", None)).len(), 1);

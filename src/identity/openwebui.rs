@@ -196,11 +196,8 @@ impl OpenWebUiJwt {
         if claims.sub.trim().is_empty() {
             return Err(JwtRefusal::Malformed { header });
         }
-        let field = |value: Option<String>| {
-            value
-                .map(|v| capped(v.trim()))
-                .filter(|v| !v.is_empty())
-        };
+        let field =
+            |value: Option<String>| value.map(|v| capped(v.trim())).filter(|v| !v.is_empty());
         Ok(User {
             id: capped(claims.sub.trim()),
             name: field(claims.name),
@@ -266,7 +263,10 @@ mod tests {
             change(&mut claims);
             minted(claims, SECRET)
         };
-        assert_eq!(verifier().verify(None, now).unwrap_err().reason(), "missing");
+        assert_eq!(
+            verifier().verify(None, now).unwrap_err().reason(),
+            "missing"
+        );
         assert_eq!(
             verify(&minted(alice(now), "another-secret-of-enough-length!")),
             "bad_signature"

@@ -22,10 +22,10 @@ use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
 
 use crate::config::Secret;
+use crate::identity::{Identity, SCOPE_SAVED_TOOLS};
 use crate::prompts::Prompts;
 use crate::storage::Caller;
 use crate::tools::catalog::{SAVED_TOOL_PREFIX, Tool};
-use crate::identity::{Identity, SCOPE_SAVED_TOOLS};
 use crate::tools::dynamic::NewTool;
 use crate::tools::research::Progress;
 use crate::tools::{CALL, CallInfo, ToolError, ToolOutput, Tools};
@@ -373,7 +373,6 @@ fn request_header<'a>(context: &'a RequestContext<RoleServer>, name: &str) -> Op
         .and_then(|value| value.to_str().ok())
 }
 
-
 // `#[tool_handler]` writes only the methods not written here: `list_tools` and `call_tool` add
 // the caller's saved tools (`my_<name>`) to the built-in ones.
 #[tool_handler(router = self.tool_router)]
@@ -573,18 +572,18 @@ impl FileAgentServer {
         // The JSON-RPC id as JSON: a number stays a number, a string a string.
         let request = serde_json::to_value(&context.id).unwrap_or_default();
         let info = call_info(&id, request.clone(), tool, context);
-        // A request whose plain header contradicts its proven user runs nothing.
-        let conflict = identity_of(context).conflict;
-        let call = async {
-            match conflict {
-                Some(conflict) => Err(self.tools.refuse_identity(conflict)),
-                None => call.await,
+        // A request whose plain header contradicts its proven user runs nothing. (Decided
+        // here rather than by wrapping `call` in one more future: in a debug build every
+        // wrapper copies the whole call's state on the stack.)
+        let result = match identity_of(context).conflict {
+            Some(conflict) => Err(CALL.sync_scope(info, || self.tools.refuse_identity(conflict))),
+            None => {
+                let call = self.tools.track(tokio::time::timeout(deadline, call));
+                match CALL.scope(info, call).await {
+                    Ok(result) => result,
+                    Err(_) => Err(ToolError::Deadline(deadline.as_secs())),
+                }
             }
-        };
-        let call = self.tools.track(tokio::time::timeout(deadline, call));
-        let result = match CALL.scope(info, call).await {
-            Ok(result) => result,
-            Err(_) => Err(ToolError::Deadline(deadline.as_secs())),
         };
         let duration_ms = started.elapsed().as_millis() as u64;
         // Saved tools share one label: their names are the callers' to choose.

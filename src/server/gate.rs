@@ -21,7 +21,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::auth::{AccessTokens, CHALLENGE, INVALID_TOKEN, KEY_HEADER, TOKEN_REQUIRED, refusal, token_id};
+use super::auth::{
+    AccessTokens, CHALLENGE, INVALID_TOKEN, KEY_HEADER, TOKEN_REQUIRED, refusal, token_id,
+};
 use crate::identity::oauth::{OAuth, OAuthRefusal};
 use crate::identity::openwebui::{JwtRefusal, OpenWebUiJwt};
 use crate::identity::{Identity, SCOPE_RUN, Source, User, capped};
@@ -341,10 +343,7 @@ mod tests {
 
     #[test]
     fn a_description_is_quotable_whatever_it_holds() {
-        assert_eq!(
-            quotable("alg \"none\"\\ é\n"),
-            "alg 'none'/ ??"
-        );
+        assert_eq!(quotable("alg \"none\"\\ é\n"), "alg 'none'/ ??");
     }
 
     #[test]
@@ -358,16 +357,24 @@ mod tests {
         );
         let response = Refusal::Scope(SCOPE_RUN).response(Some(url));
         assert_eq!(response.status(), StatusCode::FORBIDDEN);
-        let challenge = response.headers()[header::WWW_AUTHENTICATE].to_str().unwrap().to_string();
+        let challenge = response.headers()[header::WWW_AUTHENTICATE]
+            .to_str()
+            .unwrap()
+            .to_string();
         assert!(
             challenge.contains("error=\"insufficient_scope\"")
                 && challenge.contains("scope=\"file-agent.run\""),
             "{challenge}"
         );
         let response = Refusal::OAuth(OAuthRefusal::Expired).response(None);
-        let challenge = response.headers()[header::WWW_AUTHENTICATE].to_str().unwrap().to_string();
+        let challenge = response.headers()[header::WWW_AUTHENTICATE]
+            .to_str()
+            .unwrap()
+            .to_string();
         assert!(
-            challenge.contains("error=\"invalid_token\", error_description=\"the access token has expired"),
+            challenge.contains(
+                "error=\"invalid_token\", error_description=\"the access token has expired"
+            ),
             "{challenge}"
         );
         assert!(!challenge.contains("resource_metadata"), "{challenge}");

@@ -325,7 +325,10 @@ pub fn router(
     );
     let metadata = axum::Router::new()
         .route(gate::RESOURCE_METADATA_PATH, get(gate::resource_metadata))
-        .route(gate::RESOURCE_METADATA_ROOT_PATH, get(gate::resource_metadata))
+        .route(
+            gate::RESOURCE_METADATA_ROOT_PATH,
+            get(gate::resource_metadata),
+        )
         .with_state(gate.clone());
     let mut app = guarded
         .merge(metrics)

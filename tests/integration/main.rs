@@ -12,6 +12,7 @@ mod cli;
 mod common;
 mod fakes;
 mod hostile;
+mod identity;
 mod kube_double;
 mod kube_manifests;
 mod kubernetes;

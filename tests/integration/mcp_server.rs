@@ -37,6 +37,16 @@ impl TestServer {
     /// [`Self::start`] over the data folder `data` (a restart, when it held an earlier one's).
     pub async fn start_in(data: tempfile::TempDir, env: &[(String, String)]) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(listener, data, env).await
+    }
+
+    /// [`Self::start_in`] on `listener`, bound by the test (which needed its address first:
+    /// an OAuth issuer issues tokens for that address).
+    pub async fn start_on(
+        listener: tokio::net::TcpListener,
+        data: tempfile::TempDir,
+        env: &[(String, String)],
+    ) -> Self {
         let address = listener.local_addr().unwrap();
         let mut vars: HashMap<String, String> = HashMap::from([
             ("SANDBOX_INSTANCE".into(), unique_instance("test", 12)),

@@ -1,31 +1,64 @@
 """Checks file-agent with the official MCP Python SDK (2.x, the client Open WebUI uses).
 
 Usage: target/test-python/bin/python3 tests/sdk/python_client.py http://127.0.0.1:8000/mcp
-       [--client-name NAME] [--user-id ID] [--saved-tool]
+       [--client-name NAME] [--user-id ID [--openwebui-jwt-secret SECRET]] [--saved-tool]
+       [--header NAME=VALUE]...
 
 Like Open WebUI's "auto" mode it first tries `server/discover` (protocol 2026-07-28) and falls
 back to `initialize`; then it lists the tools and calls run_python. With --saved-tool it also
 saves a tool with create_tool, finds it in a new tools/list as `my_add` with its input schema,
 and calls it. With --user-id it sends Open WebUI's `X-OpenWebUI-User-Id` header (per-user
-saved tools need a user). Prints one line per step; exits non-zero on any failure. Run by the
+saved tools need a user); with --openwebui-jwt-secret as well, it sends the user as Open WebUI
+0.12 does when `FORWARD_USER_INFO_HEADER_JWT_SECRET` is set: one HS256 JWT in
+`X-OpenWebUI-User-Jwt`, minted with PyJWT by a copy of Open WebUI's own
+`_mint_forward_user_jwt` (open_webui/utils/headers.py). Prints one line per step; exits non-zero on any failure. Run by the
 integration test `the_official_python_sdk_lists_and_calls_the_tools`; `scripts/test-python.sh`
 installs the SDK in the venv `target/test-python`.
 """
 
 import argparse
 import asyncio
+import time
+
+import jwt
 
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 
-async def main(url: str, client_name: str | None, user_id: str | None, saved_tool: bool) -> None:
+def mint_forward_user_jwt(user_id: str, secret: str, expires_seconds: int = 300) -> str:
+    """Open WebUI 0.12's `_mint_forward_user_jwt`, for a user with this id."""
+    now = int(time.time())
+    payload = {
+        'sub': str(user_id),
+        'email': f'{user_id}@example.com',
+        'name': str(user_id),
+        'role': 'user',
+        'iss': 'open-webui',
+        'iat': now,
+        'exp': now + expires_seconds,
+    }
+    return jwt.encode(payload, secret.strip(), algorithm='HS256')
+
+
+async def main(
+    url: str,
+    client_name: str | None,
+    user_id: str | None,
+    jwt_secret: str | None,
+    extra_headers: list[str],
+    saved_tool: bool,
+) -> None:
     # With --client-name the session introduces itself as NAME/9.9.9 (the audit test looks for
     # it); otherwise as the SDK's default.
     client_info = types.Implementation(name=client_name, version="9.9.9") if client_name else None
-    headers = {"X-OpenWebUI-User-Id": user_id} if user_id else None
-    async with create_mcp_http_client(headers=headers) as http_client, streamable_http_client(
+    headers = dict(header.split("=", 1) for header in extra_headers)
+    if user_id and jwt_secret:
+        headers["X-OpenWebUI-User-Jwt"] = mint_forward_user_jwt(user_id, jwt_secret)
+    elif user_id:
+        headers["X-OpenWebUI-User-Id"] = user_id
+    async with create_mcp_http_client(headers=headers or None) as http_client, streamable_http_client(
         url, http_client=http_client
     ) as streams:
         read, write = streams[0], streams[1]
@@ -81,6 +114,17 @@ if __name__ == "__main__":
     parser.add_argument("url")
     parser.add_argument("--client-name")
     parser.add_argument("--user-id")
+    parser.add_argument("--openwebui-jwt-secret")
+    parser.add_argument("--header", action="append", default=[])
     parser.add_argument("--saved-tool", action="store_true")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.url, arguments.client_name, arguments.user_id, arguments.saved_tool))
+    asyncio.run(
+        main(
+            arguments.url,
+            arguments.client_name,
+            arguments.user_id,
+            arguments.openwebui_jwt_secret,
+            arguments.header,
+            arguments.saved_tool,
+        )
+    )

@@ -28,13 +28,13 @@ use tokio_util::sync::CancellationToken;
 use super::{Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, local_io};
 use crate::audit::ToolMark;
 use crate::config::DynamicTools;
+use crate::identity::SCOPE_SAVED_TOOLS;
+pub use crate::identity::{Identity, LOCAL_OWNER};
 use crate::llm::Message;
 use crate::llm::code::{extract_block, extract_code};
 use crate::sandbox::{Input, Job, Outcome, Runner};
 use crate::storage::Caller;
 use crate::text::tail;
-use crate::identity::SCOPE_SAVED_TOOLS;
-pub use crate::identity::{Identity, LOCAL_OWNER};
 pub use registry::{Registry, RegistryError, Saved, SavedTool};
 
 /// The image's script that checks and calls saved tools.
@@ -776,7 +776,10 @@ mod tests {
             "{error}"
         );
         let reader = Identity {
-            user: Some(crate::identity::User::new("bob", crate::identity::Source::OAuth)),
+            user: Some(crate::identity::User::new(
+                "bob",
+                crate::identity::Source::OAuth,
+            )),
             scopes: Some(vec![crate::identity::SCOPE_RUN.into()]),
             over_http: true,
             ..Identity::default()

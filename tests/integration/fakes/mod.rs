@@ -2,6 +2,7 @@
 //! 127.0.0.1 so that the real client code (async-openai, reqwest multipart, kube-rs, kubectl)
 //! is what runs.
 
+pub mod issuer;
 pub mod kubernetes;
 pub mod openai;
 pub mod openwebui;

@@ -43,6 +43,8 @@ struct Inner {
     fail_with: Option<u16>,
     /// Requests of `GET /api/v1/auths/` so far.
     session_checks: usize,
+    /// Every bearer token sent to any route, in order.
+    bearers: Vec<String>,
 }
 
 /// The fake and its files.
@@ -93,6 +95,11 @@ impl FakeOpenWebUi {
         self.inner.lock().unwrap().session_checks
     }
 
+    /// Every bearer token it was sent so far.
+    pub fn bearers(&self) -> Vec<String> {
+        self.inner.lock().unwrap().bearers.clone()
+    }
+
     /// Makes every request answer `status` from now on.
     pub fn fail_with(&self, status: u16) {
         self.inner.lock().unwrap().fail_with = Some(status);
@@ -115,6 +122,9 @@ fn authenticate(fake: &FakeOpenWebUi, headers: &HeaderMap) -> Result<String, Res
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_string);
+    if let Some(token) = &token {
+        fake.inner.lock().unwrap().bearers.push(token.clone());
+    }
     match token {
         None => Err(detail(StatusCode::UNAUTHORIZED, "Not authenticated")),
         Some(token) if token == ALICE || token == BOB => Ok(token),
@@ -253,4 +263,64 @@ async fn content(
         );
     }
     response
+}
+
+/// A user of Open WebUI, as it forwards one.
+#[derive(Debug, Clone)]
+pub struct ForwardedUser {
+    /// Its id (`user.id`).
+    pub id: &'static str,
+    /// Its name.
+    pub name: &'static str,
+    /// Its email address.
+    pub email: &'static str,
+    /// `user` or `admin`.
+    pub role: &'static str,
+}
+
+/// The headers Open WebUI 0.12 sends an MCP server about `user` with
+/// `ENABLE_FORWARD_USER_INFO_HEADERS=true` (`build_tool_server_headers` in
+/// open_webui/utils/tools.py, `include_user_info_headers` in open_webui/utils/headers.py): with
+/// `FORWARD_USER_INFO_HEADER_JWT_SECRET` set (`jwt_secret`), one HS256 JWT in
+/// `X-OpenWebUI-User-Jwt` instead of the plain `X-OpenWebUI-User-*` headers; then the chat's
+/// and the message's ids.
+pub fn forwarded_headers(
+    user: &ForwardedUser,
+    jwt_secret: Option<&str>,
+    chat_id: &str,
+    message_id: &str,
+) -> Vec<(&'static str, String)> {
+    let mut headers = match jwt_secret {
+        Some(secret) => vec![(
+            "x-openwebui-user-jwt",
+            mint_forward_user_jwt(user, secret, 300),
+        )],
+        None => vec![
+            ("x-openwebui-user-name", user.name.into()),
+            ("x-openwebui-user-id", user.id.into()),
+            ("x-openwebui-user-email", user.email.into()),
+            ("x-openwebui-user-role", user.role.into()),
+        ],
+    };
+    headers.push(("x-openwebui-chat-id", chat_id.into()));
+    headers.push(("x-openwebui-message-id", message_id.into()));
+    headers
+}
+
+/// Open WebUI 0.12's `_mint_forward_user_jwt`: PyJWT's HS256 with the stripped secret, claims
+/// `sub`, `email`, `name`, `role`, `iss` "open-webui", `iat` now and `exp` now + `expires_in`
+/// (`FORWARD_USER_INFO_HEADER_JWT_EXPIRES_SECONDS`, 300 by default; negative for a token that
+/// has already expired).
+pub fn mint_forward_user_jwt(user: &ForwardedUser, secret: &str, expires_in: i64) -> String {
+    let now = super::issuer::now() as i64;
+    let claims = json!({
+        "sub": user.id, "email": user.email, "name": user.name, "role": user.role,
+        "iss": "open-webui", "iat": now, "exp": now + expires_in,
+    });
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.trim().as_bytes()),
+    )
+    .unwrap()
 }

@@ -4,9 +4,9 @@
 //! a restart, and every step in the audit trail with the tool's version. Hostile tools: side
 //! effects at the top level, a `run` that never returns, a schema of 10,000 properties.
 
+use file_agent::identity::{Identity, Source, User};
 use file_agent::storage::Caller;
 use file_agent::tools::ToolError;
-use file_agent::identity::{Identity, Source, User};
 use file_agent::tools::dynamic::NewTool;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
