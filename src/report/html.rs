@@ -400,10 +400,12 @@ fn fold_after_shown(page: &mut String, n: usize, total: usize, header: &str) {
 
 fn tally(page: &mut String, tallies: &Tallies, what: &str) {
     let start = page.len();
-    let _ = write!(
-        page,
-        "<table><tr><th>{what}</th><th>attempts</th><th>calls</th>"
-    );
+    let proofs = tallies.rows.iter().any(|row| row.proof.is_some());
+    let _ = write!(page, "<table><tr><th>{what}</th>");
+    if proofs {
+        page.push_str("<th>named by</th>");
+    }
+    page.push_str("<th>attempts</th><th>calls</th>");
     for ending in Ending::ALL {
         let _ = write!(page, "<th>{}</th>", tag(ending));
     }
@@ -411,12 +413,18 @@ fn tally(page: &mut String, tallies: &Tallies, what: &str) {
     let header = page[start..].to_string();
     for (n, row) in tallies.rows.iter().enumerate() {
         fold_after_shown(page, n, tallies.rows.len(), &header);
+        let _ = write!(page, "<tr><td>{}</td>", esc(&row.name));
+        if proofs {
+            let _ = write!(
+                page,
+                "<td>{}</td>",
+                esc(row.proof.as_deref().unwrap_or_default())
+            );
+        }
         let _ = write!(
             page,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>",
-            esc(&row.name),
-            row.attempts,
-            row.calls
+            "<td class=\"n\">{}</td><td class=\"n\">{}</td>",
+            row.attempts, row.calls
         );
         for ending in Ending::ALL {
             let n = row.endings[ending.index()];

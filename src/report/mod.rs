@@ -351,6 +351,19 @@ pub struct AttentionRow {
     pub anchor: String,
 }
 
+/// What named the user of a line, for the per-user table: its source, an OAuth user's issuer,
+/// the access token of a line with no user; `-` when the line says nothing.
+fn proof_of(caller: &crate::audit::CallInfo) -> String {
+    match (&caller.identity, &caller.issuer, &caller.token_id) {
+        (Some(source), Some(issuer), _) => format!("{source} ({issuer})"),
+        (Some(source), None, Some(token)) if source == "access-token" => {
+            format!("{source} {token}")
+        }
+        (Some(source), _, _) => source.clone(),
+        (None, _, _) => "-".into(),
+    }
+}
+
 /// A per-user or per-tool table.
 #[derive(Debug, Default, Serialize)]
 pub struct Tallies {
@@ -365,6 +378,11 @@ pub struct Tallies {
 pub struct Tally {
     /// The user id or tool name (`(none)` for a line without a user).
     pub name: String,
+    /// For a user: what named them (the audit line's `identity`, with the issuer of an OAuth
+    /// user, the token of a line with no user), or `-` for lines from before identities were
+    /// recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
     /// Attempts.
     pub attempts: u64,
     /// Distinct calls.
@@ -607,9 +625,22 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
                 .user
                 .clone()
                 .unwrap_or_else(|| "(none)".into());
-            for (table, key) in [(&mut users, user), (&mut tools, record.caller.tool.clone())] {
-                let tally = table.entry(key.clone()).or_insert_with(|| Tally {
-                    name: key,
+            // A user named by a plain header and one proven by a signature are not the same
+            // person for a reviewer: each source is a row of its own.
+            let proof = proof_of(&record.caller);
+            let tables = [
+                (&mut users, format!("{user}\u{0}{proof}"), user, Some(proof)),
+                (
+                    &mut tools,
+                    record.caller.tool.clone(),
+                    record.caller.tool.clone(),
+                    None,
+                ),
+            ];
+            for (table, key, name, proof) in tables {
+                let tally = table.entry(key).or_insert_with(|| Tally {
+                    name,
+                    proof,
                     first: record.time.clone(),
                     last: record.time.clone(),
                     ..Tally::default()
@@ -679,7 +710,11 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
             .collect(),
     };
     summary.calls = calls.len() as u64;
-    summary.users = users.len() as u64;
+    summary.users = users
+        .values()
+        .map(|tally| &tally.name)
+        .collect::<HashSet<_>>()
+        .len() as u64;
     summary.tools = tools.len() as u64;
     (summary.bucket, summary.chart) = chart(hourly);
 
