@@ -353,6 +353,18 @@ pub async fn serve_http(
         .map_err(std::io::Error::other)?;
     if let Some(oauth) = gate.oauth().cloned() {
         tracing::info!(issuers = ?oauth.issuers(), audience = oauth.audience(), "OAuth access tokens accepted");
+        if !config.server.pinned.public_url
+            && config
+                .identity
+                .oauth
+                .as_ref()
+                .is_some_and(|o| o.audience.is_none())
+        {
+            tracing::warn!(
+                audience = oauth.audience(),
+                "FILE_AGENT_PUBLIC_URL is not set, so OAuth tokens must be issued for this address; set it to the URL MCP clients use, or they get 401 'not issued for this server'"
+            );
+        }
         tokio::spawn(async move { oauth.warm_up().await });
     }
     if open {
