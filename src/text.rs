@@ -1,6 +1,33 @@
 //! Cutting and fencing text for messages, logs and the audit trail: every helper counts
 //! characters, never bytes, so a cut never splits one.
 
+/// Whether `c` changes how text around it looks without being seen: a control character, or a
+/// bidirectional formatting character (which can reorder what a reader sees).
+pub fn is_hidden_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` on one line with every hidden character visible: `\n`, `\r`, `\t`, and `\u{..}` for
+/// the other [`is_hidden_control`] characters. For log lines: a newline in a script's stderr
+/// cannot start a forged record, and an escape sequence cannot reach a terminal.
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_hidden_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if is_hidden_control(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The first `max` characters of `text`.
 pub fn excerpt(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {

@@ -71,6 +71,10 @@ pub struct CallInfo {
     /// The access token the request came with, as the first 16 hex digits of its SHA-256.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_id: Option<String>,
+    /// A signed identity the call carried that was not accepted, as `source: reason`
+    /// (`openwebui-jwt: expired`): why a call that came with one names no user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_refused: Option<String>,
     /// Open WebUI's chat id (`X-OpenWebUI-Chat-Id`), when sent.
     pub chat: Option<String>,
 }

@@ -19,9 +19,12 @@ pub(super) async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
         problems += 1;
         println!("settings FAIL  {unknown}");
     }
-    if let Err(error) = crate::server::auth::AccessTokens::load(&config.server) {
-        problems += 1;
-        println!("tokens   FAIL  {error}");
+    match crate::server::auth::AccessTokens::load(&config.server) {
+        Err(error) => {
+            problems += 1;
+            println!("tokens   FAIL  {error}");
+        }
+        Ok(tokens) => problems += front_door(&config, &tokens),
     }
     problems += probe_services(&config).await;
     let config = config.sandbox;
@@ -120,6 +123,74 @@ async fn probe_services(config: &Config) -> usize {
         println!("openwebui {} {line}", if ok { "ok  " } else { "FAIL" });
     }
     problems + identity_checks(config).await
+}
+
+/// Who can call (and from where), the data folder's modes, the connection cap against the
+/// descriptor limit.
+fn front_door(config: &Config, tokens: &crate::server::auth::AccessTokens) -> usize {
+    let mut problems = 0;
+    let listen = config.server.listen;
+    let mut credentials = Vec::new();
+    if tokens.enabled() {
+        credentials.push("access tokens (FILE_AGENT_ACCESS_TOKENS)".to_string());
+    }
+    if let Some(oauth) = &config.identity.oauth {
+        credentials.push(format!("OAuth tokens from {}", oauth.issuers.join(", ")));
+    }
+    match (
+        crate::server::gate::require_credential_beyond_loopback(listen, tokens, config),
+        credentials.is_empty(),
+    ) {
+        (Err(error), _) => {
+            problems += 1;
+            println!("access   FAIL  {error}");
+        }
+        (Ok(()), true) => println!(
+            "access   ok    {listen} is loopback only: every program on this host may call, no credential is asked"
+        ),
+        (Ok(()), false) => println!(
+            "access   ok    {listen}: callers need {}",
+            credentials.join(" or ")
+        ),
+    }
+    match crate::server::private::inspect(config) {
+        Err(error) => {
+            problems += 1;
+            println!("data     FAIL  {error}");
+        }
+        Ok(found) => {
+            let open: Vec<String> = found
+                .iter()
+                .filter(|checked| checked.verdict != "private")
+                .map(|checked| {
+                    format!(
+                        "{} {:04o} ({})",
+                        checked.path.display(),
+                        checked.mode,
+                        checked.verdict
+                    )
+                })
+                .collect();
+            if open.is_empty() {
+                println!(
+                    "data     ok    {} and what is in it: no access for other users (serve creates folders 0700, files 0600)",
+                    config.data_dir.display()
+                );
+            } else {
+                println!("data     ok    {}", open.join("; "));
+            }
+        }
+    }
+    let descriptors = crate::server::connections::raise_descriptor_limit();
+    let cap = crate::server::connections::effective_cap(config.server.max_connections, descriptors);
+    println!(
+        "clients  ok    {cap} connections at once (FILE_AGENT_MAX_CONNECTIONS {}, descriptor limit {descriptors}), headers and idle within {} s, bodies silent at most {} s, {} uploads at once",
+        config.server.max_connections,
+        config.server.header_timeout.as_secs(),
+        config.server.body_timeout.as_secs(),
+        config.server.max_uploads
+    );
+    problems
 }
 
 /// Who can be named a user, and each OAuth issuer's metadata and keys, fetched now.

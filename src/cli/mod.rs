@@ -378,7 +378,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// `FILE_AGENT_LOG_FORMAT`: how log lines are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LogFormat {
+pub(super) enum LogFormat {
     /// One readable line per event (the default), coloured only at a terminal.
     Text,
     /// One JSON object per line (`timestamp`, `level`, `fields`, `target`, `span`), for the log
@@ -389,7 +389,7 @@ enum LogFormat {
 impl LogFormat {
     /// Reads `FILE_AGENT_LOG_FORMAT` (unset: text). It is read here, before the configuration,
     /// because logging starts before anything else can report.
-    fn from_env() -> Result<Self, String> {
+    pub(super) fn from_env() -> Result<Self, String> {
         match std::env::var("FILE_AGENT_LOG_FORMAT") {
             Err(std::env::VarError::NotPresent) => Ok(Self::Text),
             Ok(value) if value.trim().eq_ignore_ascii_case("text") => Ok(Self::Text),
@@ -405,16 +405,24 @@ impl LogFormat {
 
     /// Installs the global subscriber: `FILE_AGENT_LOG` as the filter, else `default_filter`.
     fn init(self, default_filter: &str) {
-        let filter = tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
+        let mut filter = tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+        // rmcp logs each request's arguments at debug (a presigned URL's signature, code):
+        // never below info, whatever FILE_AGENT_LOG asks.
+        if let Ok(directive) = "rmcp=info".parse() {
+            filter = filter.add_directive(directive);
+        }
         let builder = tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
             .with_env_filter(filter);
         match self {
             // Colour codes only for a person at a terminal: in a file, a pipe, `docker logs`
-            // or journald they are noise.
+            // or journald they are noise. Every field value and message is one escaped line
+            // (`text::one_line`): a script's stderr, a model's reply or a request's text
+            // cannot start a forged record or send escape sequences to a terminal.
             Self::Text => builder
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .fmt_fields(escaped_fields())
                 .init(),
             Self::Json => builder
                 .json()
@@ -423,6 +431,22 @@ impl LogFormat {
                 .init(),
         }
     }
+}
+
+/// The text format's fields: `name=value` (the message bare), each value written as it would
+/// be and then made one line with its hidden characters visible.
+fn escaped_fields() -> impl for<'writer> tracing_subscriber::fmt::FormatFields<'writer> + 'static {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = format!("{value:?}");
+        let text = crate::text::one_line(&text);
+        if field.name() == "message" {
+            write!(writer, "{text}")
+        } else {
+            write!(writer, "{}={text}", field.name())
+        }
+    })
+    .delimited(" ")
 }
 
 async fn reap(

@@ -19,9 +19,14 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
     for unknown in crate::config::names::unknown_in_env() {
         tracing::warn!("{unknown}");
     }
+    // Everything the server creates from here on is its user's only.
+    server::private::restrict_new_files();
     if !stdio {
-        // Read the token file and check every token now, before anything is announced.
-        server::auth::AccessTokens::load(&config.server)?;
+        // Read the token file and check every token now, before anything is announced; and
+        // refuse to listen beyond loopback without a credential.
+        let tokens = server::auth::AccessTokens::load(&config.server)?;
+        server::gate::require_credential_beyond_loopback(config.server.listen, &tokens, &config)
+            .map_err(anyhow::Error::msg)?;
     }
     let shutdown = super::shutdown_token();
     if stdio {
@@ -55,9 +60,12 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
         ),
     };
     tracing::info!(%address, storage, "serving MCP at http://{address}/mcp");
-    eprintln!(
-        "file-agent: MCP at http://{address}/mcp, health at http://{address}/health; {storage}"
-    );
+    // A banner for a person; JSON logs keep one record per line.
+    if super::LogFormat::from_env() != Ok(super::LogFormat::Json) {
+        eprintln!(
+            "file-agent: MCP at http://{address}/mcp, health at http://{address}/health; {storage}"
+        );
+    }
     server::retention::spawn(&tools, &config, shutdown.clone());
     server::serve_http(tools, &config, listener, shutdown).await?;
     Ok(ExitCode::SUCCESS)

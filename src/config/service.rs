@@ -14,8 +14,20 @@ use std::time::Duration;
 
 use super::{ConfigError, IdentityConfig, ResearchConfig, SandboxConfig, UrlFetchConfig, Vars};
 
-/// `FILE_AGENT_LISTEN`: where the HTTP server listens.
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
+/// `FILE_AGENT_LISTEN`: where the HTTP server listens. Loopback: another machine reaches the
+/// server only once the operator chose an address, and then only with a credential.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8000";
+/// `FILE_AGENT_HEADER_TIMEOUT`: seconds a connection may take to send a request's headers,
+/// and may stay idle between two requests (nginx: 60 s and 75 s).
+pub const DEFAULT_HEADER_TIMEOUT_SECS: u64 = 30;
+/// `FILE_AGENT_BODY_TIMEOUT`: seconds a request body may go without sending anything (nginx's
+/// `client_body_timeout`: between two reads, not for the whole body).
+pub const DEFAULT_BODY_TIMEOUT_SECS: u64 = 30;
+/// `FILE_AGENT_MAX_CONNECTIONS`: open client connections; each is a file descriptor, so the
+/// server keeps this below the descriptor limit whatever is set.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// `FILE_AGENT_MAX_UPLOADS`: uploads (`POST /files`) streamed to disk at once; more get 503.
+pub const DEFAULT_MAX_UPLOADS: usize = 4;
 /// `OPENAI_BASE_URL`: the OpenAI API; any compatible server (vLLM, Ollama, LiteLLM) works.
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// `MODEL_NAME`: the model that writes the Python.
@@ -247,6 +259,16 @@ pub struct ServerConfig {
     /// `FILE_AGENT_REAP_INTERVAL`: how often leftover containers are looked for while serving
     /// (`None`: only at start-up).
     pub reap_interval: Option<Duration>,
+    /// `FILE_AGENT_HEADER_TIMEOUT`: the longest a connection may take to send a request's
+    /// headers, or stay idle between requests; then it is closed.
+    pub header_timeout: Duration,
+    /// `FILE_AGENT_BODY_TIMEOUT`: the longest a request body may go without sending a byte.
+    pub body_timeout: Duration,
+    /// `FILE_AGENT_MAX_CONNECTIONS`: client connections open at once (kept below the
+    /// descriptor limit); past it a connection gets 503 and is closed.
+    pub max_connections: usize,
+    /// `FILE_AGENT_MAX_UPLOADS`: uploads at once; past it an upload gets 503.
+    pub max_uploads: usize,
 }
 
 /// Which address-dependent settings were set explicitly (and so do not follow the address
@@ -442,6 +464,22 @@ impl ServerConfig {
                 0 => None,
                 secs => Some(Duration::from_secs(secs)),
             },
+            header_timeout: vars.seconds(
+                "FILE_AGENT_HEADER_TIMEOUT",
+                DEFAULT_HEADER_TIMEOUT_SECS,
+                1..=3600,
+            )?,
+            body_timeout: vars.seconds(
+                "FILE_AGENT_BODY_TIMEOUT",
+                DEFAULT_BODY_TIMEOUT_SECS,
+                1..=3600,
+            )?,
+            max_connections: vars.count(
+                "FILE_AGENT_MAX_CONNECTIONS",
+                DEFAULT_MAX_CONNECTIONS,
+                16..=1_000_000,
+            )?,
+            max_uploads: vars.count("FILE_AGENT_MAX_UPLOADS", DEFAULT_MAX_UPLOADS, 1..=1024)?,
         })
     }
 }
@@ -667,8 +705,10 @@ mod tests {
     #[test]
     fn defaults_are_the_python_file_agents_and_the_local_store() {
         let config = config(&[]).unwrap();
-        assert_eq!(config.server.listen.to_string(), "0.0.0.0:8000");
-        assert_eq!(config.server.public_url, "http://localhost:8000");
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:8000");
+        assert_eq!(config.server.public_url, "http://127.0.0.1:8000");
+        assert_eq!(config.server.header_timeout, Duration::from_secs(30));
+        assert_eq!(config.server.max_connections, 1024);
         assert_eq!(config.llm.model, "gpt-4o");
         assert_eq!(config.llm.base_url, "https://api.openai.com/v1");
         assert_eq!(config.llm.api_key, None);
@@ -677,7 +717,7 @@ mod tests {
             config.storage,
             StorageConfig::Local(LocalStoreConfig {
                 data_dir: PathBuf::from("data"),
-                public_url: "http://localhost:8000".into()
+                public_url: "http://127.0.0.1:8000".into()
             })
         );
         let hosts = config.server.allowed_hosts.unwrap();

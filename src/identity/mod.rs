@@ -120,6 +120,9 @@ pub struct Identity {
     pub user_required: Option<String>,
     /// A plain header naming someone other than the proven user: every tool call is refused.
     pub conflict: Option<String>,
+    /// A signed identity that came and was not accepted, as `source: reason` (`openwebui-jwt:
+    /// expired`), so that the audit line says why a call that carried one names no user.
+    pub refused: Option<String>,
 }
 
 impl Identity {

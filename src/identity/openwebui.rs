@@ -68,7 +68,7 @@ pub enum JwtRefusal {
     },
     /// Past `exp`.
     #[error(
-        "the {header} token has expired; check the clocks of Open WebUI and file-agent, or FORWARD_USER_INFO_HEADER_JWT_EXPIRES_SECONDS"
+        "the {header} token has expired. Open WebUI mints it once per chat turn, so a turn that runs longer than FORWARD_USER_INFO_HEADER_JWT_EXPIRES_SECONDS (300 by default) outlives it: raise that setting in Open WebUI (e.g. 3600), and check that the clocks of Open WebUI and file-agent agree"
     )]
     Expired {
         /// The header.

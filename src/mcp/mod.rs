@@ -531,6 +531,7 @@ fn call_info(
         identity: identity.source().map(|source| source.as_str().to_string()),
         issuer: identity.user.as_ref().and_then(|user| user.issuer.clone()),
         token_id: identity.token.clone(),
+        identity_refused: identity.refused.clone(),
         user: identity.user.map(|user| user.id),
         chat: header("x-openwebui-chat-id"),
     }

@@ -233,7 +233,7 @@ pub struct ReapReport {
 }
 
 /// The Docker engine as [`Sandbox::diagnose`] found it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Diagnosis {
     /// The engine's version.
     pub engine_version: String,

@@ -168,6 +168,10 @@ mod tests {
             metrics_token: None,
             shutdown_grace: std::time::Duration::from_secs(1),
             reap_interval: None,
+            header_timeout: std::time::Duration::from_secs(30),
+            body_timeout: std::time::Duration::from_secs(30),
+            max_connections: 1024,
+            max_uploads: 4,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The local store over HTTP: `GET /files/{id}/{name}` downloads a stored file (an unguessable
 //! id is the capability), `POST /files` (multipart field `file`) stores an input and answers
-//! with its id, for `modify_file` and `run_python`.
+//! with its id, for `modify_file` and `run_python`. An upload is streamed to disk as it
+//! arrives, within `FILE_AGENT_INPUT_MAX_MIB`, and at most `FILE_AGENT_MAX_UPLOADS` at once.
 //!
 //! Downloads are sent as attachments with `nosniff` and a sandboxing CSP, so an HTML or SVG
 //! file a script wrote cannot run in this server's origin.
@@ -14,13 +15,17 @@ use axum::routing::{get, post};
 use serde_json::json;
 
 use super::gate::Gate;
-use crate::storage::local::LocalStore;
+use crate::storage::local::{LocalStore, UploadError};
 use crate::storage::{content_type_for, encode_path_segment};
 use crate::tools::Tools;
 use crate::tools::filename::safe_name;
 
 /// Room for the multipart framing around the file.
 const MULTIPART_SLACK: usize = 64 * 1024;
+
+/// Uploads allowed at once (`FILE_AGENT_MAX_UPLOADS`).
+#[derive(Debug, Clone)]
+struct Uploads(std::sync::Arc<tokio::sync::Semaphore>);
 
 /// How long stored files are kept (`FILE_AGENT_FILES_RETENTION_DAYS`), for the 404's words.
 #[derive(Debug, Clone, Copy)]
@@ -31,6 +36,7 @@ pub fn routes(
     store: LocalStore,
     gate: Gate,
     retention: Option<std::time::Duration>,
+    max_uploads: usize,
 ) -> axum::Router<Tools> {
     let limit = store.max_bytes() as usize + MULTIPART_SLACK;
     let upload = post(upload).layer(DefaultBodyLimit::max(limit)).layer(
@@ -38,9 +44,24 @@ pub fn routes(
     );
     axum::Router::new()
         .route("/files/{id}/{name}", get(download))
-        .route("/files", upload)
+        .route(
+            "/files",
+            upload.fallback(|| async {
+                let mut response = error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "only POST uploads a file here; a stored file is at /files/<id>/<name>",
+                );
+                response
+                    .headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("POST"));
+                response
+            }),
+        )
         .layer(axum::Extension(store))
         .layer(axum::Extension(Kept(retention)))
+        .layer(axum::Extension(Uploads(std::sync::Arc::new(
+            tokio::sync::Semaphore::new(max_uploads),
+        ))))
 }
 
 /// The 404 of a download: under a retention, an old link's file may have been deleted.
@@ -100,8 +121,31 @@ async fn download(
 
 async fn upload(
     axum::Extension(store): axum::Extension<LocalStore>,
-    mut multipart: Multipart,
+    axum::Extension(uploads): axum::Extension<Uploads>,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Response {
+    let mut multipart = match multipart {
+        Ok(multipart) => multipart,
+        Err(rejection) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the body is not a multipart form ({rejection}); upload with: curl -F file=@report.xlsx <server>/files"
+                ),
+            );
+        }
+    };
+    // Uploads at once are bounded, so memory and disk writes stay flat whatever arrives.
+    let Ok(_slot) = uploads.0.clone().try_acquire_owned() else {
+        let mut response = error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "file-agent is receiving as many uploads as it may at once (FILE_AGENT_MAX_UPLOADS); try again in a moment",
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        return response;
+    };
     let too_large = || {
         error(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -111,52 +155,78 @@ async fn upload(
             ),
         )
     };
+    let malformed = |e: axum::extract::multipart::MultipartError| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return too_large();
+        }
+        error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the multipart body is malformed or was cut off ({}); send one part named \"file\": curl -F file=@report.xlsx <server>/files",
+                e.body_text()
+            ),
+        )
+    };
+    let mut stored = None;
     loop {
         let mut field = match multipart.next_field().await {
             Ok(Some(field)) => field,
             Ok(None) => break,
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(),
-            Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}")),
+            Err(e) => return malformed(e),
         };
         if field.name() != Some("file") {
             continue;
         }
-        let name = safe_name(field.file_name().unwrap_or("upload"), "upload");
-        let mut bytes = Vec::new();
-        loop {
-            match field.chunk().await {
-                Ok(Some(chunk)) => {
-                    if (bytes.len() + chunk.len()) as u64 > store.max_bytes() {
-                        return too_large();
-                    }
-                    bytes.extend_from_slice(&chunk);
-                }
-                Ok(None) => break,
-                Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(),
-                Err(e) => {
-                    return error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"));
-                }
-            }
+        if stored.is_some() {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "the form has more than one part named \"file\"; upload one file per request",
+            );
         }
-        return match store.store(&name, bytes).await {
-            Ok(stored) => (
-                StatusCode::CREATED,
-                Json(json!({
-                    "id": stored.id,
-                    "filename": stored.name,
-                    "url": stored.url,
-                    "bytes": stored.bytes,
-                })),
-            )
-                .into_response(),
+        let name = safe_name(field.file_name().unwrap_or("upload"), "upload");
+        let mut upload = match store.begin(&name).await {
+            Ok(upload) => upload,
             Err(e) => {
                 tracing::error!(error = %e, "storing an upload failed");
-                error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
             }
         };
+        loop {
+            match field.chunk().await {
+                Ok(Some(chunk)) => match upload.write(&chunk).await {
+                    Ok(()) => {}
+                    Err(UploadError::TooLarge(_)) => return too_large(),
+                    Err(UploadError::Storage(e)) => {
+                        tracing::error!(error = %e, "storing an upload failed");
+                        return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+                    }
+                },
+                Ok(None) => break,
+                Err(e) => return malformed(e),
+            }
+        }
+        stored = Some(upload);
     }
-    error(
-        StatusCode::BAD_REQUEST,
-        "no multipart field named \"file\"; upload with: curl -F file=@report.xlsx <server>/files",
-    )
+    let Some(upload) = stored else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "no multipart field named \"file\"; upload with: curl -F file=@report.xlsx <server>/files",
+        );
+    };
+    match upload.finish().await {
+        Ok(stored) => (
+            StatusCode::CREATED,
+            Json(json!({
+                "id": stored.id,
+                "filename": stored.name,
+                "url": stored.url,
+                "bytes": stored.bytes,
+            })),
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "storing an upload failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+    }
 }

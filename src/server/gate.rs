@@ -170,6 +170,18 @@ impl Gate {
                 Err(refusal) => {
                     count(Source::OpenWebUiJwt, refusal.reason());
                     open = matches!(refusal, JwtRefusal::Missing { .. });
+                    if !open {
+                        // The token came and was refused: say so (never the token itself).
+                        tracing::warn!(
+                            reason = refusal.reason(),
+                            "Open WebUI's signed user token was not accepted: {refusal}"
+                        );
+                        identity.refused = Some(format!(
+                            "{}: {}",
+                            Source::OpenWebUiJwt.as_str(),
+                            refusal.reason()
+                        ));
+                    }
                     identity.user_required = Some(format!(
                         "{refusal}. In Open WebUI, set ENABLE_FORWARD_USER_INFO_HEADERS=true and FORWARD_USER_INFO_HEADER_JWT_SECRET to the value of FILE_AGENT_OPENWEBUI_USER_JWT_SECRET here."
                     ));
@@ -221,6 +233,23 @@ impl Gate {
             _ => {}
         }
     }
+}
+
+/// Refuses to serve `listen` beyond loopback when no credential is configured (neither access
+/// tokens nor an OAuth issuer): anyone who reached the port would run code, spend the model
+/// key and store files. The `Host` check is no credential: any program sets the header it likes.
+pub fn require_credential_beyond_loopback(
+    listen: std::net::SocketAddr,
+    tokens: &AccessTokens,
+    config: &crate::config::Config,
+) -> Result<(), String> {
+    if listen.ip().is_loopback() || tokens.enabled() || config.identity.oauth.is_some() {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to listen on {listen} without a credential: every machine that reaches it could run code here. Set FILE_AGENT_ACCESS_TOKENS (e.g. `openssl rand -hex 32`; clients send it as `Authorization: Bearer` or `X-File-Agent-Key`) or FILE_AGENT_OAUTH_ISSUER, or listen on loopback only (FILE_AGENT_LISTEN=127.0.0.1:{}, the default)",
+        listen.port()
+    ))
 }
 
 /// Counts an identity of `source` refused for `reason` in `/metrics`.
@@ -314,7 +343,23 @@ pub async fn admit(State(gate): State<Gate>, mut request: Request, next: Next) -
             request.extensions_mut().insert(identity);
             next.run(request).await
         }
-        Err(refusal) => refusal.response(gate.metadata_url.as_deref()),
+        Err(refusal) => {
+            tracing::info!(refusal = ?refusal, "request refused at the gate");
+            let mut response = refusal.response(gate.metadata_url.as_deref());
+            // The body was not read: the connection cannot carry another request.
+            let has_body = request.headers().contains_key(header::TRANSFER_ENCODING)
+                || request
+                    .headers()
+                    .get(header::CONTENT_LENGTH)
+                    .is_some_and(|length| length != "0");
+            if has_body {
+                response.headers_mut().insert(
+                    header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+            }
+            response
+        }
     }
 }
 

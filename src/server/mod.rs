@@ -3,17 +3,21 @@
 //! (stateless, so replicas can share load), `/health`, and the local store's `/files` routes;
 //! or MCP over stdio.
 //!
-//! Shutdown: SIGINT/SIGTERM cancel the root token; axum stops accepting and lets running calls
-//! finish for `FILE_AGENT_SHUTDOWN_GRACE`, then `Tools::stopping` stops the rest. Each call's
+//! Shutdown: SIGINT/SIGTERM cancel the root token; the accept loop ([`connections`]) stops
+//! accepting and lets running calls finish for `FILE_AGENT_SHUTDOWN_GRACE`, then
+//! `Tools::stopping` stops the rest. Each call's
 //! token fires when its HTTP client disconnects (or on `notifications/cancelled` over stdio) or
 //! at that stop; the tools hand it to the attempt, whose container guard removes the container.
 //! The stopped calls and the sandbox's pending removals are awaited before exit. Leftovers of a
 //! crash are reaped at start-up and every `FILE_AGENT_REAP_INTERVAL`.
 
 pub mod auth;
+pub mod connections;
 mod files;
 pub mod gate;
 pub mod hosts;
+pub mod private;
+pub mod requests;
 pub mod retention;
 
 use std::sync::Arc;
@@ -44,7 +48,7 @@ use auth::AccessTokens;
 use gate::Gate;
 
 /// Largest MCP request body (a `run_python` script is the biggest thing sent).
-const MAX_MCP_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_MCP_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// In the data folder: held locked by the server whose containers carry the folder's stable
 /// instance label.
 const INSTANCE_LOCK_FILE: &str = ".sandbox-instance.lock";
@@ -75,6 +79,9 @@ pub enum StartError {
     /// The folder of saved tools cannot be written.
     #[error("{0}; check FILE_AGENT_DATA_DIR, or set FILE_AGENT_DYNAMIC_TOOLS=off")]
     SavedTools(#[from] crate::tools::dynamic::RegistryError),
+    /// The data folder or the audit trail is open to other local users.
+    #[error(transparent)]
+    OpenToOthers(#[from] private::OpenToOthers),
 }
 
 /// Removes leftover containers: what belongs to no live server (stopped a while ago, or running
@@ -148,9 +155,14 @@ pub fn stable_instance(data_dir: &std::path::Path) -> String {
     format!("fa-{}", &hex::encode(hasher.finalize())[..16])
 }
 
-/// Connects to Docker, opens the store, loads the prompts, builds the model client, and
-/// removes leftover containers. A missing image is only warned about (`/health` reports it).
+/// Checks that the data folder is private ([`private::secure`]), connects to Docker, opens the
+/// store, loads the prompts, builds the model client, and removes leftover containers. A missing image is only warned about (`/health` reports it).
 pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
+    for checked in private::secure(config)? {
+        if checked.verdict != "private" {
+            tracing::warn!(path = %checked.path.display(), mode = format!("{:04o}", checked.mode), "{}", checked.verdict);
+        }
+    }
     let mut sandbox_config = config.sandbox.clone();
     let mut instance_lock = None;
     // Under Kubernetes a replica is its pod: its sandbox pods carry its name.
@@ -311,6 +323,7 @@ pub fn router(
     );
     let guarded = axum::Router::new()
         .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(requests::check_jsonrpc))
         .layer(axum::middleware::from_fn_with_state(
             gate.clone(),
             gate::admit,
@@ -330,14 +343,21 @@ pub fn router(
             get(gate::resource_metadata),
         )
         .with_state(gate.clone());
-    let mut app = guarded
-        .merge(metrics)
-        .merge(metadata)
-        .route("/health", get(health));
+    let mut app = guarded.merge(metrics).merge(metadata).route(
+        "/health",
+        get(health).layer(axum::Extension(HealthProbe::default())),
+    );
     if let Some(store) = tools.storage().local() {
-        app = app.merge(files::routes(store.clone(), gate, config.retention.files));
+        app = app.merge(files::routes(
+            store.clone(),
+            gate,
+            config.retention.files,
+            config.server.max_uploads,
+        ));
     }
-    app.with_state(tools)
+    app.layer(axum::middleware::from_fn(requests::reject_ambiguous))
+        .layer(axum::middleware::from_fn(requests::nosniff))
+        .with_state(tools)
 }
 
 /// Serves HTTP on `listener` until `shutdown` fires, then waits for the sandbox's cleanup.
@@ -348,6 +368,8 @@ pub async fn serve_http(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let tokens = AccessTokens::load(&config.server).map_err(std::io::Error::other)?;
+    gate::require_credential_beyond_loopback(listener.local_addr()?, &tokens, config)
+        .map_err(std::io::Error::other)?;
     let open = !tokens.enabled() && config.identity.oauth.is_none();
     let gate = Gate::new(tokens, config, tools.storage().openwebui().cloned())
         .map_err(std::io::Error::other)?;
@@ -369,7 +391,7 @@ pub async fn serve_http(
     }
     if open {
         tracing::warn!(
-            "no FILE_AGENT_ACCESS_TOKENS and no FILE_AGENT_OAUTH_ISSUER: anyone who reaches this port can call the tools; set tokens or an issuer, or keep the port private"
+            "no FILE_AGENT_ACCESS_TOKENS and no FILE_AGENT_OAUTH_ISSUER: every program on this host can call the tools (the server listens on loopback only); set tokens or an issuer before listening beyond it"
         );
         if config.dynamic_tools == crate::config::DynamicTools::PerUser {
             tracing::warn!(
@@ -405,10 +427,20 @@ pub async fn serve_http(
         })
     });
     let app = router(tools.clone(), config, gate, tools.stopping().clone());
-    let stop = shutdown.clone();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled_owned().await })
-        .await;
+    let descriptors = connections::raise_descriptor_limit();
+    let bounds = connections::Bounds {
+        header_timeout: config.server.header_timeout,
+        body_timeout: config.server.body_timeout,
+        max_connections: connections::effective_cap(config.server.max_connections, descriptors),
+    };
+    if bounds.max_connections < config.server.max_connections {
+        tracing::warn!(
+            descriptors,
+            connections = bounds.max_connections,
+            "FILE_AGENT_MAX_CONNECTIONS is lowered to stay below the descriptor limit (raise it with `ulimit -n` or LimitNOFILE=)"
+        );
+    }
+    let result = connections::serve(listener, app, bounds, shutdown.clone()).await;
     killer.abort();
     if let Some(reaper) = reaper {
         reaper.abort();
@@ -471,20 +503,57 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
     )
 }
 
+/// How long `/health` answers from one probe of the engine: a flood of unauthenticated health
+/// checks costs the engine one request per this, not one each.
+const HEALTH_PROBE_TTL: Duration = Duration::from_secs(2);
+
+/// A probe of the engine, and when it was made.
+type Probed = (
+    std::time::Instant,
+    Result<crate::sandbox::Diagnosis, String>,
+);
+
+/// The last probe of the engine. One probe at a time: requests that come meanwhile wait for it
+/// and share its answer.
+#[derive(Debug, Clone, Default)]
+struct HealthProbe(Arc<tokio::sync::Mutex<Option<Probed>>>);
+
+impl HealthProbe {
+    /// The engine as last probed, probing again when that is older than [`HEALTH_PROBE_TTL`].
+    async fn diagnosis(&self, tools: &Tools) -> Result<crate::sandbox::Diagnosis, String> {
+        let mut last = self.0.lock().await;
+        if let Some((at, diagnosis)) = last.as_ref()
+            && at.elapsed() < HEALTH_PROBE_TTL
+        {
+            return diagnosis.clone();
+        }
+        let diagnosis = tools
+            .sandbox()
+            .diagnose()
+            .await
+            .map_err(|error| error.to_string());
+        *last = Some((std::time::Instant::now(), diagnosis.clone()));
+        diagnosis
+    }
+}
+
 /// `GET /health`: Docker, the image, the store and the model, nothing secret. 503 when
-/// attempts cannot run.
-async fn health(State(tools): State<Tools>) -> impl IntoResponse {
+/// attempts cannot run. The engine's part is at most [`HEALTH_PROBE_TTL`] old.
+async fn health(
+    State(tools): State<Tools>,
+    axum::Extension(probe): axum::Extension<HealthProbe>,
+) -> impl IntoResponse {
     let sandbox = tools.sandbox();
     let image = sandbox.config().image.clone();
     let configured = sandbox.config().runtime.clone();
-    let (docker, image_present, runtime) = match sandbox.diagnose().await {
+    let (docker, image_present, runtime) = match probe.diagnosis(&tools).await {
         Ok(diagnosis) => (
             json!({"reachable": true, "version": diagnosis.engine_version, "api": diagnosis.api_version}),
             diagnosis.image.is_some(),
             configured.or(diagnosis.default_runtime),
         ),
         Err(error) => (
-            json!({"reachable": false, "error": error.to_string()}),
+            json!({"reachable": false, "error": error}),
             false,
             configured,
         ),

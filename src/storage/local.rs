@@ -139,6 +139,49 @@ impl LocalStore {
         })
     }
 
+    /// Starts storing an upload named `name` under a new id: its bytes go to disk as they
+    /// arrive ([`Upload::write`]), never whole into memory, and nothing of it stays unless
+    /// [`Upload::finish`] is reached.
+    pub async fn begin(&self, name: &str) -> Result<Upload, StorageError> {
+        if !is_plain_name(name) {
+            return Err(StorageError::BadId {
+                id: name.to_string(),
+                expected: "a plain file name (no folders, no control characters)",
+            });
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let dir = self.root.join(&id);
+        // create_dir (not _all) fails if the folder exists: a fresh id, never a reused one.
+        tokio::fs::create_dir(&dir)
+            .await
+            .map_err(io(format!("cannot create {}", dir.display())))?;
+        let mut upload = Upload {
+            dir: dir.clone(),
+            file: None,
+            written: 0,
+            max: self.limits.max_bytes,
+            stored: Stored {
+                url: format!(
+                    "{}/files/{id}/{}",
+                    self.public_url,
+                    encode_path_segment(name)
+                ),
+                id,
+                name: name.to_string(),
+                bytes: 0,
+            },
+        };
+        // A temporary name in the new folder; the file gets its own name only when complete.
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(PARTIAL_NAME))
+            .await
+            .map_err(io(format!("cannot write in {}", dir.display())))?;
+        upload.file = Some(file);
+        Ok(upload)
+    }
+
     /// Retention: deletes every stored file last written before `cutoff`, its whole folder,
     /// and returns their ids. The age is the file's modification time (a stored file is written
     /// once and never again); a folder with no file in it goes by its own. Folders whose name
@@ -175,6 +218,83 @@ impl LocalStore {
 
 /// Writes through a temporary file in the same folder, then links it in place without ever
 /// replacing an existing file.
+/// The name of an upload's file while it arrives: hidden, so never served or fetched.
+const PARTIAL_NAME: &str = ".partial";
+
+/// An upload being written to its new folder ([`LocalStore::begin`]); dropped before
+/// [`Upload::finish`], its folder is removed.
+#[derive(Debug)]
+pub struct Upload {
+    dir: PathBuf,
+    file: Option<tokio::fs::File>,
+    written: u64,
+    max: u64,
+    stored: Stored,
+}
+
+/// Why an upload could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// More bytes than `FILE_AGENT_INPUT_MAX_MIB`.
+    #[error("the file is larger than {} MiB (FILE_AGENT_INPUT_MAX_MIB)", .0 / (1024 * 1024))]
+    TooLarge(u64),
+    /// The disk refused.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl Upload {
+    /// Appends `chunk`, refusing the upload once it passes the cap.
+    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), UploadError> {
+        use tokio::io::AsyncWriteExt;
+        self.written += chunk.len() as u64;
+        if self.written > self.max {
+            return Err(UploadError::TooLarge(self.max));
+        }
+        let dir = self.dir.display().to_string();
+        match self.file.as_mut() {
+            Some(file) => file
+                .write_all(chunk)
+                .await
+                .map_err(|source| StorageError::Io {
+                    action: format!("cannot write in {dir}"),
+                    source,
+                })
+                .map_err(UploadError::from),
+            None => Ok(()),
+        }
+    }
+
+    /// Syncs the file and gives it its name: the upload is stored.
+    pub async fn finish(mut self) -> Result<Stored, StorageError> {
+        let dir = self.dir.display().to_string();
+        let failed = |source| StorageError::Io {
+            action: format!("cannot store a file in {dir}"),
+            source,
+        };
+        if let Some(file) = self.file.take() {
+            file.sync_all().await.map_err(failed)?;
+        }
+        let final_path = self.dir.join(&self.stored.name);
+        tokio::fs::rename(self.dir.join(PARTIAL_NAME), &final_path)
+            .await
+            .map_err(failed)?;
+        let mut stored = self.stored.clone();
+        stored.bytes = self.written;
+        // Kept: nothing to remove on drop.
+        self.dir = PathBuf::new();
+        Ok(stored)
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 fn write_new(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
     let mut temp = tempfile::NamedTempFile::new_in(dir)
         .map_err(io(format!("cannot write in {}", dir.display())))?;

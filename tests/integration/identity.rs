@@ -182,7 +182,16 @@ async fn open_webuis_signed_token_names_the_user_and_plain_headers_are_never_tru
         mint_forward_user_jwt(&ALICE_USER, SECRET, -120),
     ));
     let (is_error, text) = call_with(&server, &expired, "list_tools", json!({})).await;
-    assert!(is_error && text.contains("expired"), "{text}");
+    assert!(
+        is_error
+            && text.contains("expired")
+            && text.contains("FORWARD_USER_INFO_HEADER_JWT_EXPIRES_SECONDS"),
+        "{text}"
+    );
+    // A call that still runs (it needs no user) says in its line why it names none.
+    let (is_error, text) =
+        call_with(&server, &expired, "run_python", json!({"code": "print(3)"})).await;
+    assert!(!is_error, "{text}");
     let mut wrong = vec![key.clone()];
     wrong.push((
         "x-openwebui-user-jwt",
@@ -218,6 +227,10 @@ async fn open_webuis_signed_token_names_the_user_and_plain_headers_are_never_tru
     let plain_line = lines.iter().find(|l| l["code"] == "print(2)").unwrap();
     assert_eq!(plain_line["user"], Value::Null);
     assert_eq!(plain_line["identity"], "access-token");
+    assert_eq!(plain_line.get("identity_refused"), None, "{plain_line}");
+    let expired_line = lines.iter().find(|l| l["code"] == "print(3)").unwrap();
+    assert_eq!(expired_line["user"], Value::Null);
+    assert_eq!(expired_line["identity_refused"], "openwebui-jwt: expired");
 
     let metrics = metrics(&server).await;
     for (source, reason) in [

@@ -11,6 +11,7 @@ mod audit_report;
 mod cli;
 mod common;
 mod fakes;
+mod front_door;
 mod hostile;
 mod identity;
 mod kube_double;
