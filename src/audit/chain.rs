@@ -92,6 +92,32 @@ fn chain_part(file_name: &str) -> Option<(&str, u64)> {
     valid.then(|| (name, number.parse().unwrap_or(u64::MAX - 1)))
 }
 
+/// The newest rotated file of the chain whose live file is `live`: the highest-numbered
+/// `<live file name>.<digits>` beside it. The chain continues from its last line when the live
+/// file holds none yet (a crash right after a rotation).
+pub fn newest_rotated(live: &Path) -> std::io::Result<Option<PathBuf>> {
+    let Some(live_name) = live.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Ok(None);
+    };
+    let folder = live.parent().filter(|p| !p.as_os_str().is_empty());
+    let mut newest: Option<(u64, PathBuf)> = None;
+    for entry in std::fs::read_dir(folder.unwrap_or_else(|| Path::new(".")))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let number = name
+            .strip_prefix(&live_name)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(number) = number
+            && newest.as_ref().is_none_or(|(best, _)| number > *best)
+        {
+            newest = Some((number, entry.path()));
+        }
+    }
+    Ok(newest.map(|(_, path)| path))
+}
+
 /// Verifies every chain on its own.
 pub fn verify_all(chains: Vec<Chain>) -> Vec<ChainCheck> {
     chains

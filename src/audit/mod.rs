@@ -15,12 +15,18 @@
 //! folder, `<instance>.jsonl` and its rotated files ([`chain`]): one chain has one writer, so
 //! its `prev` links stay true. A lock file beside the chain makes that a fact, not a hope.
 //! [`report`] reads every chain for a reviewer.
+//!
+//! A line is in the trail whole or not at all: each is written with its newline in one append
+//! and synced before the call's answer goes out, a write that fails part-way is cut back off,
+//! and a restart continues the chain from the last whole line, read back however long
+//! ([`recovery`]). Creating and rotating a chain file syncs the folder too.
 
 pub mod chain;
+pub mod recovery;
 pub mod retention;
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -178,9 +184,13 @@ pub struct AuditError {
 
 struct Writer {
     file: File,
+    /// The file's size: where the next line starts.
     size: u64,
     last_hash: String,
     seq: u64,
+    /// A failed append left bytes after `size` that could not be cut then: cut them before
+    /// writing anything else, or write nothing.
+    unclean: bool,
 }
 
 /// The open trail.
@@ -230,19 +240,15 @@ impl AuditLog {
             std::fs::create_dir_all(parent).map_err(error("created"))?;
         }
         let lock = lock_chain(path)?;
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .create(true)
             .append(true)
             .read(true)
             .open(path)
             .map_err(error("opened"))?;
-        let (last_hash, seq) = last_line(&mut file)
-            .map_err(error("read"))?
-            .map(|line| {
-                let seq = serde_json::from_str::<Record>(&line).map_or(0, |r| r.seq);
-                (hash_line(&line), seq)
-            })
-            .unwrap_or_else(|| (GENESIS.to_string(), 0));
+        // A file just created must still be there after a crash of the machine.
+        recovery::sync_folder(path).map_err(error("opened"))?;
+        let (last_hash, seq) = chain_head(&file, path).map_err(error("read"))?;
         let size = file.metadata().map_err(error("read"))?.len();
         Ok(Self {
             path: path.to_path_buf(),
@@ -252,6 +258,7 @@ impl AuditLog {
                 size,
                 last_hash,
                 seq,
+                unclean: false,
             }),
             _lock: lock,
         })
@@ -288,6 +295,11 @@ impl AuditLog {
             action: "written",
             source: std::io::Error::other(e),
         })?;
+        if writer.unclean {
+            let size = writer.size;
+            cut_back(&writer.file, size).map_err(error("written"))?;
+            writer.unclean = false;
+        }
         if writer.size > 0 && writer.size + line.len() as u64 + 1 > self.config.max_bytes {
             let rotated = rotated_name(&self.path, writer.seq);
             std::fs::rename(&self.path, &rotated).map_err(error("rotated"))?;
@@ -298,13 +310,27 @@ impl AuditLog {
                 .open(&self.path)
                 .map_err(error("opened"))?;
             writer.size = 0;
+            // Both names must outlive a crash of the machine: a rename lost would leave the
+            // new file's lines after the old ones' in no file, and a new file lost would
+            // restart the chain where the rotated file ends, with nothing to say so.
+            recovery::sync_folder(&self.path).map_err(error("rotated"))?;
             tracing::info!(rotated = %rotated.display(), "audit trail rotated");
         }
-        writer
+        let start = writer.size;
+        let written = writer
             .file
             .write_all(format!("{line}\n").as_bytes())
-            .and_then(|()| writer.file.sync_data())
-            .map_err(error("written"))?;
+            .and_then(|()| writer.file.sync_data());
+        if let Err(source) = written {
+            // Not synced, so never acknowledged: not a line. Cut back what of it reached the
+            // file (a full disk takes part of it), so that the next line starts clean instead
+            // of fused to a fragment.
+            if let Err(cut) = cut_back(&writer.file, start) {
+                tracing::error!(file = %self.path.display(), error = %cut, "audit trail: a failed line could not be cut off; it will be before the next line is written");
+                writer.unclean = true;
+            }
+            return Err(error("written")(source));
+        }
         writer.size += line.len() as u64 + 1;
         writer.last_hash = hash_line(&line);
         writer.seq = record.seq;
@@ -318,11 +344,29 @@ impl AuditLog {
 /// The file name of a chain's live file: `<name>.jsonl`.
 pub const CHAIN_SUFFIX: &str = ".jsonl";
 
+/// `path` with `suffix` added to its file name (`audit.jsonl` → `audit.jsonl<suffix>`): the
+/// files that live beside a chain file, its lock, its rotated files, a recovery's side files.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// The lock file of the chain file `path`: `<path>.lock`.
+fn lock_path(path: &Path) -> PathBuf {
+    beside(path, ".lock")
+}
+
+/// The file name of `path`, as a line of the trail names a file of the audit folder.
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// Takes `<path>.lock`, or says which other writer holds it.
 fn lock_chain(path: &Path) -> Result<File, AuditError> {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".lock");
-    let lock_path = path.with_file_name(name);
+    let lock_path = lock_path(path);
     let error = |source| AuditError {
         path: path.display().to_string(),
         action: "locked",
@@ -341,29 +385,37 @@ fn lock_chain(path: &Path) -> Result<File, AuditError> {
 /// `audit.jsonl` → `audit.jsonl.000000001234`, numbered by its last line's `seq`, so that
 /// the rotated files sort in chain order.
 fn rotated_name(path: &Path, last_seq: u64) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{last_seq:012}"));
-    path.with_file_name(name)
+    beside(path, &format!(".{last_seq:012}"))
+}
+
+/// Cuts `file` back to `size` and syncs it.
+fn cut_back(file: &File, size: u64) -> std::io::Result<()> {
+    file.set_len(size)?;
+    file.sync_data()
+}
+
+/// The hex SHA-256 and `seq` of the chain's last line: the live file's last whole line; when
+/// it holds none (a crash right after a rotation, or a first line cut as unfinished), the
+/// newest rotated file's; the genesis for a new chain.
+fn chain_head(file: &File, path: &Path) -> std::io::Result<(String, u64)> {
+    let mut line = recovery::last_line(file)?;
+    if line.is_none()
+        && let Some(rotated) = chain::newest_rotated(path)?
+    {
+        line = recovery::last_line(&File::open(rotated)?)?;
+    }
+    Ok(line.map_or_else(
+        || (GENESIS.to_string(), 0),
+        |line| {
+            let seq = serde_json::from_slice::<Record>(&line).map_or(0, |r| r.seq);
+            (sha256_hex(&line), seq)
+        },
+    ))
 }
 
 /// The hex SHA-256 of a line (without its newline).
 pub fn hash_line(line: &str) -> String {
-    hex::encode(Sha256::digest(line.as_bytes()))
-}
-
-/// The last non-empty line of `file`, reading only its end.
-fn last_line(file: &mut File) -> std::io::Result<Option<String>> {
-    const TAIL: u64 = 1 << 20;
-    let size = file.metadata()?.len();
-    let start = size.saturating_sub(TAIL);
-    file.seek(SeekFrom::Start(start))?;
-    let mut tail = String::new();
-    file.take(TAIL).read_to_string(&mut tail)?;
-    Ok(tail
-        .lines()
-        .rev()
-        .find(|line| !line.trim().is_empty())
-        .map(str::to_string))
+    sha256_hex(line.as_bytes())
 }
 
 /// What [`verify`] found.
@@ -742,6 +794,28 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("saved tool double created"), "{text}");
+    }
+
+    #[test]
+    fn a_live_file_left_without_lines_by_a_crash_after_rotation_continues_the_rotated_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, config(600)).unwrap();
+        for tool in ["a", "b", "c"] {
+            log.append(record(tool)).unwrap();
+        }
+        drop(log);
+        // A crash right after the next rotation: the full file renamed, the new one not
+        // there yet.
+        std::fs::rename(&path, rotated_name(&path, 3)).unwrap();
+
+        let log = AuditLog::open(&path, config(600)).unwrap();
+        log.append(record("d")).unwrap();
+        let chains = chain::chains(dir.path()).unwrap();
+        assert_eq!(chains.len(), 1, "{chains:?}");
+        let verified = verify(&chains[0].files).unwrap();
+        assert_eq!(verified.lines, 4);
+        assert_eq!(verified.continues_from, None);
     }
 
     #[test]
