@@ -80,7 +80,7 @@ fn chains_in(folder: &Path, prefix: &str) -> std::io::Result<Vec<Chain>> {
 }
 
 /// `x.jsonl` → (`x`, last); `x.jsonl.000000001234` → (`x`, 1234); anything else (the lock
-/// files, notes a reviewer left) → `None`.
+/// files, the side files of a recovery, `x.jsonl.torn-<seq>`, notes a reviewer left) → `None`.
 fn chain_part(file_name: &str) -> Option<(&str, u64)> {
     if let Some(name) = file_name.strip_suffix(CHAIN_SUFFIX) {
         return (!name.is_empty()).then_some((name, u64::MAX));
@@ -138,6 +138,8 @@ mod tests {
         assert_eq!(chain_part("fa-1.jsonl"), Some(("fa-1", u64::MAX)));
         assert_eq!(chain_part("fa-1.jsonl.000000000012"), Some(("fa-1", 12)));
         assert_eq!(chain_part("fa-1.jsonl.lock"), None);
+        assert_eq!(chain_part("fa-1.jsonl.torn-000000000012"), None);
+        assert_eq!(chain_part("fa-1.jsonl.torn-000000000012-1"), None);
         assert_eq!(chain_part("notes.txt"), None);
         assert_eq!(chain_part(".jsonl"), None);
 
