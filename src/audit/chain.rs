@@ -80,7 +80,7 @@ fn chains_in(folder: &Path, prefix: &str) -> std::io::Result<Vec<Chain>> {
 }
 
 /// `x.jsonl` → (`x`, last); `x.jsonl.000000001234` → (`x`, 1234); anything else (the lock
-/// files, notes a reviewer left) → `None`.
+/// files, the side files of a recovery, `x.jsonl.torn-<seq>`, notes a reviewer left) → `None`.
 fn chain_part(file_name: &str) -> Option<(&str, u64)> {
     if let Some(name) = file_name.strip_suffix(CHAIN_SUFFIX) {
         return (!name.is_empty()).then_some((name, u64::MAX));
@@ -90,6 +90,32 @@ fn chain_part(file_name: &str) -> Option<(&str, u64)> {
     let valid =
         !name.is_empty() && !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
     valid.then(|| (name, number.parse().unwrap_or(u64::MAX - 1)))
+}
+
+/// The newest rotated file of the chain whose live file is `live`: the highest-numbered
+/// `<live file name>.<digits>` beside it. The chain continues from its last line when the live
+/// file holds none yet (a crash right after a rotation).
+pub fn newest_rotated(live: &Path) -> std::io::Result<Option<PathBuf>> {
+    let Some(live_name) = live.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Ok(None);
+    };
+    let folder = live.parent().filter(|p| !p.as_os_str().is_empty());
+    let mut newest: Option<(u64, PathBuf)> = None;
+    for entry in std::fs::read_dir(folder.unwrap_or_else(|| Path::new(".")))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let number = name
+            .strip_prefix(&live_name)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(number) = number
+            && newest.as_ref().is_none_or(|(best, _)| number > *best)
+        {
+            newest = Some((number, entry.path()));
+        }
+    }
+    Ok(newest.map(|(_, path)| path))
 }
 
 /// Verifies every chain on its own.
@@ -112,6 +138,8 @@ mod tests {
         assert_eq!(chain_part("fa-1.jsonl"), Some(("fa-1", u64::MAX)));
         assert_eq!(chain_part("fa-1.jsonl.000000000012"), Some(("fa-1", 12)));
         assert_eq!(chain_part("fa-1.jsonl.lock"), None);
+        assert_eq!(chain_part("fa-1.jsonl.torn-000000000012"), None);
+        assert_eq!(chain_part("fa-1.jsonl.torn-000000000012-1"), None);
         assert_eq!(chain_part("notes.txt"), None);
         assert_eq!(chain_part(".jsonl"), None);
 

@@ -15,12 +15,18 @@
 //! folder, `<instance>.jsonl` and its rotated files ([`chain`]): one chain has one writer, so
 //! its `prev` links stay true. A lock file beside the chain makes that a fact, not a hope.
 //! [`report`] reads every chain for a reviewer.
+//!
+//! A line is in the trail whole or not at all: each is written with its newline in one append
+//! and synced before the call's answer goes out; a write that fails part-way is cut back off,
+//! and an unfinished line a crash left is cut at the next start-up and recorded by a line of
+//! its own ([`recovery`]). Creating and rotating a chain file syncs the folder too.
 
 pub mod chain;
+pub mod recovery;
 pub mod retention;
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -162,6 +168,10 @@ pub struct Record {
     /// What retention deleted, on a line whose `status` is `retention` (no container ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pruned: Option<retention::Pruned>,
+    /// What start-up cut from the end of the chain file, on a line whose `status` is
+    /// `recovered` (no container ran): an unfinished line a crash or a failed write left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<recovery::Recovered>,
     /// The hex SHA-256 of the line before.
     pub prev: String,
 }
@@ -182,9 +192,13 @@ pub struct AuditError {
 
 struct Writer {
     file: File,
+    /// The file's size: where the next line starts.
     size: u64,
     last_hash: String,
     seq: u64,
+    /// A failed append left bytes after `size` that could not be cut then: cut them before
+    /// writing anything else, or write nothing.
+    unclean: bool,
 }
 
 /// The open trail.
@@ -234,21 +248,18 @@ impl AuditLog {
             std::fs::create_dir_all(parent).map_err(error("created"))?;
         }
         let lock = lock_chain(path)?;
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .create(true)
             .append(true)
             .read(true)
             .open(path)
             .map_err(error("opened"))?;
-        let (last_hash, seq) = last_line(&mut file)
-            .map_err(error("read"))?
-            .map(|line| {
-                let seq = serde_json::from_str::<Record>(&line).map_or(0, |r| r.seq);
-                (hash_line(&line), seq)
-            })
-            .unwrap_or_else(|| (GENESIS.to_string(), 0));
+        // A file just created must still be there after a crash of the machine.
+        recovery::sync_folder(path).map_err(error("opened"))?;
+        let (last_hash, seq) = chain_head(&file, path).map_err(error("read"))?;
+        let cut = recovery::cut_unfinished(&file, path, seq + 1).map_err(error("recovered"))?;
         let size = file.metadata().map_err(error("read"))?.len();
-        Ok(Self {
+        let log = Self {
             path: path.to_path_buf(),
             config,
             writer: Mutex::new(Writer {
@@ -256,9 +267,21 @@ impl AuditLog {
                 size,
                 last_hash,
                 seq,
+                unclean: false,
             }),
             _lock: lock,
-        })
+        };
+        if let Some((recovered, problem)) = cut {
+            log.append(Record {
+                time: crate::time::rfc3339_now(),
+                author: "file-agent".into(),
+                status: recovery::RECOVERED_STATUS.into(),
+                recovered: Some(recovered),
+                error: problem,
+                ..Record::default()
+            })?;
+        }
+        Ok(log)
     }
 
     /// Whether the code itself goes into each line.
@@ -292,6 +315,11 @@ impl AuditLog {
             action: "written",
             source: std::io::Error::other(e),
         })?;
+        if writer.unclean {
+            let size = writer.size;
+            cut_back(&writer.file, size).map_err(error("written"))?;
+            writer.unclean = false;
+        }
         if writer.size > 0 && writer.size + line.len() as u64 + 1 > self.config.max_bytes {
             let rotated = rotated_name(&self.path, writer.seq);
             std::fs::rename(&self.path, &rotated).map_err(error("rotated"))?;
@@ -302,13 +330,27 @@ impl AuditLog {
                 .open(&self.path)
                 .map_err(error("opened"))?;
             writer.size = 0;
+            // Both names must outlive a crash of the machine: a rename lost would leave the
+            // new file's lines after the old ones' in no file, and a new file lost would
+            // restart the chain where the rotated file ends, with nothing to say so.
+            recovery::sync_folder(&self.path).map_err(error("rotated"))?;
             tracing::info!(rotated = %rotated.display(), "audit trail rotated");
         }
-        writer
+        let start = writer.size;
+        let written = writer
             .file
             .write_all(format!("{line}\n").as_bytes())
-            .and_then(|()| writer.file.sync_data())
-            .map_err(error("written"))?;
+            .and_then(|()| writer.file.sync_data());
+        if let Err(source) = written {
+            // Not synced, so never acknowledged: not a line. Cut back what of it reached the
+            // file (a full disk takes part of it), so that the next line starts clean instead
+            // of fused to a fragment.
+            if let Err(cut) = cut_back(&writer.file, start) {
+                tracing::error!(file = %self.path.display(), error = %cut, "audit trail: a failed line could not be cut off; it will be before the next line is written");
+                writer.unclean = true;
+            }
+            return Err(error("written")(source));
+        }
         writer.size += line.len() as u64 + 1;
         writer.last_hash = hash_line(&line);
         writer.seq = record.seq;
@@ -322,11 +364,29 @@ impl AuditLog {
 /// The file name of a chain's live file: `<name>.jsonl`.
 pub const CHAIN_SUFFIX: &str = ".jsonl";
 
+/// `path` with `suffix` added to its file name (`audit.jsonl` → `audit.jsonl<suffix>`): the
+/// files that live beside a chain file, its lock, its rotated files, a recovery's side files.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// The lock file of the chain file `path`: `<path>.lock`.
+fn lock_path(path: &Path) -> PathBuf {
+    beside(path, ".lock")
+}
+
+/// The file name of `path`, as a line of the trail names a file of the audit folder.
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// Takes `<path>.lock`, or says which other writer holds it.
 fn lock_chain(path: &Path) -> Result<File, AuditError> {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".lock");
-    let lock_path = path.with_file_name(name);
+    let lock_path = lock_path(path);
     let error = |source| AuditError {
         path: path.display().to_string(),
         action: "locked",
@@ -345,29 +405,37 @@ fn lock_chain(path: &Path) -> Result<File, AuditError> {
 /// `audit.jsonl` → `audit.jsonl.000000001234`, numbered by its last line's `seq`, so that
 /// the rotated files sort in chain order.
 fn rotated_name(path: &Path, last_seq: u64) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{last_seq:012}"));
-    path.with_file_name(name)
+    beside(path, &format!(".{last_seq:012}"))
+}
+
+/// Cuts `file` back to `size` and syncs it.
+fn cut_back(file: &File, size: u64) -> std::io::Result<()> {
+    file.set_len(size)?;
+    file.sync_data()
+}
+
+/// The hex SHA-256 and `seq` of the chain's last line: the live file's last whole line; when
+/// it holds none (a crash right after a rotation, or a first line cut as unfinished), the
+/// newest rotated file's; the genesis for a new chain.
+fn chain_head(file: &File, path: &Path) -> std::io::Result<(String, u64)> {
+    let mut line = recovery::last_line(file)?;
+    if line.is_none()
+        && let Some(rotated) = chain::newest_rotated(path)?
+    {
+        line = recovery::last_line(&File::open(rotated)?)?;
+    }
+    Ok(line.map_or_else(
+        || (GENESIS.to_string(), 0),
+        |line| {
+            let seq = serde_json::from_slice::<Record>(&line).map_or(0, |r| r.seq);
+            (sha256_hex(&line), seq)
+        },
+    ))
 }
 
 /// The hex SHA-256 of a line (without its newline).
 pub fn hash_line(line: &str) -> String {
-    hex::encode(Sha256::digest(line.as_bytes()))
-}
-
-/// The last non-empty line of `file`, reading only its end.
-fn last_line(file: &mut File) -> std::io::Result<Option<String>> {
-    const TAIL: u64 = 1 << 20;
-    let size = file.metadata()?.len();
-    let start = size.saturating_sub(TAIL);
-    file.seek(SeekFrom::Start(start))?;
-    let mut tail = String::new();
-    file.take(TAIL).read_to_string(&mut tail)?;
-    Ok(tail
-        .lines()
-        .rev()
-        .find(|line| !line.trim().is_empty())
-        .map(str::to_string))
+    sha256_hex(line.as_bytes())
 }
 
 /// What [`verify`] found.
@@ -380,6 +448,49 @@ pub struct Verified {
     pub continues_from: Option<String>,
     /// The hash of the last line (the value the next line will carry).
     pub head: String,
+    /// What crashes left, in order: lines that record an unfinished line cut at start-up,
+    /// and unfinished lines not cut yet. Not tampering: none of them was ever acknowledged.
+    pub crash_traces: Vec<CrashTrace>,
+}
+
+/// A crash's trace in a chain that verifies.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CrashTrace {
+    /// A `recovered` line: start-up cut an unfinished line and said so.
+    Recovered {
+        /// The file holding the `recovered` line.
+        file: String,
+        /// Its 1-based line number.
+        line: u64,
+        /// What was cut.
+        cut: recovery::Recovered,
+    },
+    /// A file that ends in an unfinished line (no newline): a crash or a failed write while
+    /// it was written, and no server has started on the chain since to cut it. It is not
+    /// part of the chain.
+    Unfinished {
+        /// The file.
+        file: String,
+        /// The unfinished line's 1-based number.
+        line: u64,
+        /// Its length.
+        bytes: u64,
+    },
+}
+
+impl std::fmt::Display for CrashTrace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CrashTrace::Recovered { file, line, cut } => write!(
+                f,
+                "{file}, line {line}: recovered after a crash or a failed write: {cut}; it was never acknowledged"
+            ),
+            CrashTrace::Unfinished { file, line, bytes } => write!(
+                f,
+                "{file}, line {line}: unfinished ({bytes} bytes, no newline): a write cut short by a crash or a full disk, never acknowledged and not part of the chain; the server cuts it and records that when it next starts"
+            ),
+        }
+    }
 }
 
 /// Where the chain breaks.
@@ -395,7 +506,8 @@ pub struct Broken {
 }
 
 /// Checks the chain across `files`, in order: every line parses, its `prev` is the hash of the
-/// line before, and `seq` counts up by one.
+/// line before, and `seq` counts up by one. A file's unfinished last line (no newline) is no
+/// line of the chain: it is reported among the [`CrashTrace`]s, as are `recovered` lines.
 pub fn verify(files: &[PathBuf]) -> Result<Verified, Broken> {
     verify_each(files, |_| {})
 }
@@ -406,6 +518,7 @@ pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<V
     let mut previous: Option<(String, u64)> = None;
     let mut continues_from = None;
     let mut lines = 0;
+    let mut crash_traces = Vec::new();
     let mut first_break: Option<Broken> = None;
     for path in files {
         let file_name = path.display().to_string();
@@ -421,16 +534,39 @@ pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<V
                 continue;
             }
         };
-        for (index, line) in BufReader::new(file).lines().enumerate() {
-            let number = index as u64 + 1;
-            let line = match line {
+        let mut reader = BufReader::new(file);
+        let mut bytes = Vec::new();
+        for number in 1.. {
+            bytes.clear();
+            match reader.read_until(b'\n', &mut bytes) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    first_break.get_or_insert(broken(number, format!("cannot be read: {e}")));
+                    break;
+                }
+            }
+            if bytes.last() != Some(&b'\n') {
+                // At the end of the file, as nothing follows a read without its newline.
+                crash_traces.push(CrashTrace::Unfinished {
+                    file: file_name.clone(),
+                    line: number,
+                    bytes: bytes.len() as u64,
+                });
+                break;
+            }
+            bytes.pop();
+            if bytes.last() == Some(&b'\r') {
+                bytes.pop();
+            }
+            let line = match std::str::from_utf8(&bytes) {
                 Ok(line) => line,
                 Err(e) => {
                     first_break.get_or_insert(broken(number, format!("cannot be read: {e}")));
                     break;
                 }
             };
-            let record: Record = match serde_json::from_str(&line) {
+            let record: Record = match serde_json::from_str(line) {
                 Ok(record) => record,
                 Err(e) => {
                     first_break
@@ -458,8 +594,15 @@ pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<V
                 match problem {
                     Some(problem) => first_break = Some(broken(number, problem)),
                     None => {
-                        previous = Some((hash_line(&line), record.seq));
+                        previous = Some((hash_line(line), record.seq));
                         lines += 1;
+                        if let Some(cut) = &record.recovered {
+                            crash_traces.push(CrashTrace::Recovered {
+                                file: file_name.clone(),
+                                line: number,
+                                cut: cut.clone(),
+                            });
+                        }
                     }
                 }
             }
@@ -472,6 +615,7 @@ pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<V
             lines,
             continues_from,
             head: previous.map_or_else(|| GENESIS.to_string(), |(hash, _)| hash),
+            crash_traces,
         }),
     }
 }
@@ -599,6 +743,9 @@ pub fn describe(record: &Record) -> String {
                 printable(dropped.last_hash.get(..12).unwrap_or(&dropped.last_hash))
             ));
         }
+    }
+    if let Some(cut) = &record.recovered {
+        text.push_str(&format!("\n  recovered at start-up: {cut}"));
     }
     if !record.inputs.is_empty() {
         text.push_str(&format!("\n  in: {}", files(&record.inputs)));
@@ -746,6 +893,100 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("saved tool double created"), "{text}");
+    }
+
+    #[test]
+    fn an_unfinished_line_is_cut_at_start_up_and_recorded_and_verify_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, config(1 << 30)).unwrap();
+        log.append(record("a")).unwrap();
+        // A line longer than any block read backwards, so that its hash is only right if it
+        // is read whole.
+        let mut long = record("b");
+        long.code = Some("#".repeat(1_300_000));
+        log.append(long).unwrap();
+        drop(log);
+        let whole = std::fs::read(&path).unwrap();
+        let fragment = br#"{"time":"2026-01-01T00:00:00.000Z","seq":3,"tool":"c","code":"pri"#;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(fragment)
+            .unwrap();
+        let before = verify(std::slice::from_ref(&path)).unwrap();
+        assert_eq!(before.lines, 2);
+        assert!(
+            matches!(&before.crash_traces[..], [CrashTrace::Unfinished { line: 3, bytes, .. }] if *bytes == fragment.len() as u64),
+            "{:?}",
+            before.crash_traces
+        );
+
+        let log = AuditLog::open(&path, config(1 << 30)).unwrap();
+        log.append(record("d")).unwrap();
+        drop(log);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with(std::str::from_utf8(&whole).unwrap()));
+        let side = dir.path().join("audit.jsonl.torn-000000000003");
+        assert_eq!(std::fs::read(&side).unwrap(), fragment);
+        let lines: Vec<Record> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 4);
+        let recovered = &lines[2];
+        assert_eq!(recovered.status, recovery::RECOVERED_STATUS);
+        assert_eq!(recovered.seq, 3);
+        let cut = recovered.recovered.as_ref().unwrap();
+        assert_eq!(cut.offset, whole.len() as u64);
+        assert_eq!(cut.bytes, fragment.len() as u64);
+        assert_eq!(cut.sha256, sha256_hex(fragment));
+        assert_eq!(cut.kept.as_deref(), Some("audit.jsonl.torn-000000000003"));
+        assert!(describe(recovered).contains("recovered at start-up: an unfinished line of"));
+
+        let after = verify(std::slice::from_ref(&path)).unwrap();
+        assert_eq!(after.lines, 4);
+        assert!(
+            matches!(
+                &after.crash_traces[..],
+                [CrashTrace::Recovered { line: 3, .. }]
+            ),
+            "{:?}",
+            after.crash_traces
+        );
+        assert!(
+            after.crash_traces[0]
+                .to_string()
+                .contains("kept in audit.jsonl.torn-000000000003")
+        );
+        // A whole line that does not parse is still a break.
+        std::fs::write(&path, format!("{text}{{\"half\n")).unwrap();
+        assert_eq!(verify(std::slice::from_ref(&path)).unwrap_err().line, 5);
+    }
+
+    #[test]
+    fn a_live_file_left_without_lines_by_a_crash_after_rotation_continues_the_rotated_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, config(600)).unwrap();
+        for tool in ["a", "b", "c"] {
+            log.append(record(tool)).unwrap();
+        }
+        drop(log);
+        // A crash right after the next rotation: the full file renamed, the new one holding
+        // only an unfinished first line (or nothing, or not there yet: the same path).
+        std::fs::rename(&path, rotated_name(&path, 3)).unwrap();
+        std::fs::write(&path, b"{\"time\":").unwrap();
+
+        let log = AuditLog::open(&path, config(600)).unwrap();
+        log.append(record("d")).unwrap();
+        let chains = chain::chains(dir.path()).unwrap();
+        assert_eq!(chains.len(), 1, "{chains:?}");
+        let verified = verify(&chains[0].files).unwrap();
+        assert_eq!(verified.lines, 5, "a, b, c, the recovery, d");
+        assert_eq!(verified.continues_from, None);
+        assert_eq!(verified.crash_traces.len(), 1);
     }
 
     #[test]

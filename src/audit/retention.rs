@@ -16,7 +16,7 @@
 //! - never the live file of a chain a server holds, and never the caller's own.
 //!
 //! A file's age is the time written in its last line, not its mtime, which a backup or a copy
-//! changes. A file whose last line cannot be read as a record is kept.
+//! changes. A file whose last whole line cannot be read as a record is kept.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -24,7 +24,8 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::chain::{self, Chain};
-use super::{CHAIN_SUFFIX, Record, hash_line, last_line};
+use super::recovery::last_line;
+use super::{CHAIN_SUFFIX, Record, file_name, lock_path, sha256_hex};
 
 /// `status` of the line that records a pruning.
 pub const RETENTION_STATUS: &str = "retention";
@@ -117,7 +118,7 @@ fn prune_chain(chain: &Chain, own: Option<&Path>, cutoff: SystemTime, out: &mut 
         match aged(file, cutoff) {
             Some(mut dropped) => match std::fs::remove_file(file) {
                 Ok(()) => {
-                    dropped.file = display_name(file);
+                    dropped.file = file_name(file);
                     out.push(dropped);
                 }
                 // Another server pruning the same folder took it first.
@@ -150,7 +151,7 @@ fn prune_chain(chain: &Chain, own: Option<&Path>, cutoff: SystemTime, out: &mut 
     if let Some(mut dropped) = aged(live, cutoff) {
         match std::fs::remove_file(live) {
             Ok(()) => {
-                dropped.file = display_name(live);
+                dropped.file = file_name(live);
                 out.push(dropped);
                 let _ = std::fs::remove_file(&lock_path);
             }
@@ -165,28 +166,15 @@ fn prune_chain(chain: &Chain, own: Option<&Path>, cutoff: SystemTime, out: &mut 
 /// The file's last line as a [`DroppedFile`] (without its name) when it is older than
 /// `cutoff`; `None` when it is younger, empty or unreadable.
 fn aged(file: &Path, cutoff: SystemTime) -> Option<DroppedFile> {
-    let mut handle = std::fs::File::open(file).ok()?;
-    let line = last_line(&mut handle).ok()??;
-    let record: Record = serde_json::from_str(&line).ok()?;
+    let line = last_line(&std::fs::File::open(file).ok()?).ok()??;
+    let record: Record = serde_json::from_slice(&line).ok()?;
     let time = crate::time::parse_rfc3339(&record.time)?;
     (time < cutoff).then(|| DroppedFile {
         file: String::new(),
         last_seq: record.seq,
-        last_hash: hash_line(&line),
+        last_hash: sha256_hex(&line),
         last_time: record.time,
     })
-}
-
-fn display_name(file: &Path) -> String {
-    file.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-fn lock_path(live: &Path) -> PathBuf {
-    let mut name = live.file_name().unwrap_or_default().to_os_string();
-    name.push(".lock");
-    live.with_file_name(name)
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -13,7 +13,9 @@ use crate::audit::{self, Record};
 use crate::report::{self, Filter};
 
 /// Checks the chain across `files` (in order: rotated files first, oldest first), or, given
-/// one folder, every chain in it, each on its own.
+/// one folder, every chain in it, each on its own. What crashes left (an unfinished line cut
+/// at start-up and recorded, or one not cut yet) is printed as `crash:` lines and does not
+/// make a chain broken.
 pub fn verify(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
     if let [folder] = paths
         && folder.is_dir()
@@ -26,10 +28,13 @@ pub fn verify(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
                 "ok: {} lines, chain unbroken; head {}",
                 verified.lines, verified.head
             );
-            if let Some(prev) = verified.continues_from {
+            if let Some(prev) = &verified.continues_from {
                 println!(
                     "note: the first line continues an earlier file (prev {prev}); pass the rotated files before it to check that link too"
                 );
+            }
+            for trace in &verified.crash_traces {
+                println!("crash: {trace}");
             }
             ExitCode::SUCCESS
         }
@@ -78,6 +83,9 @@ fn verify_folder(folder: &Path) -> anyhow::Result<ExitCode> {
                     println!(
                         "    note: its first file continues an earlier one no longer here (prev {prev})"
                     );
+                }
+                for trace in &verified.crash_traces {
+                    println!("    crash: {trace}");
                 }
             }
             Err(error) => println!("  {}: broken: {error}", check.chain.name),

@@ -202,6 +202,9 @@ fn integrity(page: &mut String, report: &Report) {
             ),
             (None, None) => "intact from its first line".into(),
         };
+        let verdict = chain.crash_traces.iter().fold(verdict, |verdict, trace| {
+            format!("{verdict}<br/>crash (not tampering): {}", esc(trace))
+        });
         let _ = write!(
             page,
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td><code>{}</code></td><td>{verdict}</td></tr>",

@@ -292,6 +292,10 @@ pub struct ChainIntegrity {
     pub deleted_by_retention: Option<String>,
     /// Where it breaks: file, line, problem.
     pub broken: Option<String>,
+    /// What crashes left in it (`audit::CrashTrace`, in words): unfinished lines cut at
+    /// start-up and recorded, or not cut yet. Never a break.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub crash_traces: Vec<String>,
 }
 
 /// Totals and the chart.
@@ -615,6 +619,10 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
                 summary.retention_lines += 1;
                 return;
             }
+            // A crash's recovery ran nothing; the integrity section shows it.
+            if record.recovered.is_some() {
+                return;
+            }
             summary.attempts += 1;
             summary.endings[ending.index()] += 1;
             *summary.statuses.entry(record.status.clone()).or_default() += 1;
@@ -691,6 +699,10 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
                     ),
                     Err(b) => (b.line.saturating_sub(1), None, None, Some(b.to_string())),
                 };
+                let crash_traces = verdict.as_ref().map_or_else(
+                    |_| Vec::new(),
+                    |v| v.crash_traces.iter().map(ToString::to_string).collect(),
+                );
                 ChainIntegrity {
                     deleted_by_retention: continues_from
                         .as_ref()
@@ -705,6 +717,7 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
                     head,
                     continues_from,
                     broken,
+                    crash_traces,
                 }
             })
             .collect(),

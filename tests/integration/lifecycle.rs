@@ -30,6 +30,23 @@ impl Served {
         let status = with_timeout(self.child.wait()).await.unwrap();
         assert!(status.success(), "{status:?}");
     }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap()
+    }
+
+    /// Sends SIGKILL now, without waiting: for a kill timed to the microsecond.
+    pub fn start_kill(&mut self) {
+        self.child.start_kill().unwrap();
+    }
+
+    /// Kills the server with SIGKILL (if [`Self::start_kill`] did not) and waits until it is
+    /// gone.
+    pub async fn kill(mut self) {
+        let _ = self.child.start_kill();
+        with_timeout(self.child.wait()).await.unwrap();
+    }
 }
 
 /// Starts the server; `instance` `None` leaves `SANDBOX_INSTANCE` to its default. The pool is
@@ -39,12 +56,31 @@ pub async fn serve(
     data: &std::path::Path,
     extra: &[(&str, &str)],
 ) -> Served {
+    serve_wrapped(&[], instance, data, extra).await
+}
+
+/// [`serve`] through `wrapper`, a command that ends by exec'ing its arguments (so that the
+/// process, its id and its signals stay the server's); `&[]` for none.
+pub async fn serve_wrapped(
+    wrapper: &[&str],
+    instance: Option<&str>,
+    data: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> Served {
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
     let url = format!("http://127.0.0.1:{port}");
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"));
+    let binary = env!("CARGO_BIN_EXE_file-agent");
+    let mut command = match wrapper {
+        [] => tokio::process::Command::new(binary),
+        [program, args @ ..] => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args).arg(binary);
+            command
+        }
+    };
     match instance {
         Some(instance) => command.env("SANDBOX_INSTANCE", instance),
         None => command.env_remove("SANDBOX_INSTANCE"),

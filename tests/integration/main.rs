@@ -7,6 +7,7 @@
 mod access;
 mod analysis;
 mod audit;
+mod audit_crash;
 mod audit_report;
 mod cli;
 mod common;
