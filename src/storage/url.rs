@@ -12,7 +12,9 @@
 //! - redirects are followed by hand, at most `FILE_AGENT_URL_MAX_REDIRECTS`, each hop checked;
 //! - the body is capped in bytes while it streams, and the whole fetch in time.
 //!
-//! Query strings are never printed: a presigned URL's signature is a credential.
+//! A message shows a URL's scheme, host, port and path only: never its user information or
+//! its query (a presigned URL's signature is a credential), not even for a link that does not
+//! parse. This module logs nothing itself; its errors are logged as the tool's result.
 
 mod special;
 
@@ -248,11 +250,7 @@ impl UrlFetcher {
 fn parse(text: &str) -> Result<Url, FetchError> {
     let text = text.trim();
     let url = Url::parse(text).map_err(|_| FetchError::BadUrl {
-        url: text
-            .split(['?', '#'])
-            .next()
-            .unwrap_or_default()
-            .to_string(),
+        url: redact_unparsed(text),
         why: "it is not an absolute URL",
     })?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -277,7 +275,32 @@ pub fn redact(url: &Url) -> String {
     let _ = shown.set_password(None);
     shown.set_query(None);
     shown.set_fragment(None);
+    // Without a host (`user:pw@host` reads as the scheme `user` and a path), user information
+    // cannot be told from the rest: only the scheme shows.
+    if shown.host().is_none() && shown.as_str().contains('@') {
+        return format!("{}:…", shown.scheme());
+    }
     shown.to_string()
+}
+
+/// What a message may show of `text`, a link that did not parse: no query or fragment, and
+/// only its scheme if it holds an `@` anywhere, since in a broken link user information cannot
+/// be told apart from an `@` in its path or query (and a password may hold a `?`).
+fn redact_unparsed(text: &str) -> String {
+    /// Enough to recognise the link.
+    const SHOWN_CHARS: usize = 200;
+    if text.contains('@') {
+        return match text.split_once("://") {
+            Some((scheme, _))
+                if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric()) =>
+            {
+                format!("{scheme}://…")
+            }
+            _ => "…".to_string(),
+        };
+    }
+    let shown = text.split(['?', '#']).next().unwrap_or_default();
+    shown.chars().take(SHOWN_CHARS).collect()
 }
 
 fn last_segment(url: &Url) -> Option<String> {
@@ -407,6 +430,9 @@ mod tests {
         .unwrap();
         let shown = redact(&url);
         assert_eq!(shown, "https://bucket.s3.amazonaws.com/data/sales.csv");
+        // A redirect may name a URL without a host, where an `@` may be anything.
+        let hostless = Url::parse("user:pw@bucket.s3.amazonaws.com/a.csv").unwrap();
+        assert_eq!(redact(&hostless), "user:…");
         assert_eq!(last_segment(&url).as_deref(), Some("sales.csv"));
     }
 
@@ -493,6 +519,37 @@ mod tests {
             assert!(message.contains(named), "{url}: {message}");
             assert!(
                 message.contains("FILE_AGENT_URL_ALLOWED_NETWORKS"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_link_keeps_neither_its_password_nor_its_query() {
+        for (text, shown) in [
+            (
+                "https://bucket.example.com:99999/data/sales.csv?X-Amz-Signature=sig-secret#frag",
+                "\"https://bucket.example.com:99999/data/sales.csv\"",
+            ),
+            (
+                "http://user:pw-secret@[::1/a.csv?X-Amz-Signature=sig-secret",
+                "\"http://…\"",
+            ),
+            // A `?` in the password ends the authority early: nothing past the scheme shows.
+            ("http://user:pw?secret@host:x/a.csv", "\"http://…\""),
+            // Read as the scheme `user` and a path, not as user information.
+            ("user:pw-secret@host/a.csv", "\"user:…\""),
+            ("//host/path?sig-secret", "\"//host/path\""),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(
+                matches!(error, FetchError::BadUrl { .. }),
+                "{text}: {error}"
+            );
+            let message = error.to_string();
+            assert!(message.starts_with(shown), "{text}: {message}");
+            assert!(
+                !message.contains("secret") && !message.contains("frag"),
                 "{message}"
             );
         }
