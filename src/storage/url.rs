@@ -5,7 +5,7 @@
 //!   to what a proxy connects to);
 //! - every host, redirects included, must pass `FILE_AGENT_URL_ALLOWED_HOSTS` when it is set;
 //! - every address a host resolves to must be global unicast (the IANA special-purpose
-//!   registries' "globally reachable", in [`special`]), or in `FILE_AGENT_URL_ALLOWED_NETWORKS`.
+//!   registries' "globally reachable", in `special.rs`), or in `FILE_AGENT_URL_ALLOWED_NETWORKS`.
 //!   The check sits in the DNS resolver reqwest connects with, so the address checked is the
 //!   address used (no second lookup for a rebinding DNS server to answer differently); an IP
 //!   literal is checked before the request, since reqwest does not resolve those;
