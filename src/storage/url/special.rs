@@ -50,6 +50,7 @@ struct Carrier {
     global_when_ipv4_is: bool,
 }
 
+/// Where in an IPv6 address its IPv4 address sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
     /// The last 32 bits (mapped, compatible, translated, NAT64 with a /96 prefix).
