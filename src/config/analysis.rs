@@ -1,11 +1,12 @@
 //! Settings of the analysis tools: which document URLs `data_analysis_tool` may fetch, and how
 //! `conduct_deep_research` polls. Parsing only, like the rest of `config`.
 //!
-//! URL policy, secure by default: only public unicast addresses are fetched. Loopback, private,
-//! link-local (where cloud metadata services answer), CGNAT, multicast and reserved addresses
-//! are refused unless their network is listed in `FILE_AGENT_URL_ALLOWED_NETWORKS`, so an
-//! on-premises S3 (MinIO at 10.0.0.5, say) is one setting away and a metadata endpoint is never
-//! reached by accident.
+//! URL policy, secure by default: only global unicast addresses are fetched (what the IANA
+//! special-purpose registries call globally reachable; `storage::url` holds the table).
+//! Loopback, private, link-local (where cloud metadata services answer), CGNAT, documentation,
+//! multicast and every other special-purpose address are refused unless their network is
+//! listed in `FILE_AGENT_URL_ALLOWED_NETWORKS`, so an on-premises S3 (MinIO at 10.0.0.5, say)
+//! is one setting away and a metadata endpoint is never reached by accident.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -27,7 +28,9 @@ pub struct UrlFetchConfig {
     /// `FILE_AGENT_URL_ALLOWED_HOSTS`: when set, only these hosts (exact, or `*.example.com`
     /// for any subdomain) may be fetched, redirects included.
     pub allowed_hosts: Option<Vec<String>>,
-    /// `FILE_AGENT_URL_ALLOWED_NETWORKS`: non-public networks that may be fetched anyway.
+    /// `FILE_AGENT_URL_ALLOWED_NETWORKS`: networks that may be fetched though they are not
+    /// global unicast. An address is matched as written (IPv4-mapped IPv6 as IPv4): listing
+    /// `10.0.0.0/8` does not allow `64:ff9b::10.0.0.5`.
     pub allowed_networks: Vec<Network>,
     /// `FILE_AGENT_URL_MAX_REDIRECTS`.
     pub max_redirects: usize,
@@ -41,6 +44,13 @@ pub struct Network {
 }
 
 impl Network {
+    /// The network of `prefix` bits at `base`. For constant tables: the prefix must be at
+    /// most the address's width and `base` must have no bits past it (a test of each table
+    /// checks both); [`Network::parse`] checks text.
+    pub const fn new(base: IpAddr, prefix: u8) -> Self {
+        Self { base, prefix }
+    }
+
     /// Parses `a.b.c.d/n`, `x::y/n`, or a single address (a network of one).
     pub fn parse(text: &str) -> Option<Self> {
         let text = text.trim();
@@ -56,10 +66,15 @@ impl Network {
 
     /// Whether `ip` is inside this network (IPv4-mapped IPv6 counts as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
+        self.contains_as_written(match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
-        };
+        })
+    }
+
+    /// Whether `ip`, taken as written, is inside this network: an IPv4-mapped IPv6 address is
+    /// an IPv6 address here, inside `::ffff:0:0/96` and no IPv4 network.
+    pub fn contains_as_written(&self, ip: IpAddr) -> bool {
         match (self.base, ip) {
             (IpAddr::V4(base), IpAddr::V4(ip)) => {
                 prefix_matches(&base.octets(), &ip.octets(), self.prefix)
@@ -69,6 +84,13 @@ impl Network {
             }
             _ => false,
         }
+    }
+}
+
+impl std::fmt::Display for Network {
+    /// CIDR notation: `10.0.0.0/8`, `fc00::/7`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.base, self.prefix)
     }
 }
 

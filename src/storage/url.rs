@@ -4,16 +4,21 @@
 //! - `http` and `https` only, no proxy from the environment (the checks below would not apply
 //!   to what a proxy connects to);
 //! - every host, redirects included, must pass `FILE_AGENT_URL_ALLOWED_HOSTS` when it is set;
-//! - every address a host resolves to must be public, or in `FILE_AGENT_URL_ALLOWED_NETWORKS`.
+//! - every address a host resolves to must be global unicast (the IANA special-purpose
+//!   registries' "globally reachable", in `special.rs`), or in `FILE_AGENT_URL_ALLOWED_NETWORKS`.
 //!   The check sits in the DNS resolver reqwest connects with, so the address checked is the
 //!   address used (no second lookup for a rebinding DNS server to answer differently); an IP
 //!   literal is checked before the request, since reqwest does not resolve those;
 //! - redirects are followed by hand, at most `FILE_AGENT_URL_MAX_REDIRECTS`, each hop checked;
 //! - the body is capped in bytes while it streams, and the whole fetch in time.
 //!
-//! Query strings are never printed: a presigned URL's signature is a credential.
+//! A message shows a URL's scheme, host, port and path only: never its user information or
+//! its query (a presigned URL's signature is a credential), not even for a link that does not
+//! parse. This module logs nothing itself; its errors are logged as the tool's result.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+mod special;
+
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +26,7 @@ use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use thiserror::Error;
 
+use self::special::{NonPublic, non_public};
 use super::{CappedRead, Download, read_capped};
 use crate::config::{TransferLimits, UrlFetchConfig};
 
@@ -230,11 +236,11 @@ impl UrlFetcher {
             });
         }
         if let Ok(ip) = bare.parse::<IpAddr>()
-            && let Err(kind) = address_allowed(&self.policy, ip)
+            && let Err(why) = address_allowed(&self.policy, ip)
         {
             return Err(FetchError::Refused {
                 url: redact(url),
-                reason: refusal(bare, ip, kind),
+                reason: refusal(bare, ip, why),
             });
         }
         Ok(())
@@ -244,11 +250,7 @@ impl UrlFetcher {
 fn parse(text: &str) -> Result<Url, FetchError> {
     let text = text.trim();
     let url = Url::parse(text).map_err(|_| FetchError::BadUrl {
-        url: text
-            .split(['?', '#'])
-            .next()
-            .unwrap_or_default()
-            .to_string(),
+        url: redact_unparsed(text),
         why: "it is not an absolute URL",
     })?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -273,7 +275,32 @@ pub fn redact(url: &Url) -> String {
     let _ = shown.set_password(None);
     shown.set_query(None);
     shown.set_fragment(None);
+    // Without a host (`user:pw@host` reads as the scheme `user` and a path), user information
+    // cannot be told from the rest: only the scheme shows.
+    if shown.host().is_none() && shown.as_str().contains('@') {
+        return format!("{}:…", shown.scheme());
+    }
     shown.to_string()
+}
+
+/// What a message may show of `text`, a link that did not parse: no query or fragment, and
+/// only its scheme if it holds an `@` anywhere, since in a broken link user information cannot
+/// be told apart from an `@` in its path or query (and a password may hold a `?`).
+fn redact_unparsed(text: &str) -> String {
+    /// Enough to recognise the link.
+    const SHOWN_CHARS: usize = 200;
+    if text.contains('@') {
+        return match text.split_once("://") {
+            Some((scheme, _))
+                if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric()) =>
+            {
+                format!("{scheme}://…")
+            }
+            _ => "…".to_string(),
+        };
+    }
+    let shown = text.split(['?', '#']).next().unwrap_or_default();
+    shown.chars().take(SHOWN_CHARS).collect()
 }
 
 fn last_segment(url: &Url) -> Option<String> {
@@ -289,76 +316,17 @@ fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
-/// The kind of non-public address `ip` is, if it is one.
-pub fn non_public_kind(ip: IpAddr) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(v4) => v4_kind(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return v4_kind(v4);
-            }
-            let segments = v6.segments();
-            if v6.is_loopback() {
-                Some("a loopback address")
-            } else if v6.is_unspecified() {
-                Some("the unspecified address")
-            } else if segments[0] & 0xffc0 == 0xfe80 {
-                Some("a link-local address (where cloud metadata services answer)")
-            } else if segments[0] & 0xfe00 == 0xfc00 {
-                Some("a private (unique local) address")
-            } else if v6.is_multicast() {
-                Some("a multicast address")
-            } else if segments[0] == 0x64 && segments[1] == 0xff9b {
-                // NAT64 embeds an IPv4 address in the last 32 bits.
-                v4_kind(Ipv4Addr::from(
-                    (u32::from(segments[6]) << 16) | u32::from(segments[7]),
-                ))
-            } else if segments[0] == 0x2002 {
-                // 6to4 embeds an IPv4 address in bits 16..48.
-                v4_kind(Ipv4Addr::from(
-                    (u32::from(segments[1]) << 16) | u32::from(segments[2]),
-                ))
-            } else if segments[0] == 0x2001 && segments[1] == 0x0db8 {
-                Some("a documentation address")
-            } else {
-                None
-            }
-        }
-    }
-}
-
-fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, ..] = ip.octets();
-    if ip.is_loopback() {
-        Some("a loopback address")
-    } else if ip.is_unspecified() || a == 0 {
-        Some("the unspecified network")
-    } else if ip.is_link_local() {
-        Some("a link-local address (where cloud metadata services answer)")
-    } else if ip.is_private() {
-        Some("a private network address")
-    } else if a == 100 && (64..128).contains(&b) {
-        Some("a shared (CGNAT) address, where some clouds run metadata services")
-    } else if ip.is_multicast() || ip.is_broadcast() || a >= 240 {
-        Some("a multicast, broadcast or reserved address")
-    } else if ip.is_documentation() || (a == 198 && (18..20).contains(&b)) || (a == 192 && b == 0) {
-        Some("a reserved or documentation address")
-    } else {
-        None
-    }
-}
-
-/// `Ok` when `ip` is public or inside an allowed network; else the kind of address it is.
-fn address_allowed(policy: &UrlFetchConfig, ip: IpAddr) -> Result<(), &'static str> {
-    match non_public_kind(ip) {
-        Some(kind) if !policy.allowed_networks.iter().any(|net| net.contains(ip)) => Err(kind),
+/// `Ok` when `ip` is global unicast or inside an allowed network; else why it is not fetched.
+fn address_allowed(policy: &UrlFetchConfig, ip: IpAddr) -> Result<(), NonPublic> {
+    match non_public(ip) {
+        Some(why) if !policy.allowed_networks.iter().any(|net| net.contains(ip)) => Err(why),
         _ => Ok(()),
     }
 }
 
-fn refusal(host: &str, ip: IpAddr, kind: &str) -> String {
+fn refusal(host: &str, ip: IpAddr, why: NonPublic) -> String {
     format!(
-        "{host} is {ip}, {kind}; only public addresses are fetched unless the operator lists the network in FILE_AGENT_URL_ALLOWED_NETWORKS"
+        "{host} is {ip}, {why}; only public (global unicast) addresses are fetched unless the operator lists the network in FILE_AGENT_URL_ALLOWED_NETWORKS"
     )
 }
 
@@ -381,8 +349,8 @@ impl Resolve for GuardedResolver {
             let addrs: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             for addr in &addrs {
-                if let Err(kind) = address_allowed(&policy, addr.ip()) {
-                    let refusal = ResolverRefusal(refusal(&host, addr.ip(), kind));
+                if let Err(why) = address_allowed(&policy, addr.ip()) {
+                    let refusal = ResolverRefusal(refusal(&host, addr.ip(), why));
                     return Err(Box::new(refusal) as Box<dyn std::error::Error + Send + Sync>);
                 }
             }
@@ -428,38 +396,21 @@ mod tests {
     use crate::config::Network;
 
     #[test]
-    fn public_addresses_pass_and_internal_ones_are_named() {
-        for public in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
-            assert_eq!(non_public_kind(public.parse().unwrap()), None, "{public}");
-        }
-        for (internal, words) in [
-            ("127.0.0.1", "loopback"),
-            ("169.254.169.254", "metadata"),
-            ("10.1.2.3", "private"),
-            ("192.168.0.1", "private"),
-            ("100.100.100.200", "CGNAT"),
-            ("0.0.0.0", "unspecified"),
-            ("::1", "loopback"),
-            ("fe80::1", "link-local"),
-            ("fd00:ec2::254", "unique local"),
-            ("::ffff:169.254.169.254", "metadata"),
-            ("64:ff9b::a9fe:a9fe", "metadata"),
-            ("2002:7f00:0001::", "loopback"),
-        ] {
-            let kind = non_public_kind(internal.parse().unwrap())
-                .unwrap_or_else(|| panic!("{internal} passed"));
-            assert!(kind.contains(words), "{internal}: {kind}");
-        }
-    }
-
-    #[test]
     fn an_allowed_network_lets_its_addresses_through() {
         let policy = UrlFetchConfig {
             allowed_networks: vec![Network::parse("10.0.0.0/8").unwrap()],
             ..UrlFetchConfig::default()
         };
         assert!(address_allowed(&policy, "10.0.0.5".parse().unwrap()).is_ok());
+        assert!(address_allowed(&policy, "::ffff:10.0.0.5".parse().unwrap()).is_ok());
         assert!(address_allowed(&policy, "169.254.169.254".parse().unwrap()).is_err());
+        // Another spelling of an allowed address is another address: listed, or refused.
+        assert!(address_allowed(&policy, "::10.0.0.5".parse().unwrap()).is_err());
+        let policy = UrlFetchConfig {
+            allowed_networks: vec![Network::parse("fec0::/10").unwrap()],
+            ..UrlFetchConfig::default()
+        };
+        assert!(address_allowed(&policy, "fec0::1".parse().unwrap()).is_ok());
     }
 
     #[test]
@@ -479,19 +430,27 @@ mod tests {
         .unwrap();
         let shown = redact(&url);
         assert_eq!(shown, "https://bucket.s3.amazonaws.com/data/sales.csv");
+        // A redirect may name a URL without a host, where an `@` may be anything.
+        let hostless = Url::parse("user:pw@bucket.s3.amazonaws.com/a.csv").unwrap();
+        assert_eq!(redact(&hostless), "user:…");
         assert_eq!(last_segment(&url).as_deref(), Some("sales.csv"));
     }
 
-    #[tokio::test]
-    async fn other_spellings_of_internal_addresses_and_userinfo_tricks_are_refused() {
-        let fetcher = UrlFetcher::new(
+    /// A fetcher under the default policy.
+    fn default_fetcher() -> UrlFetcher {
+        UrlFetcher::new(
             UrlFetchConfig::default(),
             TransferLimits {
                 max_bytes: 1024,
                 timeout: Duration::from_secs(5),
             },
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn other_spellings_of_internal_addresses_and_userinfo_tricks_are_refused() {
+        let fetcher = default_fetcher();
         for url in [
             "http://2130706433/a.csv",
             "http://0x7f000001/a.csv",
@@ -529,6 +488,69 @@ mod tests {
                     Err(FetchError::BadUrl { .. })
                 ),
                 "{url}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn special_purpose_literals_are_refused_with_their_range_before_any_connection() {
+        let fetcher = default_fetcher();
+        // Each range is in `special`'s tests; here, that the literal check names it.
+        for (url, named) in [
+            (
+                "http://[::127.0.0.1]/a.csv",
+                "(::/96) embedding 127.0.0.1, a loopback address",
+            ),
+            (
+                "http://[fec0::1]/a.csv",
+                "a deprecated site-local address (fec0::/10)",
+            ),
+            (
+                "http://192.88.99.1/a.csv",
+                "a deprecated 6to4 relay anycast address (192.88.99.0/24)",
+            ),
+        ] {
+            let error = fetcher.fetch(url, None).await.unwrap_err();
+            assert!(
+                matches!(error, FetchError::Refused { .. }),
+                "{url}: {error}"
+            );
+            let message = error.to_string();
+            assert!(message.contains(named), "{url}: {message}");
+            assert!(
+                message.contains("FILE_AGENT_URL_ALLOWED_NETWORKS"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_link_keeps_neither_its_password_nor_its_query() {
+        for (text, shown) in [
+            (
+                "https://bucket.example.com:99999/data/sales.csv?X-Amz-Signature=sig-secret#frag",
+                "\"https://bucket.example.com:99999/data/sales.csv\"",
+            ),
+            (
+                "http://user:pw-secret@[::1/a.csv?X-Amz-Signature=sig-secret",
+                "\"http://…\"",
+            ),
+            // A `?` in the password ends the authority early: nothing past the scheme shows.
+            ("http://user:pw?secret@host:x/a.csv", "\"http://…\""),
+            // Read as the scheme `user` and a path, not as user information.
+            ("user:pw-secret@host/a.csv", "\"user:…\""),
+            ("//host/path?sig-secret", "\"//host/path\""),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(
+                matches!(error, FetchError::BadUrl { .. }),
+                "{text}: {error}"
+            );
+            let message = error.to_string();
+            assert!(message.starts_with(shown), "{text}: {message}");
+            assert!(
+                !message.contains("secret") && !message.contains("frag"),
+                "{message}"
             );
         }
     }

@@ -31,3 +31,4 @@ mod retention;
 mod runner;
 mod sandbox;
 mod saved_tools;
+mod url_policy;
