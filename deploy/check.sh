@@ -78,7 +78,7 @@ user=$(docker image inspect -f '{{.Config.User}}' file-agent:check)
 docker run --rm --read-only file-agent:check --version
 # The server in its image, read-only, reaching the engine only through the proxy above.
 docker run -d --name file-agent-deploy-check --read-only --tmpfs /tmp --network host \
-  -e FILE_AGENT_LISTEN=127.0.0.1:28123 -e FILE_AGENT_DATA_DIR=/tmp \
+  -e FILE_AGENT_LISTEN=127.0.0.1:28123 -e FILE_AGENT_DATA_DIR=/tmp/data \
   -e DOCKER_HOST=tcp://127.0.0.1:23751 \
   file-agent:check serve >/dev/null
 healthy=no

@@ -146,6 +146,10 @@ async fn post_mcp(url: &str, body: Value, headers: &[(&str, &str)]) -> (u16, Str
     }
     let response = with_timeout(request.send()).await.unwrap();
     let status = response.status().as_u16();
+    // A refusal sent before the body was read closes the connection, and says so.
+    if status == 401 {
+        assert_eq!(response.headers()["connection"], "close");
+    }
     (status, with_timeout(response.text()).await.unwrap())
 }
 
