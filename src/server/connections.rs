@@ -13,8 +13,10 @@
 //! - **How many**: at most [`effective_cap`] connections are served at once, below the
 //!   descriptor limit (read, and the soft limit raised to the hard one, at start-up); one more
 //!   gets a 503 with `Retry-After` and is closed, so the server never runs out of descriptors.
-//! - **Shutdown**: when `shutdown` fires the listener is closed and every connection is asked
-//!   to finish: the request in flight completes, then the connection closes.
+//! - **Shutdown**: the listener stays open until `until` resolves (the server's drain: on
+//!   SIGTERM, when the last call has ended or the grace ran out), so a client that opens a
+//!   connection as its call ends still gets its answer; then the listener is closed and every
+//!   connection is asked to finish: the request in flight completes, then it closes.
 //!
 //! HTTP/1.1 only: MCP clients speak it (HTTP/2 comes only with TLS, which a proxy in front
 //! terminates).
@@ -79,14 +81,16 @@ pub fn effective_cap(configured: usize, descriptors: u64) -> usize {
     configured.min(usize::try_from(room).unwrap_or(usize::MAX))
 }
 
-/// Serves `app` on `listener` within `bounds` until `shutdown` fires, then lets the requests in
+/// Serves `app` on `listener` within `bounds` until `until` resolves, then lets the requests in
 /// flight finish and returns once every connection is closed.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     bounds: Bounds,
-    shutdown: CancellationToken,
+    until: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let shutdown = CancellationToken::new();
+    let mut until = std::pin::pin!(until);
     let slots = Arc::new(Semaphore::new(bounds.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let connections = TaskTracker::new();
@@ -98,7 +102,7 @@ pub async fn serve(
     let mut refused: u64 = 0;
     loop {
         let stream = tokio::select! {
-            () = shutdown.cancelled() => break,
+            () = until.as_mut() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     backoff = Duration::from_millis(10);
@@ -162,6 +166,7 @@ pub async fn serve(
         });
     }
     drop(listener);
+    shutdown.cancel();
     connections.close();
     connections.wait().await;
     Ok(())

@@ -408,7 +408,8 @@ pub async fn serve_http(
             shutdown.cancelled().await;
             tracing::info!(
                 grace_s = grace.as_secs(),
-                "shutting down: no new requests; running calls may finish"
+                calls = tools.calls_running(),
+                "shutting down: running calls may finish (new tool calls get 503), then the server exits"
             );
             tokio::time::sleep(grace).await;
             tracing::warn!("shutdown grace period over: stopping the calls still running");
@@ -426,7 +427,8 @@ pub async fn serve_http(
             }
         })
     });
-    let app = router(tools.clone(), config, gate, tools.stopping().clone());
+    let app = router(tools.clone(), config, gate, tools.stopping().clone())
+        .layer(axum::Extension(requests::Draining(shutdown.clone())));
     let descriptors = connections::raise_descriptor_limit();
     let bounds = connections::Bounds {
         header_timeout: config.server.header_timeout,
@@ -440,7 +442,17 @@ pub async fn serve_http(
             "FILE_AGENT_MAX_CONNECTIONS is lowered to stay below the descriptor limit (raise it with `ulimit -n` or LimitNOFILE=)"
         );
     }
-    let result = connections::serve(listener, app, bounds, shutdown.clone()).await;
+    // The drain: after SIGTERM the listener stays open (readiness says 503, a new tool call is
+    // refused with 503, everything else is served) until the last call has ended, or the
+    // grace ran out and `killer` stopped the rest.
+    let drained = {
+        let (shutdown, tools) = (shutdown.clone(), tools.clone());
+        async move {
+            shutdown.cancelled().await;
+            tools.calls_finished().await;
+        }
+    };
+    let result = connections::serve(listener, app, bounds, drained).await;
     killer.abort();
     if let Some(reaper) = reaper {
         reaper.abort();
@@ -538,11 +550,14 @@ impl HealthProbe {
 }
 
 /// `GET /health`: Docker, the image, the store and the model, nothing secret. 503 when
-/// attempts cannot run. The engine's part is at most [`HEALTH_PROBE_TTL`] old.
+/// attempts cannot run, and from SIGTERM on (`"status": "draining"`: a load balancer's
+/// readiness check sends no new calls). The engine's part is at most [`HEALTH_PROBE_TTL`] old.
 async fn health(
     State(tools): State<Tools>,
     axum::Extension(probe): axum::Extension<HealthProbe>,
+    draining: Option<axum::Extension<requests::Draining>>,
 ) -> impl IntoResponse {
+    let draining = draining.is_some_and(|draining| draining.0.0.is_cancelled());
     let sandbox = tools.sandbox();
     let image = sandbox.config().image.clone();
     let configured = sandbox.config().runtime.clone();
@@ -560,9 +575,9 @@ async fn health(
     };
     // A cluster pulls the image when a pod starts: nothing to check ahead.
     let kubernetes = sandbox.backend() == "kubernetes";
-    let ready = docker["reachable"] == true && (image_present || kubernetes);
+    let ready = docker["reachable"] == true && (image_present || kubernetes) && !draining;
     let body = json!({
-        "status": if ready { "ok" } else { "degraded" },
+        "status": if draining { "draining" } else if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
         "sandbox": {"backend": sandbox.backend(), "runtime": runtime},
         "image": {"tag": image, "present": if kubernetes { serde_json::Value::Null } else { image_present.into() }},

@@ -77,9 +77,23 @@ pub async fn nosniff(request: Request, next: Next) -> Response {
     response
 }
 
+/// The server's shutdown token, in the request's extensions: once it fired, the server drains.
+#[derive(Debug, Clone)]
+pub struct Draining(pub tokio_util::sync::CancellationToken);
+
+/// JSON-RPC: the server cannot take the request now (a server error of the implementation's
+/// own range).
+pub const SHUTTING_DOWN: i64 = -32000;
+
 /// Checks a `POST /mcp` body as the module says, then hands it to rmcp, and turns a non-JSON
-/// error answer into a JSON-RPC one.
+/// error answer into a JSON-RPC one. While the server drains (after SIGTERM), a new
+/// `tools/call` is answered 503 with `Retry-After` and a JSON-RPC error: nothing of it starts,
+/// so the client can send it again to another replica; every other request is served.
 pub async fn check_jsonrpc(request: Request, next: Next) -> Response {
+    let draining = request
+        .extensions()
+        .get::<Draining>()
+        .is_some_and(|draining| draining.0.is_cancelled());
     if request.method() != Method::POST {
         return json_errors(next.run(request).await, Value::Null).await;
     }
@@ -113,6 +127,18 @@ pub async fn check_jsonrpc(request: Request, next: Next) -> Response {
         Ok(id) => id,
         Err(refusal) => return refusal,
     };
+    if draining && method_of(&bytes).as_deref() == Some("tools/call") {
+        let mut response = jsonrpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            SHUTTING_DOWN,
+            "file-agent is shutting down and started nothing of this call; send it again (another replica, or this one once restarted, will answer)",
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        return response;
+    }
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
@@ -194,6 +220,15 @@ fn check(body: &[u8]) -> Result<Value, Response> {
         }
     }
     Ok(id)
+}
+
+/// The `method` of a message that [`check`] passed.
+fn method_of(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Method {
+        method: Option<String>,
+    }
+    serde_json::from_slice::<Method>(body).ok()?.method
 }
 
 /// `response`, unless it is an error whose body is not JSON: then a JSON-RPC error with the

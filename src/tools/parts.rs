@@ -92,6 +92,17 @@ impl<R: Runner> Tools<R> {
         self.calls.track_future(call)
     }
 
+    /// Tool calls running now.
+    pub fn calls_running(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Resolves once no call is running (calls that start meanwhile are waited for too).
+    pub async fn calls_finished(&self) {
+        self.calls.close();
+        self.calls.wait().await;
+    }
+
     /// The token that stops every call (its containers are killed and removed).
     pub fn stopping(&self) -> &CancellationToken {
         &self.stopping

@@ -243,3 +243,86 @@ async fn a_killed_server_leaves_nothing_running_and_its_restart_removes_the_rest
     let _ = client.cancel().await;
     wait_for_containers(&name, 0).await;
 }
+
+/// A rolling update, as the official MCP SDK sees it: four calls in flight when SIGTERM comes
+/// each get their result (the listener stays open while they finish, so the connection the
+/// SDK opens as its call ends is answered); meanwhile readiness says 503 and a new tool call
+/// gets 503 with a JSON-RPC error saying nothing started; the server exits once they are done.
+#[tokio::test]
+async fn sigterm_delivers_the_results_of_calls_in_flight_to_the_official_sdk() {
+    let data = tempfile::tempdir().unwrap();
+    let name = unique_instance("drain", 10);
+    let mut served = serve(
+        Some(&name),
+        data.path(),
+        &[
+            ("FILE_AGENT_SHUTDOWN_GRACE", "60"),
+            ("FILE_AGENT_MAX_CONCURRENT", "4"),
+        ],
+    )
+    .await;
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let url = served.url.clone();
+            tokio::spawn(async move {
+                crate::mcp_server::python_sdk(
+                    &url,
+                    &["--code", "import time\ntime.sleep(4)\nprint('done')"],
+                )
+                .await
+            })
+        })
+        .collect();
+    wait_for_containers(&name, 4).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let signalled = Instant::now();
+    signal(&served.child, "-TERM").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Draining: not ready, and a new call is refused with a reason, not a refused connection.
+    let health = with_timeout(reqwest::get(format!("{}/health", served.url)))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 503);
+    let health: serde_json::Value = health.json().await.unwrap();
+    assert_eq!(health["status"], "draining", "{health}");
+    let refused = with_timeout(
+        reqwest::Client::new()
+            .post(format!("{}/mcp", served.url))
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                          "params": {"name": "run_python", "arguments": {"code": "print(1)"}}}))
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    let refused: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(refused["id"], 5);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shutting down"),
+        "{refused}"
+    );
+
+    for client in clients {
+        let output = with_timeout(client).await.unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("result: done"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let status = with_timeout(served.child.wait()).await.unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(30),
+        "it waited for the calls, not for the grace: {:?}",
+        signalled.elapsed()
+    );
+    assert_eq!(containers_of_instance(&name).await, 0);
+}

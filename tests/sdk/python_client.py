@@ -2,7 +2,7 @@
 
 Usage: target/test-python/bin/python3 tests/sdk/python_client.py http://127.0.0.1:8000/mcp
        [--client-name NAME] [--user-id ID [--openwebui-jwt-secret SECRET]] [--saved-tool]
-       [--header NAME=VALUE]...
+       [--header NAME=VALUE]... [--code CODE]
 
 Like Open WebUI's "auto" mode it first tries `server/discover` (protocol 2026-07-28) and falls
 back to `initialize`; then it lists the tools and calls run_python. With --saved-tool it also
@@ -11,7 +11,8 @@ and calls it. With --user-id it sends Open WebUI's `X-OpenWebUI-User-Id` header 
 saved tools need a user); with --openwebui-jwt-secret as well, it sends the user as Open WebUI
 0.12 does when `FORWARD_USER_INFO_HEADER_JWT_SECRET` is set: one HS256 JWT in
 `X-OpenWebUI-User-Jwt`, minted with PyJWT by a copy of Open WebUI's own
-`_mint_forward_user_jwt` (open_webui/utils/headers.py). Prints one line per step; exits non-zero on any failure. Run by the
+`_mint_forward_user_jwt` (open_webui/utils/headers.py). With --code, run_python runs CODE instead
+of `print(2 + 2)`. Prints one line per step; exits non-zero on any failure. Run by the
 integration test `the_official_python_sdk_lists_and_calls_the_tools`; `scripts/test-python.sh`
 installs the SDK in the venv `target/test-python`.
 """
@@ -49,6 +50,7 @@ async def main(
     jwt_secret: str | None,
     extra_headers: list[str],
     saved_tool: bool,
+    code: str,
 ) -> None:
     # With --client-name the session introduces itself as NAME/9.9.9 (the audit test looks for
     # it); otherwise as the SDK's default.
@@ -71,7 +73,7 @@ async def main(
                 await asyncio.wait_for(session.initialize(), timeout=10)
             tools = await session.list_tools()
             print("tools:", ",".join(sorted(tool.name for tool in tools.tools)))
-            result = await session.call_tool("run_python", {"code": "print(2 + 2)"})
+            result = await session.call_tool("run_python", {"code": code})
             text = "".join(getattr(item, "text", "") for item in result.content)
             if result.is_error:
                 raise SystemExit("run_python failed: " + text)
@@ -117,6 +119,7 @@ if __name__ == "__main__":
     parser.add_argument("--openwebui-jwt-secret")
     parser.add_argument("--header", action="append", default=[])
     parser.add_argument("--saved-tool", action="store_true")
+    parser.add_argument("--code", default="print(2 + 2)")
     arguments = parser.parse_args()
     asyncio.run(
         main(
@@ -126,5 +129,6 @@ if __name__ == "__main__":
             arguments.openwebui_jwt_secret,
             arguments.header,
             arguments.saved_tool,
+            arguments.code,
         )
     )
