@@ -319,6 +319,9 @@ pub struct OpenWebUiConfig {
     /// `FILE_AGENT_FORWARD_USER_TOKEN`: use the bearer token of the MCP request (Open WebUI's
     /// "session" auth sends the user's own token), so each user reaches only their own files.
     pub forward_user_token: bool,
+    /// `FILE_AGENT_CHAT_STATUS`: post a call's progress as status events under the assistant's
+    /// message when the call names its chat and message.
+    pub chat_status: bool,
 }
 
 /// The built-in store.
@@ -532,6 +535,7 @@ impl StorageConfig {
                 .get("OPENWEBUI_API_KEY")
                 .map(|key| Secret::new(key.trim())),
             forward_user_token: vars.flag("FILE_AGENT_FORWARD_USER_TOKEN", true)?,
+            chat_status: vars.flag("FILE_AGENT_CHAT_STATUS", true)?,
         }))
     }
 }

@@ -6,6 +6,8 @@
 //! person can act on (the caller's model reads it); infrastructure faults are also logged with
 //! their whole chain. Nothing here returns a JSON-RPC error for a tool's own failure.
 
+mod phases;
+
 use std::time::Instant;
 
 use rmcp::ErrorData;
@@ -14,8 +16,8 @@ use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ResultType,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
@@ -27,8 +29,8 @@ use crate::prompts::Prompts;
 use crate::storage::Caller;
 use crate::tools::catalog::{SAVED_TOOL_PREFIX, Tool};
 use crate::tools::dynamic::NewTool;
-use crate::tools::research::Progress;
-use crate::tools::{CALL, CallInfo, ToolError, ToolOutput, Tools};
+use crate::tools::progress::Phase;
+use crate::tools::{CALL, CallContext, CallInfo, ToolError, ToolOutput, Tools};
 
 /// Arguments of `generate_file`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -235,34 +237,8 @@ impl FileAgentServer {
         context: RequestContext<RoleServer>,
     ) -> Result<String, String> {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
-        // Progress goes out in order through one task, and only to a client that asked.
-        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<Progress>();
-        let forwarder = context.meta.get_progress_token().map(|token| {
-            let peer = context.peer.clone();
-            tokio::spawn(async move {
-                while let Some(progress) = receiver.recv().await {
-                    let notification =
-                        ProgressNotificationParam::new(token.clone(), progress.elapsed)
-                            .with_total(progress.total)
-                            .with_message(progress.message);
-                    if let Err(error) = peer.notify_progress(notification).await {
-                        tracing::debug!(%error, "could not send a progress notification");
-                    }
-                }
-            })
-        });
-        let report = move |progress: Progress| {
-            let _ = sender.send(progress);
-        };
-        let call = self
-            .tools
-            .deep_research(&args.instructions, &report, &cancel);
-        let result = self.finish(Tool::DeepResearch, &context, call).await;
-        drop(report);
-        if let Some(forwarder) = forwarder {
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), forwarder).await;
-        }
-        result
+        let call = self.tools.deep_research(&args.instructions, &cancel);
+        self.finish(Tool::DeepResearch, &context, call).await
     }
 
     #[tool(name = "create_tool")]
@@ -573,19 +549,31 @@ impl FileAgentServer {
         // The JSON-RPC id as JSON: a number stays a number, a string a string.
         let request = serde_json::to_value(&context.id).unwrap_or_default();
         let info = call_info(&id, request.clone(), tool, context);
+        // The call's phases, shown in the log, as MCP progress and in an Open WebUI chat.
+        let (phases, shown) = phases::start(self.phase_views(context), &id, tool);
+        let call_context = CallContext {
+            info,
+            phases: phases.clone(),
+        };
         // A request whose plain header contradicts its proven user runs nothing. (Decided
         // here rather than by wrapping `call` in one more future: in a debug build every
         // wrapper copies the whole call's state on the stack.)
         let result = match identity_of(context).conflict {
-            Some(conflict) => Err(CALL.sync_scope(info, || self.tools.refuse_identity(conflict))),
+            Some(conflict) => {
+                Err(CALL.sync_scope(call_context, || self.tools.refuse_identity(conflict)))
+            }
             None => {
                 let call = self.tools.track(tokio::time::timeout(deadline, call));
-                match CALL.scope(info, call).await {
+                match CALL.scope(call_context, call).await {
                     Ok(result) => result,
                     Err(_) => Err(ToolError::Deadline(deadline.as_secs())),
                 }
             }
         };
+        phases.send(Phase::Done { ok: result.is_ok() });
+        // The last progress notifications go out before the answer, which ends the exchange.
+        drop(phases);
+        let _ = tokio::time::timeout(PROGRESS_FLUSH, shown).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         // Saved tools share one label: their names are the callers' to choose.
         let label = if tool.starts_with(SAVED_TOOL_PREFIX) {
@@ -610,6 +598,43 @@ impl FileAgentServer {
                 Err(format!("{tool} failed: {error}"))
             }
         }
+    }
+}
+
+/// The longest an answer waits for the progress notifications queued before it.
+const PROGRESS_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl FileAgentServer {
+    /// Where this call's phases are shown besides the log: MCP progress when the request has
+    /// a progress token; status events when it names an Open WebUI chat and message and the
+    /// files go to that Open WebUI (with `FILE_AGENT_CHAT_STATUS` on).
+    fn phase_views(&self, context: &RequestContext<RoleServer>) -> phases::Views {
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| (context.peer.clone(), token));
+        let header = |name: &str| {
+            request_header(context, name)
+                .map(str::trim)
+                .filter(|value| !value.is_empty() && value.len() <= 200)
+                .map(str::to_string)
+        };
+        let chat = match (
+            self.tools.storage().openwebui(),
+            header("x-openwebui-chat-id"),
+            header("x-openwebui-message-id"),
+        ) {
+            (Some(openwebui), Some(chat), Some(message)) if openwebui.chat_status() => {
+                Some(phases::ChatMessage {
+                    openwebui: openwebui.clone(),
+                    chat,
+                    message,
+                    caller: caller_of(context),
+                })
+            }
+            _ => None,
+        };
+        phases::Views { progress, chat }
     }
 }
 

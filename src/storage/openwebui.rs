@@ -32,6 +32,8 @@ const DETAIL_MAX: usize = 300;
 pub const CREDENTIAL_CHECK_TTL: Duration = Duration::from_secs(60);
 /// Time allowed for that question.
 const CREDENTIAL_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for posting one event to a chat message.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Credentials whose answer is remembered (forwarded tokens are one per user).
 const CREDENTIAL_CACHE_MAX: usize = 1024;
 
@@ -75,6 +77,7 @@ pub struct OpenWebUi {
     public_url: String,
     api_key: Option<Secret>,
     forward_user_token: bool,
+    chat_status: bool,
     limits: TransferLimits,
     /// What Open WebUI said of each credential lately.
     credentials: Arc<CredentialCache>,
@@ -111,6 +114,7 @@ impl OpenWebUi {
             public_url: config.public_url.clone(),
             api_key: config.api_key.clone(),
             forward_user_token: config.forward_user_token,
+            chat_status: config.chat_status,
             limits,
             credentials: Arc::default(),
         })
@@ -138,6 +142,45 @@ impl OpenWebUi {
                 detail: "Open WebUI does not accept the credential (checked before any work)"
                     .into(),
             })
+        }
+    }
+
+    /// Whether calls' progress is posted to their chat (`FILE_AGENT_CHAT_STATUS`).
+    pub fn chat_status(&self) -> bool {
+        self.chat_status
+    }
+
+    /// Posts `event` (`{"type": "status" | "files", "data": ...}`) to message `message` of
+    /// chat `chat` (`POST /api/v1/chats/{chat}/messages/{message}/event`), with the credential
+    /// a request for `caller` carries (Open WebUI lets the chat's owner, or an admin, post).
+    /// Bounded by [`EVENT_TIMEOUT`]; the error is for the log.
+    pub async fn post_event(
+        &self,
+        chat: &str,
+        message: &str,
+        event: &serde_json::Value,
+        caller: &Caller,
+    ) -> Result<(), String> {
+        let token = self.token(caller).map_err(|error| error.to_string())?;
+        let url = format!(
+            "{}/api/v1/chats/{}/messages/{}/event",
+            self.internal_url,
+            super::encode_path_segment(chat),
+            super::encode_path_segment(message)
+        );
+        let response = self
+            .http
+            .post(&url)
+            .bearer_auth(token)
+            .timeout(EVENT_TIMEOUT)
+            .json(event)
+            .send()
+            .await
+            .map_err(|error| crate::error_chain(&error))?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("HTTP {}", response.status().as_u16()))
         }
     }
 

@@ -73,7 +73,9 @@ impl<R: Runner> Tools<R> {
             Err(ToolError::Cancelled) => "cancelled".into(),
             Err(_) => "sandbox_error".into(),
         };
-        let tool = CALL.try_with(|call| call.tool.clone()).unwrap_or_default();
+        let tool = CALL
+            .try_with(|call| call.info.tool.clone())
+            .unwrap_or_default();
         let metrics = crate::metrics::metrics();
         metrics.attempt(&tool, &status, started.elapsed());
         if let Ok(outcome) = &result {

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::changes::{self, Compared};
 use super::filename::{output_name, safe_name};
+use super::progress::{Phase, announce, short_reason};
 use super::{
     AttemptLine, Author, ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools,
     failure_reason, human_size, local_io, non_empty,
@@ -90,6 +91,7 @@ impl<R: Runner> Tools<R> {
         let instructions = non_empty(instructions, "instructions")?;
         self.require_llm()?;
         self.require_credential(caller).await?;
+        announce(Phase::Fetching);
         let original = self.storage.fetch(file_id.trim(), caller).await?;
         let file_type = detect::detect(
             &original.bytes,
@@ -145,12 +147,14 @@ impl<R: Runner> Tools<R> {
         let mut last_error = String::new();
         for attempt in 1..=MAX_ATTEMPTS {
             let started = Instant::now();
+            announce(Phase::Writing { attempt });
             let reply = self.llm.complete(&conversation, cancel).await?;
             conversation.push(Message::Assistant(reply.text.clone()));
             let result = match extract_code(&reply.text) {
                 None => Err("your reply contained no Python code block".to_string()),
                 Some(code) => {
                     tracing::debug!(attempt, %code, "generated code");
+                    announce(Phase::Running { attempt });
                     self.try_code(&task, code, &file_path, cancel).await?
                 }
             };
@@ -175,8 +179,7 @@ impl<R: Runner> Tools<R> {
                 Ok((bytes, report)) => {
                     let size = bytes.len() as u64;
                     let stored = self
-                        .storage
-                        .store(
+                        .store_result(
                             &task.output_name,
                             content_type_for(&task.output_name),
                             bytes,
@@ -209,6 +212,12 @@ impl<R: Runner> Tools<R> {
                 }
                 Err(error) => {
                     tracing::info!(attempt, error = %tail(&error, 300), "attempt failed");
+                    if attempt < MAX_ATTEMPTS {
+                        announce(Phase::Retrying {
+                            attempt,
+                            reason: short_reason(&error),
+                        });
+                    }
                     last_error = tail(&error, ERROR_TAIL_CHARS);
                     conversation.push(self.retry_message(attempt, &last_error));
                 }
@@ -267,6 +276,9 @@ impl<R: Runner> Tools<R> {
             line.refuse(&why);
             return Ok(Err(why));
         };
+        announce(Phase::Checking {
+            what: task.file_type.label().to_string(),
+        });
         let bytes = tokio::fs::read(&output.host_path)
             .await
             .map_err(local_io("cannot read the attempt's output"))?;
@@ -317,6 +329,7 @@ impl<R: Runner> Tools<R> {
         result: &[u8],
         cancel: &CancellationToken,
     ) -> Result<Result<String, String>, ToolError> {
+        announce(Phase::Comparing);
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let job = changes::report_job(task.file_type, original.clone(), result.to_vec());

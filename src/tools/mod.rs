@@ -19,6 +19,7 @@ pub mod catalog;
 pub mod changes;
 pub mod dynamic;
 pub mod filename;
+pub mod progress;
 pub mod research;
 
 mod attempt;
@@ -133,10 +134,19 @@ pub struct ToolOutput {
     pub attempts: usize,
 }
 
+/// The call being served: who made it (for the audit trail) and where its phases go.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    /// The call and its caller, as the audit trail writes them.
+    pub info: CallInfo,
+    /// Where [`progress::announce`] sends the call's phases.
+    pub phases: progress::Phases,
+}
+
 tokio::task_local! {
     /// The call being served on this task, set by the MCP layer around each call (a
     /// task-local, so that the tool flows need not pass it along).
-    pub static CALL: CallInfo;
+    pub static CALL: CallContext;
 }
 
 /// Maps a local I/O failure (temporary folders, reading outputs) to a [`ToolError`].

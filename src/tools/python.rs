@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
+use super::progress::{Phase, announce};
 use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, unique_name};
 use crate::sandbox::{Input, Job, Outcome, Runner, Status};
 use crate::storage::{Caller, content_type_for};
@@ -43,6 +44,7 @@ impl<R: Runner> Tools<R> {
         let mut inputs = Vec::new();
         let mut names = HashSet::new();
         for id in file_ids {
+            announce(Phase::Fetching);
             let download = self.storage.fetch(id.trim(), caller).await?;
             let name = unique_name(safe_name(&download.name, "input"), &mut names);
             inputs.push(Input::from_bytes(name, download.bytes));
@@ -55,6 +57,7 @@ impl<R: Runner> Tools<R> {
             file_path: None,
             input_file_path: None,
         };
+        announce(Phase::Running { attempt: 1 });
         let outcome = self
             .run_attempt(job, Author::Caller, out_dir.path(), cancel)
             .await?;
@@ -98,8 +101,7 @@ impl<R: Runner> Tools<R> {
                 .await
                 .map_err(local_io("cannot read an output"))?;
             let stored = self
-                .storage
-                .store(&name, content_type_for(&name), bytes, caller)
+                .store_result(&name, content_type_for(&name), bytes, caller)
                 .await?;
             lines.push(format!(
                 "- [{}]({}) ({}, from /work/out/{}, file id `{}`)",

@@ -11,28 +11,17 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::progress::{Phase, announce};
 use super::{ToolError, ToolOutput, Tools, non_empty};
 use crate::llm::LlmError;
 use crate::llm::research::{Citation, ResearchRun, RunStatus};
 use crate::sandbox::Runner;
 
-/// Where a run stands, for progress notifications.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
-    /// Seconds since the run started.
-    pub elapsed: f64,
-    /// The most it may take, in seconds.
-    pub total: f64,
-    /// Words for a person.
-    pub message: String,
-}
-
 impl<R: Runner> Tools<R> {
-    /// Researches `instructions` on the web; `progress` hears about the run while it is polled.
+    /// Researches `instructions` on the web, announcing the run's status as it is polled.
     pub async fn deep_research(
         &self,
         instructions: &str,
-        progress: &(dyn Fn(Progress) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
         let instructions = non_empty(instructions, "instructions")?;
@@ -44,16 +33,14 @@ impl<R: Runner> Tools<R> {
             .start_research(&config.model, &self.prompts.research, instructions, cancel)
             .await?;
         tracing::info!(id = %run.id, model = %config.model, status = run.status.as_str(), "research started");
-        let report = |run: &ResearchRun, started: Instant| Progress {
-            elapsed: started.elapsed().as_secs_f64(),
-            total: config.max_wait.as_secs_f64(),
-            message: format!(
-                "deep research {} after {} s",
-                run.status.as_str().replace('_', " "),
-                started.elapsed().as_secs()
-            ),
+        let report = |run: &ResearchRun, started: Instant| {
+            announce(Phase::Researching {
+                elapsed: started.elapsed().as_secs_f64(),
+                total: config.max_wait.as_secs_f64(),
+                status: run.status.as_str().replace('_', " "),
+            })
         };
-        progress(report(&run, started));
+        report(&run, started);
         let mut failed_polls = 0u32;
         while !run.status.is_terminal() {
             let left = config.max_wait.saturating_sub(started.elapsed());
@@ -82,7 +69,7 @@ impl<R: Runner> Tools<R> {
                         tracing::info!(id = %run.id, from = run.status.as_str(), to = next.status.as_str(), elapsed_s = started.elapsed().as_secs(), "research status");
                     }
                     run = next;
-                    progress(report(&run, started));
+                    report(&run, started);
                 }
                 Err(LlmError::Cancelled) => {
                     self.llm.cancel_research(&run.id).await;

@@ -77,7 +77,7 @@ impl<R: Runner> Tools<R> {
         let Some(audit) = &self.audit else { return };
         let record = Record {
             time: crate::time::rfc3339_now(),
-            caller: CALL.try_with(Clone::clone).unwrap_or_default(),
+            caller: CALL.try_with(|call| call.info.clone()).unwrap_or_default(),
             ..record
         };
         if let Err(error) = audit.append(record) {
@@ -87,7 +87,7 @@ impl<R: Runner> Tools<R> {
 
     /// The part of an attempt's audit line known before it runs.
     pub(super) fn audit_record(&self, job: &Job, author: Author) -> Record {
-        let caller = CALL.try_with(Clone::clone).unwrap_or_default();
+        let caller = CALL.try_with(|call| call.info.clone()).unwrap_or_default();
         let config = self.runner.config();
         let limits = &config.limits;
         let include_code = self

@@ -31,4 +31,5 @@ mod retention;
 mod runner;
 mod sandbox;
 mod saved_tools;
+mod status;
 mod url_policy;

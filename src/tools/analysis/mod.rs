@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
+use super::progress::Phase;
 use super::{Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, local_io};
 use crate::llm::code::extract_code;
 use crate::llm::{LlmError, Message};
@@ -197,13 +198,13 @@ impl<R: Runner> Tools<R> {
         let instructions = super::non_empty(instructions, "instructions")?;
         self.require_llm()?;
         self.require_credential(caller).await?;
+        super::progress::announce(Phase::Fetching);
         let download = self.storage.fetch(file_id, caller).await?;
         let analysis = self.analyze(download, instructions, cancel).await?;
         let mut links = Vec::new();
         for chart in &analysis.accepted().charts() {
             let stored = self
-                .storage
-                .store(&chart.name, "image/png", chart.bytes.clone(), caller)
+                .store_result(&chart.name, "image/png", chart.bytes.clone(), caller)
                 .await?;
             links.push((stored.name, stored.url));
         }
@@ -338,6 +339,7 @@ impl<R: Runner> Tools<R> {
         clock: &mut Clock,
         cancel: &CancellationToken,
     ) -> Result<(String, Duration), ToolError> {
+        super::progress::announce(Phase::Inspecting);
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let outcome = self
@@ -380,6 +382,7 @@ impl<R: Runner> Tools<R> {
         let mut steps: Vec<Step> = Vec::new();
         let mut chart_names = HashSet::new();
         for step_number in 1..=MAX_STEPS {
+            super::progress::announce(Phase::Computing { step: step_number });
             let mut reply = self.ask(conversation, clock, cancel).await?;
             if let Some(answer) = final_answer(&reply) {
                 return Ok(PassEnd::Done(Pass {
@@ -541,6 +544,7 @@ impl<R: Runner> Tools<R> {
         clock: &mut Clock,
         cancel: &CancellationToken,
     ) -> Result<Verdict, ToolError> {
+        super::progress::announce(Phase::Reviewing);
         let messages = [
             Message::System(self.prompts.checker.clone()),
             Message::User(checker::review_material(question, inspection, pass)),

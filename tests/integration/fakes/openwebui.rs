@@ -4,7 +4,9 @@
 //! Content-Disposition; and `GET /api/v1/auths/` (backend/open_webui/routers/auths.py): the
 //! session user of the bearer token, 401 for a token Open WebUI does not accept. Access is per
 //! user, by bearer token; a file another user owns is a 404, as in Open WebUI. Errors are
-//! FastAPI's `{"detail": ...}`.
+//! FastAPI's `{"detail": ...}`. And `POST /api/v1/chats/{id}/messages/{message_id}/event`
+//! (backend/open_webui/routers/chats.py): an event for a message of a chat the caller owns
+//! (else 401, as Open WebUI answers), recorded in order; it can be made to hang or fail.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -45,6 +47,24 @@ struct Inner {
     session_checks: usize,
     /// Every bearer token sent to any route, in order.
     bearers: Vec<String>,
+    /// Chats by id: their owner's token.
+    chats: HashMap<String, String>,
+    /// Events accepted: (chat, message, event).
+    events: Vec<(String, String, serde_json::Value)>,
+    /// How the event route answers.
+    events_answer: EventsAnswer,
+}
+
+/// How the fake's event route answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EventsAnswer {
+    /// As Open WebUI: `true`.
+    #[default]
+    Normally,
+    /// Never.
+    Hang,
+    /// 500.
+    Fail,
 }
 
 /// The fake and its files.
@@ -64,6 +84,10 @@ impl FakeOpenWebUi {
             .route("/api/v1/files/{id}", get(details))
             .route("/api/v1/files/{id}/content", get(content))
             .route("/api/v1/auths/", get(session_user))
+            .route(
+                "/api/v1/chats/{id}/messages/{message_id}/event",
+                post(message_event),
+            )
             .with_state(fake.clone());
         fake.url = super::spawn(app).await;
         fake
@@ -93,6 +117,25 @@ impl FakeOpenWebUi {
     /// Requests of the session user (`GET /api/v1/auths/`) so far.
     pub fn session_checks(&self) -> usize {
         self.inner.lock().unwrap().session_checks
+    }
+
+    /// Makes `owner` (a token) own chat `id`.
+    pub fn add_chat(&self, id: &str, owner: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .chats
+            .insert(id.into(), owner.into());
+    }
+
+    /// The events accepted so far, in order: (chat, message, event).
+    pub fn events(&self) -> Vec<(String, String, serde_json::Value)> {
+        self.inner.lock().unwrap().events.clone()
+    }
+
+    /// How the event route answers from now on.
+    pub fn answer_events(&self, answer: EventsAnswer) {
+        self.inner.lock().unwrap().events_answer = answer;
     }
 
     /// Every bearer token it was sent so far.
@@ -149,6 +192,43 @@ async fn session_user(State(fake): State<FakeOpenWebUi>, headers: HeaderMap) -> 
         .into_response(),
         Err(response) => response,
     }
+}
+
+/// An event for a message: only the chat's owner may post (Open WebUI also lets an admin with
+/// `ENABLE_ADMIN_CHAT_ACCESS`); the body is `{"type": ..., "data": {...}}`.
+async fn message_event(
+    State(fake): State<FakeOpenWebUi>,
+    Path((chat, message)): Path<(String, String)>,
+    headers: HeaderMap,
+    Json(event): Json<serde_json::Value>,
+) -> Response {
+    let user = match authenticate(&fake, &headers) {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    let answer = fake.inner.lock().unwrap().events_answer;
+    match answer {
+        EventsAnswer::Hang => {
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        }
+        EventsAnswer::Fail => return detail(StatusCode::INTERNAL_SERVER_ERROR, "boom"),
+        EventsAnswer::Normally => {}
+    }
+    let mut inner = fake.inner.lock().unwrap();
+    if inner.chats.get(&chat) != Some(&user) {
+        return detail(
+            StatusCode::UNAUTHORIZED,
+            "You do not have permission to access this resource. Please contact your administrator for assistance.",
+        );
+    }
+    if !event["type"].is_string() || !event["data"].is_object() {
+        return detail(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "type and data are required",
+        );
+    }
+    inner.events.push((chat, message, event));
+    Json(true).into_response()
 }
 
 async fn upload(
