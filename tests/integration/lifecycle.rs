@@ -115,6 +115,7 @@ pub fn start_call(url: &str, code: &str) -> tokio::task::JoinHandle<Option<(bool
         let client = ClientConfig::default()
             .serve(StreamableHttpClientTransport::from_uri(url))
             .await
+            .map_err(|error| eprintln!("start_call: no session: {error}"))
             .ok()?;
         let arguments = json!({"code": code}).as_object().cloned().unwrap();
         let result = client
@@ -122,6 +123,7 @@ pub fn start_call(url: &str, code: &str) -> tokio::task::JoinHandle<Option<(bool
                 rmcp::model::CallToolRequestParams::new("run_python").with_arguments(arguments),
             )
             .await
+            .map_err(|error| eprintln!("start_call: no answer: {error}"))
             .ok()?;
         let text = crate::mcp_server::text_of(&result);
         Some((result.is_error == Some(true), text))
