@@ -32,10 +32,18 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
     if stdio {
         // stdout carries the protocol.
         config.audit.stdout = false;
+        // No server answers a link here: unless FILE_AGENT_PUBLIC_URL names one that serves
+        // this data folder, an output's link is its path on this machine.
+        if !config.server.pinned.public_url
+            && let StorageConfig::Local(local) = &mut config.storage
+        {
+            local.public_url = String::new();
+        }
         let tools = server::build_tools(&config).await?;
         server::retention::spawn(&tools, &config, shutdown.clone());
         tracing::info!("serving MCP on stdio");
-        server::serve_stdio(tools, shutdown).await?;
+        let roots = config.server.local_roots.clone();
+        server::serve_stdio(tools, roots, shutdown).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let listener = tokio::net::TcpListener::bind(config.server.listen)

@@ -269,6 +269,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// `FILE_AGENT_MAX_UPLOADS`: uploads at once; past it an upload gets 503.
     pub max_uploads: usize,
+    /// `FILE_AGENT_LOCAL_ROOTS`: over stdio, the folders a client that declares no roots may
+    /// name input files in by path (absolute, comma-separated).
+    pub local_roots: Vec<PathBuf>,
 }
 
 /// Which address-dependent settings were set explicitly (and so do not follow the address
@@ -483,8 +486,33 @@ impl ServerConfig {
                 16..=1_000_000,
             )?,
             max_uploads: vars.count("FILE_AGENT_MAX_UPLOADS", DEFAULT_MAX_UPLOADS, 1..=1024)?,
+            local_roots: local_roots(vars)?,
         })
     }
+}
+
+/// `FILE_AGENT_LOCAL_ROOTS`: absolute folders, comma-separated.
+fn local_roots(vars: &Vars<'_>) -> Result<Vec<PathBuf>, ConfigError> {
+    let Some(value) = vars.get("FILE_AGENT_LOCAL_ROOTS") else {
+        return Ok(Vec::new());
+    };
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|root| !root.is_empty())
+        .map(|root| {
+            let path = PathBuf::from(root);
+            if path.is_absolute() {
+                Ok(path)
+            } else {
+                Err(ConfigError {
+                    var: "FILE_AGENT_LOCAL_ROOTS",
+                    value: value.clone(),
+                    expected: "absolute folders, comma-separated, e.g. /home/me/reports".into(),
+                })
+            }
+        })
+        .collect()
 }
 
 impl LlmConfig {

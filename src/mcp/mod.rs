@@ -6,8 +6,11 @@
 //! person can act on (the caller's model reads it); infrastructure faults are also logged with
 //! their whole chain. Nothing here returns a JSON-RPC error for a tool's own failure.
 
+mod files;
 mod phases;
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rmcp::ErrorData;
@@ -16,8 +19,8 @@ use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ResultType,
-    ServerCapabilities, ServerConfig,
+    Implementation, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
@@ -26,10 +29,10 @@ use serde::Deserialize;
 use crate::config::Secret;
 use crate::identity::{Identity, SCOPE_SAVED_TOOLS};
 use crate::prompts::Prompts;
-use crate::storage::Caller;
+use crate::storage::{Caller, LOCAL_OWNER};
 use crate::tools::catalog::{SAVED_TOOL_PREFIX, Tool};
 use crate::tools::dynamic::NewTool;
-use crate::tools::progress::Phase;
+use crate::tools::progress::{Outputs, Phase};
 use crate::tools::{CALL, CallContext, CallInfo, ToolError, ToolOutput, Tools};
 
 /// Arguments of `generate_file`.
@@ -48,7 +51,9 @@ pub struct GenerateFileArgs {
 /// Arguments of `modify_file`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ModifyFileArgs {
-    /// The id of the .xlsx, .docx or .pptx file to change (from the chat's files).
+    /// The .xlsx, .docx or .pptx file to change: its id (from the chat's files), the
+    /// `file-agent://` URI of an earlier result, or over stdio a path or `file://` URI under
+    /// the client's roots.
     pub file_id: String,
     /// What to change, in plain language.
     pub instructions: String,
@@ -62,7 +67,9 @@ pub struct ModifyFileArgs {
 pub struct RunPythonArgs {
     /// The Python 3 source to run.
     pub code: String,
-    /// Ids of files to place in /work/in (default none).
+    /// Files to place in /work/in (default none): ids (from the chat's files),
+    /// `file-agent://` URIs of earlier results, or over stdio paths or `file://` URIs under
+    /// the client's roots.
     #[serde(default)]
     pub file_ids: Vec<String>,
 }
@@ -70,7 +77,8 @@ pub struct RunPythonArgs {
 /// Arguments of `analyze_file`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct AnalyzeFileArgs {
-    /// The id of the CSV, .xlsx or .xls file (from the chat's files).
+    /// The CSV, .xlsx or .xls file: its id (from the chat's files), the `file-agent://` URI
+    /// of an earlier result, or over stdio a path or `file://` URI under the client's roots.
     pub file_id: String,
     /// The question about the data, in plain language; ask for a chart to get one.
     pub instructions: String,
@@ -133,6 +141,9 @@ pub struct DeleteToolArgs {
 pub struct FileAgentServer {
     tools: Tools,
     tool_router: ToolRouter<Self>,
+    /// `FILE_AGENT_LOCAL_ROOTS`: the folders a stdio client that declares no roots may name
+    /// inputs in.
+    local_roots: Arc<Vec<PathBuf>>,
 }
 
 #[tool_router]
@@ -147,7 +158,17 @@ impl FileAgentServer {
         if let Err(error) = describe(&mut tool_router, tools.prompts()) {
             panic!("{error}");
         }
-        Self { tools, tool_router }
+        Self {
+            tools,
+            tool_router,
+            local_roots: Arc::default(),
+        }
+    }
+
+    /// The server, letting a stdio client that declares no roots name inputs under `roots`.
+    pub fn with_local_roots(mut self, roots: Vec<PathBuf>) -> Self {
+        self.local_roots = Arc::new(roots);
+        self
     }
 
     #[tool(name = "generate_file")]
@@ -155,7 +176,7 @@ impl FileAgentServer {
         &self,
         Parameters(args): Parameters<GenerateFileArgs>,
         context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
         let caller = caller_of(&context);
         let call = self.tools.generate_file(
@@ -173,11 +194,15 @@ impl FileAgentServer {
         &self,
         Parameters(args): Parameters<ModifyFileArgs>,
         context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
-        let caller = caller_of(&context);
+        let mut caller = caller_of(&context);
+        let file_id = match self.inputs(&[args.file_id], &context, &mut caller).await {
+            Ok(ids) => ids.concat(),
+            Err(refused) => return self.finish(Tool::ModifyFile, &context, refused).await,
+        };
         let call = self.tools.modify_file(
-            &args.file_id,
+            &file_id,
             &args.instructions,
             args.filename_hint.as_deref(),
             &caller,
@@ -191,12 +216,16 @@ impl FileAgentServer {
         &self,
         Parameters(args): Parameters<RunPythonArgs>,
         context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
-        let caller = caller_of(&context);
+        let mut caller = caller_of(&context);
+        let file_ids = match self.inputs(&args.file_ids, &context, &mut caller).await {
+            Ok(ids) => ids,
+            Err(refused) => return self.finish(Tool::RunPython, &context, refused).await,
+        };
         let call = self
             .tools
-            .run_python(&args.code, &args.file_ids, &caller, &cancel);
+            .run_python(&args.code, &file_ids, &caller, &cancel);
         self.finish(Tool::RunPython, &context, call).await
     }
 
@@ -205,12 +234,16 @@ impl FileAgentServer {
         &self,
         Parameters(args): Parameters<AnalyzeFileArgs>,
         context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
-        let caller = caller_of(&context);
+        let mut caller = caller_of(&context);
+        let file_id = match self.inputs(&[args.file_id], &context, &mut caller).await {
+            Ok(ids) => ids.concat(),
+            Err(refused) => return self.finish(Tool::AnalyzeFile, &context, refused).await,
+        };
         let call = self
             .tools
-            .analyze_file(&args.file_id, &args.instructions, &caller, &cancel);
+            .analyze_file(&file_id, &args.instructions, &caller, &cancel);
         self.finish(Tool::AnalyzeFile, &context, call).await
     }
 
@@ -219,7 +252,7 @@ impl FileAgentServer {
         &self,
         Parameters(args): Parameters<DataAnalysisArgs>,
         context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
         let call = self.tools.data_analysis(
             &args.query,
@@ -235,7 +268,7 @@ impl FileAgentServer {
         &self,
         Parameters(args): Parameters<ResearchArgs>,
         context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
         let call = self.tools.deep_research(&args.instructions, &cancel);
         self.finish(Tool::DeepResearch, &context, call).await
@@ -246,7 +279,7 @@ impl FileAgentServer {
         &self,
         Parameters(args): Parameters<CreateToolArgs>,
         context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
         let identity = identity_of(&context);
         let tool = NewTool {
@@ -267,7 +300,7 @@ impl FileAgentServer {
         &self,
         Parameters(args): Parameters<GenerateToolArgs>,
         context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
         let identity = identity_of(&context);
         let call =
@@ -279,10 +312,7 @@ impl FileAgentServer {
     }
 
     #[tool(name = "list_tools")]
-    async fn list_saved_tools(
-        &self,
-        context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    async fn list_saved_tools(&self, context: RequestContext<RoleServer>) -> CallToolResult {
         let identity = identity_of(&context);
         let listed = self.tools.list_saved_tools(&identity);
         self.finish(Tool::ListTools, &context, async { listed })
@@ -294,7 +324,7 @@ impl FileAgentServer {
         &self,
         Parameters(args): Parameters<DeleteToolArgs>,
         context: RequestContext<RoleServer>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let identity = identity_of(&context);
         // Inside the call's scope, so that the deletion's audit line names the caller.
         let result = self
@@ -310,8 +340,8 @@ impl FileAgentServer {
 /// After a saved tool was created, replaced or deleted: tells a client with a session (stdio)
 /// that the list changed. Over stateless HTTP there is no session to tell: clients see the
 /// change on their next `tools/list`.
-async fn tools_changed(context: &RequestContext<RoleServer>, result: &Result<String, String>) {
-    if result.is_err() || context.extensions.get::<http::request::Parts>().is_some() {
+async fn tools_changed(context: &RequestContext<RoleServer>, result: &CallToolResult) {
+    if result.is_error == Some(true) || context.extensions.get::<http::request::Parts>().is_some() {
         return;
     }
     let sent = tokio::time::timeout(
@@ -418,11 +448,25 @@ impl ServerHandler for FileAgentServer {
         let result = self
             .finish_as(&request.name, deadline, &context, call)
             .await;
-        Ok(match result {
-            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
-            Err(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
-        }
-        .into())
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(files::list(self.tools.storage(), &caller_of(&context)))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        files::read(self.tools.storage(), &request.uri, &caller_of(&context))
+            .await
+            .map(Into::into)
     }
 
     fn get_info(&self) -> ServerConfig {
@@ -430,9 +474,13 @@ impl ServerHandler for FileAgentServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
                 .build()
         } else {
-            ServerCapabilities::builder().enable_tools().build()
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build()
         };
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("file-agent", env!("CARGO_PKG_VERSION")))
@@ -443,8 +491,9 @@ impl ServerHandler for FileAgentServer {
                  (analyze_file; data_analysis_tool for a document URL), researches topics on \
                  the web (conduct_deep_research) and runs Python in a network-less sandbox \
                  (run_python). Tools you save with create_tool or generate_tool are listed and \
-                 called as my_<name>. Files come back as markdown download links: show them \
-                 to the user.",
+                 called as my_<name>. Files come back as markdown download links (show them \
+                 to the user) and as resource links that resources/read returns; a result's \
+                 file-agent:// URI can be given back as an input.",
             )
     }
 }
@@ -513,25 +562,50 @@ fn call_info(
     }
 }
 
-/// The bearer token of the HTTP request behind this call, if any (none over stdio).
+/// The caller as storage sees it: the bearer token of the HTTP request behind this call, if
+/// any (none over stdio), and whose the files it makes are: its proven or trusted user over
+/// HTTP, the one local user over stdio.
 fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
-    let bearer = context
-        .extensions
-        .get::<http::request::Parts>()
+    let parts = context.extensions.get::<http::request::Parts>();
+    let bearer = parts
         .and_then(|parts| crate::bearer_token(&parts.headers))
         .map(Secret::new);
-    Caller { bearer }
+    let owner = match parts {
+        Some(_) => identity_of(context)
+            .user
+            .map(|user| format!("user:{}", user.id)),
+        None => Some(LOCAL_OWNER.to_string()),
+    };
+    Caller {
+        bearer,
+        owner,
+        local_files: Vec::new(),
+    }
 }
 
 impl FileAgentServer {
+    /// The file ids for `values` ([`files::resolve`]); a refusal as the call's result, so
+    /// that the log and the metrics see it like any other.
+    async fn inputs(
+        &self,
+        values: &[String],
+        context: &RequestContext<RoleServer>,
+        caller: &mut Caller,
+    ) -> Result<Vec<String>, std::future::Ready<Result<ToolOutput, ToolError>>> {
+        files::resolve(values, context, &self.local_roots, caller)
+            .await
+            .map_err(|refused| std::future::ready(Err(ToolError::InvalidArgument(refused))))
+    }
+
     /// Awaits a tool call within its deadline, logs one line about it, and maps its result for
-    /// MCP. A call past the deadline is dropped: its container guard removes the container.
+    /// MCP: the text, and a resource link (and inline image) for each file the call made. A
+    /// call past the deadline is dropped: its container guard removes the container.
     async fn finish(
         &self,
         tool: Tool,
         context: &RequestContext<RoleServer>,
         call: impl Future<Output = Result<ToolOutput, ToolError>>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let deadline = self.tools.call_deadline(tool);
         self.finish_as(tool.name(), deadline, context, call).await
     }
@@ -543,7 +617,7 @@ impl FileAgentServer {
         deadline: std::time::Duration,
         context: &RequestContext<RoleServer>,
         call: impl Future<Output = Result<ToolOutput, ToolError>>,
-    ) -> Result<String, String> {
+    ) -> CallToolResult {
         let started = Instant::now();
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         // The JSON-RPC id as JSON: a number stays a number, a string a string.
@@ -551,9 +625,11 @@ impl FileAgentServer {
         let info = call_info(&id, request.clone(), tool, context);
         // The call's phases, shown in the log, as MCP progress and in an Open WebUI chat.
         let (phases, shown) = phases::start(self.phase_views(context), &id, tool);
+        let outputs = Outputs::default();
         let call_context = CallContext {
             info,
             phases: phases.clone(),
+            outputs: outputs.clone(),
         };
         // A request whose plain header contradicts its proven user runs nothing. (Decided
         // here rather than by wrapping `call` in one more future: in a debug build every
@@ -586,7 +662,10 @@ impl FileAgentServer {
         match result {
             Ok(output) => {
                 tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
-                Ok(output.text)
+                {
+                    let inline = self.tools.storage().local().is_some();
+                    CallToolResult::success(files::content(output.text, outputs.taken(), inline))
+                }
             }
             Err(error) => {
                 let outcome = outcome_name(&error);
@@ -595,7 +674,7 @@ impl FileAgentServer {
                 } else {
                     tracing::info!(call = %id, %request, tool, outcome, duration_ms, error = %error, "tool call");
                 }
-                Err(format!("{tool} failed: {error}"))
+                CallToolResult::error(vec![ContentBlock::text(format!("{tool} failed: {error}"))])
             }
         }
     }

@@ -172,6 +172,7 @@ mod tests {
             body_timeout: std::time::Duration::from_secs(30),
             max_connections: 1024,
             max_uploads: 4,
+            local_roots: Vec::new(),
         }
     }
 

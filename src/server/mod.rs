@@ -471,9 +471,14 @@ async fn drain(tools: &Tools) {
     tools.sandbox().shutdown().await;
 }
 
-/// Serves MCP on stdin/stdout until the client closes it or `shutdown` fires.
-pub async fn serve_stdio(tools: Tools, shutdown: CancellationToken) -> std::io::Result<()> {
-    let server = FileAgentServer::new(tools.clone());
+/// Serves MCP on stdin/stdout until the client closes it or `shutdown` fires; a client that
+/// declares no roots may name inputs under `local_roots`.
+pub async fn serve_stdio(
+    tools: Tools,
+    local_roots: Vec<std::path::PathBuf>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let server = FileAgentServer::new(tools.clone()).with_local_roots(local_roots);
     let running = server
         .serve_with_ct(rmcp::transport::stdio(), shutdown.child_token())
         .await

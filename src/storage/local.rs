@@ -1,7 +1,11 @@
 //! The built-in store: each file at `<data dir>/files/<id>/<name>`, with a random 128-bit id
 //! (unguessable, so a link is the capability to read it), served by this server at
 //! `<FILE_AGENT_PUBLIC_URL>/files/<id>/<name>`. A new file always gets a new folder, so nothing
-//! is ever replaced.
+//! is ever replaced. A file a known caller made has its owner beside it (`<id>/.owner`, hidden,
+//! so never served): MCP's `resources/read` and `resources/list` go by it.
+//!
+//! With no URL at all (`serve --stdio` without `FILE_AGENT_PUBLIC_URL`, where no server answers
+//! a link), a file's link is its `file://` path on this machine.
 //!
 //! The HTTP routes live in `server::files`; this module only reads and writes the folder.
 
@@ -35,11 +39,77 @@ impl LocalStore {
             "cannot create the local store at {} (set FILE_AGENT_DATA_DIR to a writable folder)",
             root.display()
         )))?;
+        // Absolute, so that a `file://` link names the file wherever the client runs from.
+        let root = std::path::absolute(&root).unwrap_or(root);
         Ok(Self {
             root,
             public_url: config.public_url.clone(),
             limits,
         })
+    }
+
+    /// Where a user gets file `id` called `name`: its download link, or with no URL to serve
+    /// it at, its `file://` path on this machine.
+    fn link(&self, id: &str, name: &str) -> String {
+        if self.public_url.is_empty() {
+            let path = self.root.join(id).join(name);
+            let encoded: Vec<String> = path
+                .to_string_lossy()
+                .split('/')
+                .map(encode_path_segment)
+                .collect();
+            format!("file://{}", encoded.join("/"))
+        } else {
+            format!(
+                "{}/files/{id}/{}",
+                self.public_url,
+                encode_path_segment(name)
+            )
+        }
+    }
+
+    /// Who made file `id` (as [`super::Caller::owner`] named them), if anyone known did.
+    pub fn owner_of(&self, id: &str) -> Option<String> {
+        if !is_id(id) {
+            return None;
+        }
+        let mut owner = String::new();
+        let file = std::fs::File::open(self.root.join(id).join(OWNER_NAME)).ok()?;
+        std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_OWNER_BYTES), &mut owner)
+            .ok()?;
+        Some(owner)
+    }
+
+    /// The newest files (at most `limit`) that `owner` made, newest first.
+    pub fn made_by(&self, owner: &str, limit: usize) -> Vec<Stored> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            if self.owner_of(&id).as_deref() != Some(owner) {
+                continue;
+            }
+            let Ok((name, path)) = self.only_file(&id) else {
+                continue;
+            };
+            let Ok(metadata) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let written = metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
+            found.push((
+                written,
+                Stored {
+                    url: self.link(&id, &name),
+                    id,
+                    name,
+                    bytes: metadata.len(),
+                },
+            ));
+        }
+        found.sort_by_key(|(written, _)| std::cmp::Reverse(*written));
+        found.into_iter().take(limit).map(|(_, s)| s).collect()
     }
 
     /// The largest file accepted.
@@ -99,11 +169,17 @@ impl LocalStore {
         })
     }
 
-    /// Stores `bytes` as `name` under a new id.
-    pub async fn store(&self, name: &str, bytes: Vec<u8>) -> Result<Stored, StorageError> {
+    /// Stores `bytes` as `name` under a new id, made by `owner` when a known caller did.
+    pub async fn store(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        owner: Option<&str>,
+    ) -> Result<Stored, StorageError> {
         let store = self.clone();
         let name = name.to_string();
-        tokio::task::spawn_blocking(move || store.store_blocking(&name, &bytes))
+        let owner = owner.map(str::to_string);
+        tokio::task::spawn_blocking(move || store.store_blocking(&name, &bytes, owner.as_deref()))
             .await
             .map_err(|e| StorageError::Io {
                 action: "storing a file".into(),
@@ -111,7 +187,12 @@ impl LocalStore {
             })?
     }
 
-    fn store_blocking(&self, name: &str, bytes: &[u8]) -> Result<Stored, StorageError> {
+    fn store_blocking(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        owner: Option<&str>,
+    ) -> Result<Stored, StorageError> {
         if !is_plain_name(name) {
             return Err(StorageError::BadId {
                 id: name.to_string(),
@@ -122,17 +203,18 @@ impl LocalStore {
         let dir = self.root.join(&id);
         // create_dir (not _all) fails if the folder exists: a fresh id, never a reused one.
         std::fs::create_dir(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
-        let result = write_new(&dir, name, bytes);
+        // The owner first: a file is never readable without the owner it has.
+        let result = owner
+            .map_or(Ok(()), |owner| {
+                write_new(&dir, OWNER_NAME, owner.as_bytes())
+            })
+            .and_then(|()| write_new(&dir, name, bytes));
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         result?;
         Ok(Stored {
-            url: format!(
-                "{}/files/{id}/{}",
-                self.public_url,
-                encode_path_segment(name)
-            ),
+            url: self.link(&id, name),
             id,
             name: name.to_string(),
             bytes: bytes.len() as u64,
@@ -161,11 +243,7 @@ impl LocalStore {
             written: 0,
             max: self.limits.max_bytes,
             stored: Stored {
-                url: format!(
-                    "{}/files/{id}/{}",
-                    self.public_url,
-                    encode_path_segment(name)
-                ),
+                url: self.link(&id, name),
                 id,
                 name: name.to_string(),
                 bytes: 0,
@@ -216,10 +294,55 @@ impl LocalStore {
     }
 }
 
-/// Writes through a temporary file in the same folder, then links it in place without ever
-/// replacing an existing file.
 /// The name of an upload's file while it arrives: hidden, so never served or fetched.
 const PARTIAL_NAME: &str = ".partial";
+
+/// The file beside a stored file that names who made it: hidden, so never served or fetched.
+const OWNER_NAME: &str = ".owner";
+
+/// The most of an `.owner` file read (an owner is a user id, capped where it is read).
+const MAX_OWNER_BYTES: u64 = 1024;
+
+/// Reads the file at `path` on this machine (an input a stdio client named by path, already
+/// checked against its roots), refusing one over `max_bytes` before reading it.
+pub async fn read_local_input(path: &Path, max_bytes: u64) -> Result<Download, StorageError> {
+    let shown = path.display().to_string();
+    let metadata = tokio::fs::metadata(path)
+        .await
+        .map_err(io(format!("cannot read {shown}")))?;
+    if metadata.len() > max_bytes {
+        return Err(StorageError::TooLarge {
+            what: shown,
+            limit_mib: max_bytes / (1024 * 1024),
+        });
+    }
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(io(format!("cannot read {shown}")))?;
+    // The length read is capped too: the file may grow after the check.
+    let mut bytes = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(
+        &mut tokio::io::AsyncReadExt::take(file, max_bytes + 1),
+        &mut bytes,
+    )
+    .await
+    .map_err(io(format!("cannot read {shown}")))?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(StorageError::TooLarge {
+            what: shown,
+            limit_mib: max_bytes / (1024 * 1024),
+        });
+    }
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "input".into());
+    Ok(Download {
+        content_type: Some(super::content_type_for(&name).to_string()),
+        name,
+        bytes,
+    })
+}
 
 /// An upload being written to its new folder ([`LocalStore::begin`]); dropped before
 /// [`Upload::finish`], its folder is removed.
@@ -295,6 +418,8 @@ impl Drop for Upload {
     }
 }
 
+/// Writes through a temporary file in the same folder, then links it in place without ever
+/// replacing an existing file.
 fn write_new(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
     let mut temp = tempfile::NamedTempFile::new_in(dir)
         .map_err(io(format!("cannot write in {}", dir.display())))?;
@@ -348,14 +473,46 @@ mod tests {
     async fn stores_under_fresh_ids_and_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let store = store(dir.path());
-        let a = store.store("a b.txt", b"one".to_vec()).await.unwrap();
-        let b = store.store("a b.txt", b"two".to_vec()).await.unwrap();
+        let a = store.store("a b.txt", b"one".to_vec(), None).await.unwrap();
+        let b = store
+            .store("a b.txt", b"two".to_vec(), Some("user:alice"))
+            .await
+            .unwrap();
         assert_ne!(a.id, b.id);
         assert_eq!(a.url, format!("http://files.test/files/{}/a%20b.txt", a.id));
         assert_eq!(store.fetch(&a.id).await.unwrap().bytes, b"one");
         assert_eq!(store.fetch(&b.id).await.unwrap().name, "a b.txt");
         assert!(store.locate(&a.id, "a b.txt").is_some());
         assert!(store.locate(&a.id, "../a b.txt").is_none());
+        // The owner is kept beside the file, never served, and lists the owner's files only.
+        assert_eq!(store.owner_of(&a.id), None);
+        assert_eq!(store.owner_of(&b.id).as_deref(), Some("user:alice"));
+        assert!(store.locate(&b.id, ".owner").is_none());
+        assert_eq!(store.fetch(&b.id).await.unwrap().name, "a b.txt");
+        let listed = store.made_by("user:alice", 10);
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].id, b.id);
+        assert!(store.made_by("user:bob", 10).is_empty());
+    }
+
+    #[tokio::test]
+    async fn without_a_url_a_link_is_the_files_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(
+            &LocalStoreConfig {
+                data_dir: dir.path().to_path_buf(),
+                public_url: String::new(),
+            },
+            TransferLimits {
+                max_bytes: 10,
+                timeout: Duration::from_secs(1),
+            },
+        )
+        .unwrap();
+        let stored = store.store("a b.txt", b"one".to_vec(), None).await.unwrap();
+        let path = dir.path().join("files").join(&stored.id).join("a b.txt");
+        let expected = format!("file://{}", path.display()).replace(' ', "%20");
+        assert_eq!(stored.url, expected);
     }
 
     #[tokio::test]
@@ -370,8 +527,8 @@ mod tests {
             store.fetch(&"0".repeat(32)).await,
             Err(StorageError::NotFound { .. })
         ));
-        assert!(store.store("../x", b"1".to_vec()).await.is_err());
-        let big = store.store("big.bin", vec![0; 11]).await.unwrap();
+        assert!(store.store("../x", b"1".to_vec(), None).await.is_err());
+        let big = store.store("big.bin", vec![0; 11], None).await.unwrap();
         assert!(matches!(
             store.fetch(&big.id).await,
             Err(StorageError::TooLarge { .. })

@@ -24,7 +24,17 @@ pub struct Caller {
     /// The bearer token of the MCP request, if any (Open WebUI's "session" auth sends the
     /// user's own token).
     pub bearer: Option<Secret>,
+    /// Who the files this call stores belong to, when the caller is known: `user:<id>` for a
+    /// proven or trusted user, [`LOCAL_OWNER`] for the one user of a stdio server. Such a
+    /// caller reads back only its own files by their resource URI.
+    pub owner: Option<String>,
+    /// Files on this machine that the call names by path (a stdio client's, already checked
+    /// against its roots): what the caller wrote, and the resolved path.
+    pub local_files: Vec<(String, std::path::PathBuf)>,
 }
+
+/// The owner of the files a stdio server's one user makes.
+pub const LOCAL_OWNER: &str = "local";
 
 /// A file fetched from storage.
 #[derive(Debug, Clone)]
@@ -190,12 +200,13 @@ impl Storage {
         }
     }
 
-    /// Fetches file `id`, within the size and time caps.
+    /// Fetches file `id`, within the size and time caps: a file the caller named by path
+    /// from this machine, else from the store.
     pub async fn fetch(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
-        match self {
-            Self::OpenWebUi(store) => store.fetch(id, caller).await,
-            Self::Local(store) => store.fetch(id).await,
+        if let Some((_, path)) = caller.local_files.iter().find(|(named, _)| named == id) {
+            return local::read_local_input(path, self.max_bytes()).await;
         }
+        self.read_back(id, caller).await
     }
 
     /// Stores a new file; never replaces one.
@@ -208,7 +219,43 @@ impl Storage {
     ) -> Result<Stored, StorageError> {
         match self {
             Self::OpenWebUi(store) => store.store(name, content_type, bytes, caller).await,
-            Self::Local(store) => store.store(name, bytes).await,
+            Self::Local(store) => store.store(name, bytes, caller.owner.as_deref()).await,
+        }
+    }
+
+    /// The largest file fetched or read back (`FILE_AGENT_INPUT_MAX_MIB`).
+    pub fn max_bytes(&self) -> u64 {
+        match self {
+            Self::OpenWebUi(store) => store.max_bytes(),
+            Self::Local(store) => store.max_bytes(),
+        }
+    }
+
+    /// A stored file, read for `caller` (an input, or MCP's `resources/read`): the id is the
+    /// capability, as for a download link, and a known caller reads only its own files and
+    /// those nobody known made (uploads). Open WebUI decides for its own files, by the
+    /// caller's credential.
+    pub async fn read_back(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
+        match self {
+            Self::OpenWebUi(store) => store.fetch(id, caller).await,
+            Self::Local(store) => {
+                let owner = store.owner_of(id);
+                if let (Some(owner), Some(asking)) = (owner, caller.owner.as_deref())
+                    && owner != asking
+                {
+                    return Err(StorageError::NotFound { id: id.to_string() });
+                }
+                store.fetch(id).await
+            }
+        }
+    }
+
+    /// The newest files (at most `limit`) that `caller` made here, newest first: none for a
+    /// caller nobody knows, and none from Open WebUI, which lists its files itself.
+    pub fn made_by(&self, caller: &Caller, limit: usize) -> Vec<Stored> {
+        match (self, caller.owner.as_deref()) {
+            (Self::Local(store), Some(owner)) => store.made_by(owner, limit),
+            _ => Vec::new(),
         }
     }
 }

@@ -99,6 +99,11 @@ struct FileMeta {
 }
 
 impl OpenWebUi {
+    /// The largest file fetched (`FILE_AGENT_INPUT_MAX_MIB`).
+    pub fn max_bytes(&self) -> u64 {
+        self.limits.max_bytes
+    }
+
     /// A client; sends nothing yet.
     pub fn new(config: &OpenWebUiConfig, limits: TransferLimits) -> Result<Self, StorageError> {
         let http = reqwest::Client::builder()

@@ -141,6 +141,8 @@ pub struct CallContext {
     pub info: CallInfo,
     /// Where [`progress::announce`] sends the call's phases.
     pub phases: progress::Phases,
+    /// What the call made ([`progress::record`]).
+    pub outputs: progress::Outputs,
 }
 
 tokio::task_local! {

@@ -7,6 +7,8 @@
 //! task-local context ([`super::CALL`]), and [`announce`] finds it there (a call without one,
 //! a test's, announces to nobody).
 
+use std::sync::{Arc, Mutex};
+
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{ToolError, Tools};
@@ -141,6 +143,44 @@ impl Phases {
     }
 }
 
+/// What a call made, in order: the MCP layer returns each file as a resource link and each
+/// picture as image content, beside the text.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs(Arc<Mutex<Vec<Made>>>);
+
+/// One thing a call made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Made {
+    /// A stored file; a PNG of at most [`INLINE_IMAGE_MAX`] bytes also as its bytes.
+    File {
+        /// The file.
+        file: StoredFile,
+        /// Its bytes, when it is a picture a client may show inline.
+        image: Option<Vec<u8>>,
+    },
+    /// A PNG chart that was not stored (`data_analysis_tool`'s).
+    Image(Vec<u8>),
+}
+
+/// The largest PNG also returned inline, as MCP image content (base64 in the result).
+pub const INLINE_IMAGE_MAX: usize = 1024 * 1024;
+
+impl Outputs {
+    /// Everything recorded so far, in order.
+    pub fn taken(&self) -> Vec<Made> {
+        self.0.lock().map(|made| made.clone()).unwrap_or_default()
+    }
+}
+
+/// Records `made` for the call being served on this task, if any.
+pub fn record(made: Made) {
+    let _ = super::CALL.try_with(|call| {
+        if let Ok(mut all) = call.outputs.0.lock() {
+            all.push(made);
+        }
+    });
+}
+
 /// Announces `phase` for the call being served on this task, if any.
 pub fn announce(phase: Phase) {
     let _ = super::CALL.try_with(|call| call.phases.send(phase));
@@ -157,17 +197,24 @@ impl<R: Runner> Tools<R> {
         caller: &Caller,
     ) -> Result<Stored, ToolError> {
         announce(Phase::Storing);
+        let image =
+            (content_type == "image/png" && bytes.len() <= INLINE_IMAGE_MAX).then(|| bytes.clone());
         let stored = self
             .storage
             .store(name, content_type, bytes, caller)
             .await?;
-        announce(Phase::Stored(StoredFile {
+        let file = StoredFile {
             id: stored.id.clone(),
             name: stored.name.clone(),
             url: stored.url.clone(),
             bytes: stored.bytes,
             content_type: content_type.to_string(),
-        }));
+        };
+        record(Made::File {
+            file: file.clone(),
+            image,
+        });
+        announce(Phase::Stored(file));
         Ok(stored)
     }
 }

@@ -704,23 +704,17 @@ async fn an_mcp_client_signs_in_at_a_real_issuer_and_becomes_its_user() {
         &env(&[("FILE_AGENT_OAUTH_ISSUER", &glewlwyd.issuer)]),
     )
     .await;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
-        .map_or_else(|| root.join("target/test-python"), |dir| root.join(dir));
-    let output = with_timeout(
-        tokio::process::Command::new(venv.join("bin/python3"))
-            .arg(root.join("tests/sdk/oauth_client.py"))
-            .args([
-                resource.as_str(),
-                &glewlwyd.issuer,
-                "test-client",
-                "test-secret",
-                "file-agent.run",
-            ])
-            .output(),
+    let output = crate::mcp_server::sdk_script(
+        "oauth_client.py",
+        &[
+            resource.as_str(),
+            &glewlwyd.issuer,
+            "test-client",
+            "test-secret",
+            "file-agent.run",
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

@@ -21,6 +21,7 @@ mod kubernetes;
 mod lifecycle;
 mod load;
 mod local;
+mod mcp_files;
 mod mcp_server;
 mod office;
 mod operator;

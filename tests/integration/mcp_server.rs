@@ -968,15 +968,25 @@ pub async fn assert_no_containers_of(instance: String) {
 /// at `url`, with `args` after the endpoint, with the venv's Python that `scripts/test-python.sh`
 /// made (`target/test-python`, or `FILE_AGENT_TEST_SDK_ENV`).
 pub async fn python_sdk(url: &str, args: &[&str]) -> std::process::Output {
+    let mut all = vec![format!("{url}/mcp")];
+    all.extend(args.iter().map(|arg| arg.to_string()));
+    sdk_script("python_client.py", &all).await
+}
+
+/// Runs `tests/sdk/<script>` with `args`, with the venv's Python that `scripts/test-python.sh`
+/// made (`target/test-python`, or `FILE_AGENT_TEST_SDK_ENV`), where the official MCP SDK is.
+pub async fn sdk_script(
+    script: &str,
+    args: &[impl AsRef<std::ffi::OsStr>],
+) -> std::process::Output {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = root.join("tests/sdk/python_client.py");
     let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
         .map_or_else(|| root.join("target/test-python"), |dir| root.join(dir));
     with_timeout(
         tokio::process::Command::new(venv.join("bin/python3"))
-            .arg(&script)
-            .arg(format!("{url}/mcp"))
+            .arg(root.join("tests/sdk").join(script))
             .args(args)
+            .kill_on_drop(true)
             .output(),
     )
     .await

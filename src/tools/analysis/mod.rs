@@ -227,6 +227,12 @@ impl<R: Runner> Tools<R> {
         self.require_llm()?;
         let download = self.fetcher.fetch(document, document_name).await?;
         let analysis = self.analyze(download, query, cancel).await?;
+        // The chart the JSON carries as `plot_image`, also as image content for MCP clients.
+        if let Some(chart) = analysis.accepted().charts().first()
+            && chart.bytes.len() <= super::progress::INLINE_IMAGE_MAX
+        {
+            super::progress::record(super::progress::Made::Image(chart.bytes.clone()));
+        }
         Ok(ToolOutput {
             text: report::json(&analysis),
             attempts: analysis.attempts,

@@ -1,0 +1,308 @@
+//! Files the MCP way, for clients other than Open WebUI: every output is also a resource
+//! (`file-agent://files/<id>/<name>`) that `resources/read` returns whole and `resources/list`
+//! lists for its owner; a PNG also comes inline as image content; and a stdio client may name
+//! an input by its path, or `file://` URI, under the roots it declares.
+//!
+//! Who may read what: a resource's id is the capability, as for a download link; a caller
+//! the server knows (a proven or trusted user over HTTP, the one user over stdio) reads only
+//! its own files. A path is read from this machine only over stdio, where the client and the
+//! server are the same user on the same machine; over HTTP the server's disk is not the
+//! caller's.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine;
+use rmcp::ErrorData;
+use rmcp::model::{
+    ContentBlock, ListResourcesResult, ReadResourceResult, Resource, ResourceContents,
+};
+use rmcp::service::{RequestContext, RoleServer};
+
+use crate::storage::{Caller, Storage, StorageError, decode_percent, encode_path_segment};
+use crate::tools::progress::Made;
+
+/// The scheme and authority of every output's resource URI.
+pub const URI_PREFIX: &str = "file-agent://files/";
+
+/// The files `resources/list` shows: the caller's newest.
+const LISTED: usize = 100;
+
+/// The longest the server waits for a client's `roots/list` answer.
+const ROOTS_WAIT: Duration = Duration::from_secs(5);
+
+/// The resource URI of stored file `id` called `name`.
+pub fn resource_uri(id: &str, name: &str) -> String {
+    format!("{URI_PREFIX}{id}/{}", encode_path_segment(name))
+}
+
+/// The id and name in a resource URI of ours.
+fn parse_uri(uri: &str) -> Option<(&str, String)> {
+    let (id, name) = uri.strip_prefix(URI_PREFIX)?.split_once('/')?;
+    let name = decode_percent(name)?;
+    (!id.is_empty() && !name.is_empty()).then_some((id, name))
+}
+
+/// The content a successful call returns: its text, then a resource link for each file it
+/// made and image content for each picture. A stored picture comes inline only when
+/// `inline_stored` (the local store): Open WebUI, which reads the text and ignores resource
+/// links, would store an image item a second time beside the file it already has.
+pub fn content(text: String, made: Vec<Made>, inline_stored: bool) -> Vec<ContentBlock> {
+    let base64 = base64::engine::general_purpose::STANDARD;
+    let mut content = vec![ContentBlock::text(text)];
+    for made in made {
+        match made {
+            Made::File { file, image } => {
+                content.push(ContentBlock::resource_link(
+                    Resource::new(resource_uri(&file.id, &file.name), file.name.clone())
+                        .with_mime_type(file.content_type.clone())
+                        .with_size(file.bytes),
+                ));
+                if let Some(bytes) = image.filter(|_| inline_stored) {
+                    content.push(ContentBlock::image(base64.encode(bytes), "image/png"));
+                }
+            }
+            Made::Image(bytes) => {
+                content.push(ContentBlock::image(base64.encode(bytes), "image/png"));
+            }
+        }
+    }
+    content
+}
+
+/// `resources/read`: the exact bytes of one of our outputs, base64, within the store's size
+/// bound (`FILE_AGENT_INPUT_MAX_MIB`).
+pub async fn read(
+    storage: &Storage,
+    uri: &str,
+    caller: &Caller,
+) -> Result<ReadResourceResult, ErrorData> {
+    let not_ours = || {
+        ErrorData::resource_not_found(
+            format!(
+                "{uri:?} is not a file-agent resource: its URIs are {URI_PREFIX}<id>/<name>, as a tool's result links them"
+            ),
+            None,
+        )
+    };
+    let (id, name) = parse_uri(uri).ok_or_else(not_ours)?;
+    let download = match storage.read_back(id, caller).await {
+        Ok(download) => download,
+        Err(StorageError::NotFound { .. } | StorageError::BadId { .. }) => {
+            return Err(ErrorData::resource_not_found(
+                format!("no file at {uri}, or it is not yours to read"),
+                None,
+            ));
+        }
+        Err(error) => return Err(ErrorData::invalid_params(error.to_string(), None)),
+    };
+    // A store that names the file differently (Open WebUI may) is not this resource.
+    if download.name != name && storage.local().is_some() {
+        return Err(not_ours());
+    }
+    let mime = download
+        .content_type
+        .unwrap_or_else(|| crate::storage::content_type_for(&name).to_string());
+    let blob = base64::engine::general_purpose::STANDARD.encode(&download.bytes);
+    Ok(ReadResourceResult::new(vec![
+        ResourceContents::blob(blob, uri).with_mime_type(mime),
+    ]))
+}
+
+/// `resources/list`: the caller's own newest outputs, nothing of anyone else's.
+pub fn list(storage: &Storage, caller: &Caller) -> ListResourcesResult {
+    let resources = storage
+        .made_by(caller, LISTED)
+        .into_iter()
+        .map(|stored| {
+            Resource::new(resource_uri(&stored.id, &stored.name), stored.name.clone())
+                .with_mime_type(crate::storage::content_type_for(&stored.name))
+                .with_size(stored.bytes)
+        })
+        .collect();
+    ListResourcesResult {
+        resources,
+        ..ListResourcesResult::default()
+    }
+}
+
+/// What one entry of `file_ids` names.
+#[derive(Debug, PartialEq)]
+enum Named {
+    /// A store's id (Open WebUI's or ours), or the id in one of our resource URIs.
+    Id(String),
+    /// A path on the client's machine: absolute, `~/...`, or a `file://` URI.
+    Path(PathBuf),
+}
+
+fn named(value: &str) -> Named {
+    let value = value.trim();
+    if let Some((id, _)) = parse_uri(value) {
+        return Named::Id(id.to_string());
+    }
+    if let Some(rest) = value.strip_prefix("file://") {
+        // file:///path, or file://localhost/path.
+        let path = rest.strip_prefix("localhost").unwrap_or(rest);
+        return Named::Path(PathBuf::from(decode_percent(path).unwrap_or_default()));
+    }
+    if let Some(rest) = value.strip_prefix("~/") {
+        let home = std::env::var_os("HOME").unwrap_or_default();
+        return Named::Path(Path::new(&home).join(rest));
+    }
+    if value.starts_with('/') {
+        return Named::Path(PathBuf::from(value));
+    }
+    Named::Id(value.to_string())
+}
+
+/// The file ids a tool gets for `values`: our resource URIs become their ids, and a path is
+/// checked against the client's roots and recorded in `caller` (read when the tool fetches
+/// it). `Err` says why a path may not be read; nothing has run then.
+pub async fn resolve(
+    values: &[String],
+    context: &RequestContext<RoleServer>,
+    configured_roots: &[PathBuf],
+    caller: &mut Caller,
+) -> Result<Vec<String>, String> {
+    let over_http = context.extensions.get::<http::request::Parts>().is_some();
+    let mut ids = Vec::with_capacity(values.len());
+    let mut roots: Option<Vec<PathBuf>> = None;
+    for value in values {
+        match named(value) {
+            Named::Id(id) => ids.push(id),
+            Named::Path(_) if over_http => {
+                return Err(format!(
+                    "{value:?} is a path, and over HTTP file-agent cannot read your disk (only its own): attach the file, or upload it (POST /files) and pass the id it gets"
+                ));
+            }
+            Named::Path(path) => {
+                if roots.is_none() {
+                    roots = Some(client_roots(context, configured_roots).await?);
+                }
+                let resolved = within(&path, roots.as_deref().unwrap_or_default())?;
+                let key = value.trim().to_string();
+                caller.local_files.push((key.clone(), resolved));
+                ids.push(key);
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// The folders a stdio client lets file-agent read: the roots it declares (asked again on
+/// every call, so a change is seen at once), else `FILE_AGENT_LOCAL_ROOTS`.
+///
+/// Roots are deprecated by the 2026-07-28 revision (SEP-2577) but are what today's desktop
+/// and editor clients declare; `FILE_AGENT_LOCAL_ROOTS` stays when they go.
+#[allow(deprecated)]
+async fn client_roots(
+    context: &RequestContext<RoleServer>,
+    configured: &[PathBuf],
+) -> Result<Vec<PathBuf>, String> {
+    let declares = context
+        .peer
+        .peer_info()
+        .is_some_and(|info| info.capabilities.roots.is_some());
+    if declares {
+        let listed = tokio::time::timeout(ROOTS_WAIT, context.peer.list_roots())
+            .await
+            .map_err(|_| "your client did not answer roots/list within 5 s".to_string())?
+            .map_err(|error| format!("your client's roots/list failed: {error}"))?;
+        let roots: Vec<PathBuf> = listed
+            .roots
+            .iter()
+            .filter_map(|root| match named(&root.uri) {
+                Named::Path(path) if root.uri.starts_with("file://") => Some(path),
+                _ => None,
+            })
+            .collect();
+        if roots.is_empty() {
+            return Err(
+                "your client declares no folder (no file:// root): open a folder in it for file-agent to read from".into(),
+            );
+        }
+        return Ok(roots);
+    }
+    if configured.is_empty() {
+        return Err(
+            "no folder is open to file-agent: your client declares no roots, and FILE_AGENT_LOCAL_ROOTS is not set; set it to the folders file-agent may read (comma-separated)".into(),
+        );
+    }
+    Ok(configured.to_vec())
+}
+
+/// `path` with every link and `..` resolved, when it is a regular file inside one of `roots`.
+fn within(path: &Path, roots: &[PathBuf]) -> Result<PathBuf, String> {
+    let shown = || {
+        roots
+            .iter()
+            .map(|root| root.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let resolved = path
+        .canonicalize()
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
+    let inside = roots.iter().any(|root| {
+        root.canonicalize()
+            .is_ok_and(|root| resolved.starts_with(root))
+    });
+    if !inside {
+        return Err(format!(
+            "{} is outside the folders file-agent may read ({}); move the file into one, or open its folder in your client",
+            resolved.display(),
+            shown()
+        ));
+    }
+    if !resolved.is_file() {
+        return Err(format!("{} is not a file", resolved.display()));
+    }
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_paths_and_ids_are_told_apart() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let uri = resource_uri(id, "Q3 report.xlsx");
+        assert_eq!(uri, format!("{URI_PREFIX}{id}/Q3%20report.xlsx"));
+        assert_eq!(parse_uri(&uri), Some((id, "Q3 report.xlsx".to_string())));
+        assert_eq!(named(&uri), Named::Id(id.into()));
+        assert_eq!(named(" abc-123 "), Named::Id("abc-123".into()));
+        assert_eq!(named("/tmp/a b.csv"), Named::Path("/tmp/a b.csv".into()));
+        assert_eq!(
+            named("file:///tmp/a%20b.csv"),
+            Named::Path("/tmp/a b.csv".into())
+        );
+        assert_eq!(
+            named("file://localhost/tmp/x.csv"),
+            Named::Path("/tmp/x.csv".into())
+        );
+        assert_eq!(parse_uri("file-agent://files/x"), None);
+    }
+
+    #[test]
+    fn only_a_file_inside_a_root_is_read_after_links_and_dots_are_resolved() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("in.csv"), "a\n1\n").unwrap();
+        std::fs::write(dir.path().join("secret.txt"), "no").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link.txt")).unwrap();
+        let roots = [root.clone()];
+        assert!(within(&root.join("in.csv"), &roots).is_ok());
+        for outside in [
+            dir.path().join("secret.txt"),
+            root.join("../secret.txt"),
+            root.join("link.txt"),
+        ] {
+            let error = within(&outside, &roots).unwrap_err();
+            assert!(error.contains("outside the folders"), "{error}");
+            assert!(error.contains(&root.display().to_string()), "{error}");
+        }
+        assert!(within(&root, &roots).unwrap_err().contains("not a file"));
+    }
+}
