@@ -36,10 +36,14 @@ PID 1 then hands the worker the script's path and its preset names (the worker d
 script's reassignments of them, with Python's own ``ast``, and runs it as ``__main__`` in
 ``/work/out``, with the preloaded modules already in ``sys.modules``), and relays what the worker
 writes. Everything PID 1 writes on stdout after ``READY`` is a *frame*: one byte of kind, four
-bytes of length (big-endian), that many bytes (at most ``FRAME_MAX_BYTES``), then ``MAC_BYTES`` of
-HMAC-SHA256 under ``key`` over the frame's sequence number (eight bytes, big-endian, from 0), its
-kind, length and payload. The script's bytes only ever travel inside a payload, so none of them
-can end a frame or add one; and the MAC holds even where the script can reach PID 1's stdout
+bytes of length (big-endian), that many bytes of payload (at most ``FRAME_MAX_BYTES``), then
+``MAC_BYTES`` of HMAC-SHA256 under ``key`` over the frame's sequence number (eight bytes,
+big-endian, from 0), its kind, length and payload. The payload is encrypted: XORed with the first
+bytes of SHAKE256 over ``CIPHER_CONTEXT``, ``key`` and the sequence number, so a copy of the
+container's stdout (a Kubernetes node logs every byte a container writes there, and log agents
+ship it) holds no byte of what the script printed or made, only the kinds and lengths; the key
+came on stdin, which nothing logs. The script's bytes only ever travel inside a payload, so none
+of them can end a frame or add one; and the MAC holds even where the script can reach PID 1's stdout
 itself (gVisor lets a process open ``/proc/1/fd/1`` whatever PID 1's dumpable flag says): the
 key exists only in PID 1's memory and file-agent's, so bytes the script writes there make the
 stream fail to parse, which file-agent counts as a failed attempt. The kinds, in order:
@@ -114,6 +118,8 @@ FRAME_ARCHIVE = b"a"
 FRAME_END = b"z"
 # Bytes of HMAC-SHA256 that close every frame.
 MAC_BYTES = 16
+# What the payload cipher's SHAKE256 starts with, before the key and the sequence number.
+CIPHER_CONTEXT = b"file-agent frame payload\0"
 # The cap on each of stdout and stderr when the request names none.
 STDIO_MAX_BYTES = 1 << 20
 # The runner's own deadline comes this long after file-agent's, which normally acts first.
@@ -405,13 +411,26 @@ class _Exactly(io.RawIOBase):
         return len(data)
 
 
+def _sealed(key, sequence, payload):
+    """``payload`` encrypted (and decrypted) as frame ``sequence``: XORed with SHAKE256 over
+    ``CIPHER_CONTEXT``, ``key`` and the sequence number (eight bytes, big-endian)."""
+    if not payload:
+        return payload
+    stream = hashlib.shake_256(CIPHER_CONTEXT + key + sequence.to_bytes(8, "big"))
+    mask = stream.digest(len(payload))
+    return (int.from_bytes(payload, "little") ^ int.from_bytes(mask, "little")).to_bytes(
+        len(payload), "little"
+    )
+
+
 class _Frames:
-    """PID 1's stdout after READY: frames (see the module's comment), each closed by its MAC
-    under the request's ``key``, with the script's stdout and stderr each cut at ``cap`` bytes
-    and the rest counted."""
+    """PID 1's stdout after READY: frames (see the module's comment), each encrypted and
+    closed by its MAC under the request's ``key``, with the script's stdout and stderr each cut
+    at ``cap`` bytes and the rest counted."""
 
     def __init__(self, key, cap):
-        self.mac = hmac.new(key.encode(), digestmod=hashlib.sha256)
+        self.key = key.encode()
+        self.mac = hmac.new(self.key, digestmod=hashlib.sha256)
         self.sequence = 0
         self.cap = cap
         self.kept = {FRAME_STDOUT: 0, FRAME_STDERR: 0}
@@ -421,7 +440,7 @@ class _Frames:
         """Writes ``payload`` as frames of ``kind`` (one, empty, when there is nothing)."""
         start = 0
         while True:
-            chunk = payload[start : start + FRAME_MAX_BYTES]
+            chunk = _sealed(self.key, self.sequence, payload[start : start + FRAME_MAX_BYTES])
             head = kind + len(chunk).to_bytes(4, "big")
             mac = self.mac.copy()
             mac.update(self.sequence.to_bytes(8, "big"))

@@ -5,7 +5,11 @@
 //! After the request, everything the runner (PID 1) writes on stdout is a frame: one byte of
 //! kind, four bytes of length (big-endian, at most [`FRAME_MAX_BYTES`]), the payload, then
 //! [`MAC_BYTES`] of HMAC-SHA256 under the request's key over the frame's sequence number (eight
-//! bytes, big-endian, from 0), kind, length and payload. Only PID 1 writes the container's
+//! bytes, big-endian, from 0), kind, length and payload. The payload is encrypted ([`seal`]:
+//! XORed with SHAKE256 over a fixed context, the key and the sequence number), so a copy of the
+//! container's stdout (every byte of which a Kubernetes node writes to its log, for log agents
+//! to ship) holds only kinds and lengths, never the script's output or files; the key travels
+//! on stdin, which nothing logs. Only PID 1 writes the container's
 //! streams; the script's stdout and stderr reach it through pipes and travel only inside
 //! payloads, so no byte of the script can end a frame or add one. The MAC covers what the pipes
 //! cannot: under gVisor a script can open `/proc/1/fd/1` and write to PID 1's stdout itself,
@@ -43,6 +47,28 @@ const FRAME_HEADER_BYTES: usize = 5;
 pub const MAC_BYTES: usize = 16;
 /// SHA-256's block size, for HMAC.
 const SHA256_BLOCK: usize = 64;
+/// What the payload cipher's SHAKE256 starts with (`CIPHER_CONTEXT` in runner.py).
+const CIPHER_CONTEXT: &[u8] = b"file-agent frame payload\0";
+
+/// Encrypts or decrypts (the same XOR) frame `sequence`'s `payload` under `key`, in place.
+fn seal(key: &[u8], sequence: u64, payload: &mut [u8]) {
+    use sha3::digest::{ExtendableOutput, Update, XofReader};
+    if payload.is_empty() {
+        return;
+    }
+    let mut shake = sha3::Shake256::default();
+    shake.update(CIPHER_CONTEXT);
+    shake.update(key);
+    shake.update(&sequence.to_be_bytes());
+    let mut mask = shake.finalize_xof();
+    let mut block = [0u8; 168];
+    for chunk in payload.chunks_mut(block.len()) {
+        XofReader::read(&mut mask, &mut block[..chunk.len()]);
+        for (byte, m) in chunk.iter_mut().zip(&block) {
+            *byte ^= m;
+        }
+    }
+}
 /// The longest report the runner writes; anything longer is not one.
 const REPORT_MAX_BYTES: usize = 4096;
 /// Archive chunks waiting for the unpacker.
@@ -177,6 +203,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// stream, between frames.
 async fn next_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
+    key: &[u8],
     mac: &Mac,
     sequence: u64,
 ) -> Result<Option<Frame>, StreamError> {
@@ -210,6 +237,7 @@ async fn next_frame<R: AsyncRead + Unpin>(
     if !same(&tag, &expected[..MAC_BYTES]) {
         return Err(StreamError::Forged(sequence));
     }
+    seal(key, sequence, &mut payload);
     Ok(Some(match head[0] {
         b'o' => Frame::Stdout(payload.into()),
         b'e' => Frame::Stderr(payload.into()),
@@ -275,7 +303,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
     let mut finished = Some(finished);
     let mac = Mac::new(key.as_bytes());
     for sequence in 0.. {
-        let frame = match next_frame(&mut reader, &mac, sequence).await {
+        let frame = match next_frame(&mut reader, key.as_bytes(), &mac, sequence).await {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(error) => {
@@ -459,6 +487,7 @@ mod tests {
 
     /// Frames as the runner writes them, numbered from 0.
     struct Runner {
+        key: String,
         mac: Mac,
         sequence: u64,
     }
@@ -466,6 +495,7 @@ mod tests {
     impl Runner {
         fn with_key(key: &str) -> Self {
             Self {
+                key: key.to_string(),
                 mac: Mac::new(key.as_bytes()),
                 sequence: 0,
             }
@@ -474,10 +504,12 @@ mod tests {
         fn frame(&mut self, kind: u8, payload: &[u8]) -> Vec<u8> {
             let mut bytes = vec![kind];
             bytes.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+            let mut sealed = payload.to_vec();
+            seal(self.key.as_bytes(), self.sequence, &mut sealed);
             let tag = self
                 .mac
-                .of(&[&self.sequence.to_be_bytes(), &bytes, payload]);
-            bytes.extend_from_slice(payload);
+                .of(&[&self.sequence.to_be_bytes(), &bytes, &sealed]);
+            bytes.extend_from_slice(&sealed);
             bytes.extend_from_slice(&tag[..MAC_BYTES]);
             self.sequence += 1;
             bytes
@@ -627,6 +659,30 @@ mod tests {
         assert_eq!(relayed.stdout.bytes.len(), 4096);
         assert_eq!(relayed.stdout.dropped, 6000 - 4096);
         assert_eq!(relayed.stderr.bytes.len(), 20);
+    }
+
+    #[test]
+    fn the_payload_cipher_is_runner_pys_and_no_plaintext_reaches_the_wire() {
+        // Values from runner.py's _sealed (Python's hashlib.shake_256), for key "test-key".
+        let mut payload = b"hello, secret world".to_vec();
+        seal(b"test-key", 3, &mut payload);
+        assert_eq!(
+            hex::encode(&payload),
+            "a5fb01e8080d6d34d81916feda30a703b3c844"
+        );
+        // Longer than one SHAKE256 block (168 bytes).
+        let mut long = vec![b'x'; 400];
+        seal(b"test-key", 0, &mut long);
+        use sha2::Digest;
+        assert_eq!(
+            hex::encode(sha2::Sha256::digest(&long)),
+            "8edf7455057aaa6b6ff187163904d514f4150f4a14f8743d19f366fb8b865ab5"
+        );
+        seal(b"test-key", 0, &mut long);
+        assert_eq!(long, vec![b'x'; 400]);
+        // On the wire a frame shows its kind and length, not its payload.
+        let wire = runner().frame(b'o', b"the script's secret output");
+        assert!(!wire.windows(6).any(|w| w == b"secret"));
     }
 
     #[test]

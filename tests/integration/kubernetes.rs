@@ -430,3 +430,70 @@ async fn a_killed_server_leaves_its_pod_to_the_deadline_and_the_owner_gc() {
     assert_no_sandbox_pods(&double).await;
     with_timeout(double.shutdown()).await;
 }
+
+/// Whether `log` holds `secret` as it is, in hex or in base64 (at each of base64's three
+/// alignments).
+fn leaks(log: &[u8], secret: &[u8]) -> Option<&'static str> {
+    use base64::Engine;
+    let contains = |needle: &[u8]| log.windows(needle.len()).any(|w| w == needle);
+    if contains(secret) {
+        return Some("raw");
+    }
+    if contains(hex::encode(secret).as_bytes()) {
+        return Some("hex");
+    }
+    for shift in 0..3 {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&secret[shift..]);
+        // The middle of the encoding does not depend on what came before.
+        if contains(&encoded.as_bytes()[4..encoded.len() - 4]) {
+            return Some("base64");
+        }
+    }
+    None
+}
+
+/// A real node writes every byte a container sends to stdout or stderr to its log, and log
+/// agents ship it: the double keeps it the same way, and none of a script's output, its files or
+/// a saved tool's result may be in it, in any encoding.
+#[tokio::test]
+async fn the_node_log_holds_nothing_of_a_scripts_output_files_or_a_saved_tools_result() {
+    let (double, _home, mut vars) = cluster(true).await;
+    vars.push(("FILE_AGENT_DYNAMIC_TOOLS".into(), "shared".into()));
+    let server = TestServer::start(&vars).await;
+    let printed = format!("printed-{}", uuid::Uuid::new_v4().simple());
+    let written = format!("written-{}", uuid::Uuid::new_v4().simple());
+    let returned = format!("returned-{}", uuid::Uuid::new_v4().simple());
+    let code = format!(
+        "print('{printed}')\nimport sys\nprint('{printed}', file=sys.stderr)\n\
+         open('/work/out/secret.txt', 'w').write('{written}' * 50)\n\
+         open('/work/out/secret.bin', 'wb').write(b'{written}' * 3000)\n"
+    );
+    let (is_error, text) = server.call(None, "run_python", json!({"code": code})).await;
+    assert!(!is_error, "{text}");
+    assert!(text.contains(&printed), "{text}");
+    let secret = text.lines().find(|l| l.contains("secret.txt")).unwrap();
+    assert_eq!(
+        server.download(&first_link(secret)).await,
+        written.repeat(50).into_bytes()
+    );
+    let tool = json!({
+        "name": "whisper",
+        "description": "Returns a fixed word.",
+        "code": format!("def run(x):\n    \"\"\"Returns it.\"\"\"\n    return {{\"word\": '{returned}', \"x\": x}}\n"),
+        "input_schema": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"], "examples": [{"x": 1}]}
+    });
+    let (is_error, text) = server.call(None, "create_tool", tool).await;
+    assert!(!is_error, "{text}");
+    let (is_error, text) = server.call(None, "my_whisper", json!({"x": 2})).await;
+    assert!(!is_error && text.contains(&returned), "{text}");
+    server.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+
+    let log = double.node_log();
+    // The log is kept (each pod said READY or began its frames), and holds no secret.
+    assert!(log.len() > 3000 * written.len(), "{} bytes", log.len());
+    for secret in [&printed, &written, &returned] {
+        assert_eq!(leaks(&log, secret.as_bytes()), None, "{secret}");
+    }
+    with_timeout(double.shutdown()).await;
+}

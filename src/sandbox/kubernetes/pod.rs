@@ -42,9 +42,19 @@ use crate::config::{MIB, SandboxConfig};
 pub const CONTAINER: &str = "sandbox";
 /// The uid and gid the runner and the script run as.
 pub const SANDBOX_UID: i64 = 10001;
-/// Ephemeral storage of a pod: nothing is written to the node's disk but the container's log
-/// (stdout and stderr, which the kubelet also keeps), so this bounds the log.
-pub const EPHEMERAL_STORAGE_BYTES: u64 = 256 * MIB;
+/// Room in a pod's ephemeral storage beyond the largest result ([`ephemeral_storage_bytes`]):
+/// the tar's headers (512 bytes for each of up to `SANDBOX_OUTPUT_MAX_FILES` entries and their
+/// padding), the frames' own 21 bytes per 64 KiB, the runner's words.
+const EPHEMERAL_STORAGE_SLACK: u64 = 64 * MIB;
+
+/// Ephemeral storage of a pod: nothing is written to the node's disk but the container's log,
+/// which the node keeps whether anyone attaches or not, and in which the whole result travels
+/// (encrypted: `sandbox::stream`): so room for the largest result the limits allow (all outputs,
+/// stdout and stderr at their caps) and [`EPHEMERAL_STORAGE_SLACK`]. Less, and the kubelet would
+/// evict a pod whose outputs are within the limits.
+pub fn ephemeral_storage_bytes(limits: &crate::config::Limits) -> u64 {
+    limits.output_max_bytes + 2 * limits.stdio_max_bytes as u64 + EPHEMERAL_STORAGE_SLACK
+}
 /// Added to the attempt's own limits in `activeDeadlineSeconds`: pulling the image, scheduling,
 /// a slow node.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(120);
@@ -93,7 +103,7 @@ pub fn pod_spec(
         ("memory".to_string(), byte_quantity(limits.memory_bytes)),
         (
             "ephemeral-storage".to_string(),
-            byte_quantity(EPHEMERAL_STORAGE_BYTES),
+            byte_quantity(ephemeral_storage_bytes(limits)),
         ),
     ]);
     let memory_volume = |volume: &str, bytes: u64| Volume {
@@ -506,7 +516,8 @@ mod tests {
         assert_eq!(resources["limits"], resources["requests"]);
         assert_eq!(resources["limits"]["cpu"], "1");
         assert_eq!(resources["limits"]["memory"], "1024Mi");
-        assert_eq!(resources["limits"]["ephemeral-storage"], "256Mi");
+        // The largest result (256 MiB of outputs, 1 MiB each of stdout and stderr) and 64 MiB.
+        assert_eq!(resources["limits"]["ephemeral-storage"], "322Mi");
         let volumes = spec["volumes"].as_array().unwrap();
         assert_eq!(volumes.len(), 2);
         for volume in volumes {

@@ -820,6 +820,24 @@ async fn container_ids(cluster: &Cluster, uid: Option<&str>) -> Vec<(String, Str
 /// Force-removes the double's containers (of one pod, when `uid` is given).
 pub async fn remove_labelled(cluster: &Cluster, uid: Option<&str>) {
     let ids = container_ids(cluster, uid).await;
+    // The node's log keeps what each container wrote, after the container is gone.
+    for (id, _) in &ids {
+        let options = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .follow(false)
+            .build();
+        let mut logged = Vec::new();
+        let mut stream = cluster.docker().logs(id, Some(options));
+        while let Some(Ok(chunk)) = stream.next().await {
+            logged.extend_from_slice(&chunk.into_bytes());
+        }
+        cluster
+            .node_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(&logged);
+    }
     let removals = ids.iter().map(|(id, _)| {
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)

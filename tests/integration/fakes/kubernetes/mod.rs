@@ -143,6 +143,9 @@ pub struct Cluster {
     stop: CancellationToken,
     attach_protocols: Mutex<Vec<String>>,
     requests: Mutex<Vec<String>>,
+    /// Every byte each removed container wrote to stdout and stderr, as a node keeps it under
+    /// `/var/log/pods` for log agents to ship.
+    node_log: Mutex<Vec<u8>>,
 }
 
 /// A stored object's address.
@@ -407,6 +410,7 @@ impl KubeDouble {
             stop: CancellationToken::new(),
             attach_protocols: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
+            node_log: Mutex::new(Vec::new()),
         });
         for namespace in ["default", "kube-system"] {
             api::create_namespace(&cluster, namespace, &[]);
@@ -528,6 +532,16 @@ impl KubeDouble {
     pub fn attach_protocols(&self) -> Vec<String> {
         self.cluster
             .attach_protocols
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// What the node's log holds: every byte the pods' containers wrote to stdout and stderr
+    /// (a real node writes it to `/var/log/pods` whether anyone attaches or not).
+    pub fn node_log(&self) -> Vec<u8> {
+        self.cluster
+            .node_log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
