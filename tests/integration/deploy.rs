@@ -2,7 +2,8 @@
 //! pulled: the server's `Dockerfile` compiles from exactly what its build stage copies (a file
 //! the crate reads at compile time and the stage does not copy fails here, not in an
 //! operator's `docker compose up`); `sandbox-image/Dockerfile` copies only files of the build
-//! context the binary writes and installs what `build-rootfs.sh` installs.
+//! context the binary writes and installs what `build-rootfs.sh` installs; and `compose.yaml`
+//! takes the operator's settings from `.env` (`docker compose config`).
 //!
 //! Running the images themselves under compose is `deploy/check.sh`'s (the README's
 //! "Deploying" part), which needs a release build and root.
@@ -10,6 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+
+use serde_json::Value;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -262,4 +265,162 @@ fn the_sandbox_image_dockerfile_copies_what_its_context_and_the_rootfs_build_hol
         script.contains(&format!("--change 'CMD {cmd}'")),
         "build-rootfs.sh does not start {cmd} as the Dockerfile does"
     );
+}
+
+/// `docker compose` (v2) where installed, else `docker-compose` (v1, Debian's package, which
+/// scripts/test-setup.sh installs).
+fn compose() -> Command {
+    let v2 = Command::new("docker")
+        .args(["compose", "version"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if v2 {
+        let mut command = Command::new("docker");
+        command.arg("compose");
+        command
+    } else {
+        Command::new("docker-compose")
+    }
+}
+
+/// What `docker compose config` makes of `compose.yaml` with this `.env`, as JSON.
+fn compose_config(env: &str) -> Value {
+    let project = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        Path::new(ROOT).join("compose.yaml"),
+        project.path().join("compose.yaml"),
+    )
+    .unwrap();
+    // The build contexts must exist for compose to accept the file.
+    std::fs::write(project.path().join("Dockerfile"), "FROM scratch\n").unwrap();
+    std::fs::create_dir(project.path().join("sandbox-image")).unwrap();
+    std::fs::write(project.path().join(".env"), env).unwrap();
+    let mut command = compose();
+    command.arg("config").current_dir(project.path());
+    // The shell's environment wins over `.env`: keep the test's own out of it.
+    for (name, _) in std::env::vars() {
+        if name.starts_with("FILE_AGENT_") || name.starts_with("SANDBOX_") {
+            command.env_remove(name);
+        }
+    }
+    let output = command
+        .output()
+        .expect("docker compose or docker-compose (scripts/test-setup.sh installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "compose config: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_saphyr::from_str(&stdout).unwrap_or_else(|e| panic!("{e}:\n{stdout}"))
+}
+
+/// The published ports of a service as `host_ip:published:target` strings, whichever syntax
+/// compose prints.
+fn published(service: &Value) -> Vec<String> {
+    service["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|port| match port {
+            Value::String(short) => short.trim_end_matches("/tcp").to_string(),
+            long => format!(
+                "{}:{}:{}",
+                long["host_ip"].as_str().unwrap_or(""),
+                long["published"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| long["published"].to_string()),
+                long["target"]
+            ),
+        })
+        .collect()
+}
+
+/// A setting in `.env` reaches the server's container even where `compose.yaml` has a value of
+/// its own (compose's `environment:` wins over `env_file:`, so those read `.env` through
+/// interpolation), and without one the compose file's defaults hold.
+#[test]
+fn compose_takes_the_operators_settings_from_dot_env() {
+    let config = compose_config(
+        "FILE_AGENT_ACCESS_TOKENS=token-from-env\n\
+         FILE_AGENT_ALLOWED_HOSTS=file-agent,chat.example.org\n\
+         FILE_AGENT_PUBLISH=127.0.0.1:18000\n\
+         FILE_AGENT_PUBLIC_URL=http://localhost:18000\n\
+         SANDBOX_IMAGE=file-agent-sandbox:operator\n\
+         SANDBOX_INSTANCE=replica-7\n\
+         SCRIPT_TIMEOUT=45\n",
+    );
+    let server = &config["services"]["file-agent"];
+    let environment = &server["environment"];
+    for (name, value) in [
+        ("FILE_AGENT_ACCESS_TOKENS", "token-from-env"),
+        ("FILE_AGENT_ALLOWED_HOSTS", "file-agent,chat.example.org"),
+        ("FILE_AGENT_PUBLIC_URL", "http://localhost:18000"),
+        ("SANDBOX_IMAGE", "file-agent-sandbox:operator"),
+        ("SANDBOX_INSTANCE", "replica-7"),
+        ("SCRIPT_TIMEOUT", "45"),
+        // What the compose file fixes: the engine behind the proxy, the data in the volume,
+        // the port published.
+        ("DOCKER_HOST", "tcp://docker-proxy:2375"),
+        ("FILE_AGENT_DATA_DIR", "/data"),
+        ("FILE_AGENT_LISTEN", "0.0.0.0:8000"),
+    ] {
+        assert_eq!(environment[name], value, "{name} in {environment}");
+    }
+    assert_eq!(published(server), ["127.0.0.1:18000:8000"]);
+    // The image the sandbox-image service builds is the one the server asks for.
+    assert_eq!(
+        config["services"]["sandbox-image"]["image"],
+        "file-agent-sandbox:operator"
+    );
+
+    let defaults = compose_config("FILE_AGENT_ACCESS_TOKENS=token-from-env\n");
+    let server = &defaults["services"]["file-agent"];
+    assert_eq!(
+        server["environment"]["FILE_AGENT_ALLOWED_HOSTS"],
+        "localhost,127.0.0.1,file-agent"
+    );
+    assert_eq!(
+        server["environment"]["SANDBOX_IMAGE"],
+        "file-agent-sandbox:compose"
+    );
+    assert_eq!(server["environment"]["SANDBOX_INSTANCE"], "compose-1");
+    assert_eq!(published(server), ["127.0.0.1:8000:8000"]);
+    assert_eq!(
+        defaults["services"]["sandbox-image"]["image"],
+        "file-agent-sandbox:compose"
+    );
+}
+
+/// `.env.example` names every variable `compose.yaml` reads from `.env`, so an operator who
+/// copies it sees each one.
+#[test]
+fn dot_env_example_lists_every_variable_compose_reads() {
+    let compose = std::fs::read_to_string(Path::new(ROOT).join("compose.yaml")).unwrap();
+    let example = std::fs::read_to_string(Path::new(ROOT).join(".env.example")).unwrap();
+    let mut read = Vec::new();
+    let uncommented: String = compose
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for piece in uncommented.split("${").skip(1) {
+        let name: String = piece
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        read.push(name);
+    }
+    assert!(!read.is_empty(), "compose.yaml reads nothing from .env");
+    for name in read {
+        let listed = example.lines().any(|line| {
+            let line = line.trim_start_matches('#').trim_start();
+            line.starts_with(&format!("{name}="))
+        });
+        assert!(
+            listed,
+            ".env.example does not list {name}, which compose.yaml reads"
+        );
+    }
 }
