@@ -110,6 +110,8 @@ if ! docker image inspect file-agent-base:bookworm >/dev/null 2>&1; then
   cp /etc/resolv.conf "$work/base/etc/resolv.conf"
   tar --numeric-owner -C "$work/base" -c . | docker import - file-agent-base:bookworm >/dev/null
 fi
+# What this step rebuilds on every run, for the images it replaces to be removed afterwards.
+replaced=$(docker image inspect -f '{{.Id}}' file-agent-binary:check file-agent:check 2>/dev/null || true)
 mkdir -p "$work/binary"
 cp "$binary" "$work/binary/file-agent"
 # A debug build carries hundreds of MiB of debug information the image does not need.
@@ -123,6 +125,10 @@ DOCKER_BUILDKIT=0 docker build -q -f "$work/Dockerfile" \
   --build-arg RUNTIME_IMAGE=file-agent-base:bookworm \
   --build-arg BINARY_FROM=file-agent-binary:check \
   -t file-agent:check . >"$work/build.log" 2>&1 || { cat "$work/build.log" >&2; exit 1; }
+current=$(docker image inspect -f '{{.Id}}' file-agent-binary:check file-agent:check)
+for id in $replaced; do
+  case "$current" in *"$id"*) ;; *) docker rmi "$id" >/dev/null 2>&1 || true ;; esac
+done
 user=$(docker image inspect -f '{{.Config.User}}' file-agent:check)
 [ "$user" = "10002:10002" ] || { echo "check: the image runs as '$user', not 10002:10002" >&2; exit 1; }
 docker run --rm --read-only file-agent:check --version
