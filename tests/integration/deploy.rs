@@ -112,7 +112,8 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The server's build stage, given exactly the paths its `COPY` lines name, compiles:
+/// The server's build stage, given exactly the paths its `COPY` lines name (none of them left
+/// out of the context by `.dockerignore`), compiles:
 /// `cargo check --locked --offline` in a folder holding those and nothing else. Checking is
 /// enough to find a missing `include_str!`/`include_bytes!` (they are read while expanding
 /// macros), and `--offline` because the build's crates are in the local registry already.
@@ -142,6 +143,23 @@ fn the_server_image_build_stage_compiles_from_what_it_copies() {
         "the build stage runs {build_command:?}: make this test check what it runs"
     );
 
+    // What `.dockerignore` keeps out of the build context a COPY cannot copy.
+    let ignored: Vec<String> = std::fs::read_to_string(Path::new(ROOT).join(".dockerignore"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            assert!(
+                !line.contains(['*', '?', '[', '!']),
+                ".dockerignore pattern {line:?}: teach this test to match it"
+            );
+            line.trim_start_matches('/')
+                .trim_end_matches('/')
+                .to_string()
+        })
+        .collect();
+
     let target_tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let folder = target_tmp.join("deploy-build-stage");
     if folder.exists() {
@@ -167,6 +185,12 @@ fn the_server_image_build_stage_compiles_from_what_it_copies() {
                 "COPY {source} {}: teach this test where that lands",
                 copy.destination
             );
+            for pattern in &ignored {
+                assert!(
+                    source != pattern && !source.starts_with(&format!("{pattern}/")),
+                    "the build stage copies {source}, which .dockerignore leaves out"
+                );
+            }
             copy_tree(&Path::new(ROOT).join(source), &folder.join(source));
             copied.push(source.clone());
         }
