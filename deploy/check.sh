@@ -44,6 +44,8 @@ compose() {
   (cd "$work/compose" && "$@")
 }
 cleanup() {
+  # Every step of the clean-up runs, whatever fails in it.
+  set +e
   [ -f "$work/haproxy.pid" ] && kill "$(cat "$work/haproxy.pid")" 2>/dev/null || true
   docker rm -f file-agent-deploy-check >/dev/null 2>&1 || true
   if [ -f "$work/compose/compose.yaml" ]; then
@@ -53,7 +55,7 @@ cleanup() {
   # Every image name borrowed for compose gets back what it named before (or nothing).
   if [ -f "$work/borrowed" ]; then
     while read -r name before; do
-      if [ "$before" = - ]; then docker rmi "$name" >/dev/null 2>&1 || true; else docker tag "$before" "$name"; fi
+      if [ "$before" = - ]; then docker rmi "$name" >/dev/null 2>&1 || true; else docker tag "$before" "$name" || true; fi
     done <"$work/borrowed"
   fi
   [ -f "$work/created-env" ] && rm -f "$root/.env"
