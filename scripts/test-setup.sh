@@ -6,14 +6,16 @@
 #   3. the venv module (Debian's python3-venv), for the two venvs below, and Debian's glewlwyd,
 #      a real OAuth 2.1 issuer the identity tests run (tests/issuer/glewlwyd.sh); its system
 #      service is never started;
-#   4. cargo-nextest;
-#   5. the tests' build (`cargo nextest run --no-run`), which `cargo nextest run` then finds done,
+#   4. docker-compose (Debian's), unless the engine's `docker compose` plugin is there: one test
+#      runs `docker compose config` on compose.yaml;
+#   5. cargo-nextest;
+#   6. the tests' build (`cargo nextest run --no-run`), which `cargo nextest run` then finds done,
 #      and the sandbox image, built by the file-agent binary of that same build: a separate
 #      `cargo run` would compile file-agent and every crate whose features the tests' dependencies
 #      change (axum's `ws`, ...) a second time;
-#   6. the image's Python libraries in a venv, for the tests' local runner (the fast tier,
+#   7. the image's Python libraries in a venv, for the tests' local runner (the fast tier,
 #      scripts/sandbox-python.sh);
-#   7. the official MCP Python SDK in a venv of its own, for one test (scripts/test-python.sh).
+#   8. the official MCP Python SDK in a venv of its own, for one test (scripts/test-python.sh).
 # Nothing here is pip-installed into the system's Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +50,11 @@ if [ ! -x /usr/bin/glewlwyd ] || ! command -v sqlite3 >/dev/null 2>&1 \
   [ -z "$own_policy" ] || as_root rm -f /usr/sbin/policy-rc.d
   as_root deb-systemd-helper disable glewlwyd.service >/dev/null 2>&1 || true
   as_root update-rc.d glewlwyd disable >/dev/null 2>&1 || true
+fi
+
+if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+  echo "test-setup: installing docker-compose (a test reads compose.yaml through \`docker-compose config\`)" >&2
+  apt_install docker-compose
 fi
 
 if ! cargo nextest --version >/dev/null 2>&1; then

@@ -2,7 +2,7 @@
 
 Usage: target/test-python/bin/python3 tests/sdk/python_client.py http://127.0.0.1:8000/mcp
        [--client-name NAME] [--user-id ID [--openwebui-jwt-secret SECRET]] [--saved-tool]
-       [--header NAME=VALUE]... [--code CODE]
+       [--header NAME=VALUE]... [--token TOKEN] [--code CODE]
 
 Like Open WebUI's "auto" mode it first tries `server/discover` (protocol 2026-07-28) and falls
 back to `initialize`; then it lists the tools and calls run_python. With --saved-tool it also
@@ -12,13 +12,16 @@ saved tools need a user); with --openwebui-jwt-secret as well, it sends the user
 0.12 does when `FORWARD_USER_INFO_HEADER_JWT_SECRET` is set: one HS256 JWT in
 `X-OpenWebUI-User-Jwt`, minted with PyJWT by a copy of Open WebUI's own
 `_mint_forward_user_jwt` (open_webui/utils/headers.py). With --code, run_python runs CODE instead
-of `print(2 + 2)`. Prints one line per step; exits non-zero on any failure. Run by the
+of `print(2 + 2)`. With --token it sends `Authorization: Bearer TOKEN` (a server with
+FILE_AGENT_ACCESS_TOKENS). Prints one line per step, and `link: URL` for each file link in
+run_python's answer; exits non-zero on any failure. Run by the
 integration test `the_official_python_sdk_lists_and_calls_the_tools`; `scripts/test-python.sh`
-installs the SDK in the venv `target/test-python`.
+installs the SDK in the venv `target/test-python`; deploy/check.sh runs it against compose.
 """
 
 import argparse
 import asyncio
+import re
 import time
 
 import jwt
@@ -49,6 +52,7 @@ async def main(
     user_id: str | None,
     jwt_secret: str | None,
     extra_headers: list[str],
+    token: str | None,
     saved_tool: bool,
     code: str,
 ) -> None:
@@ -56,6 +60,8 @@ async def main(
     # it); otherwise as the SDK's default.
     client_info = types.Implementation(name=client_name, version="9.9.9") if client_name else None
     headers = dict(header.split("=", 1) for header in extra_headers)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     if user_id and jwt_secret:
         headers["X-OpenWebUI-User-Jwt"] = mint_forward_user_jwt(user_id, jwt_secret)
     elif user_id:
@@ -78,6 +84,8 @@ async def main(
             if result.is_error:
                 raise SystemExit("run_python failed: " + text)
             print("result:", text.split("```")[1].strip())
+            for link in sorted(set(re.findall(r"https?://[^\s)\]>]+/files/[^\s)\]>]+", text))):
+                print("link:", link)
             if saved_tool:
                 await check_saved_tool(session)
 
@@ -118,6 +126,7 @@ if __name__ == "__main__":
     parser.add_argument("--user-id")
     parser.add_argument("--openwebui-jwt-secret")
     parser.add_argument("--header", action="append", default=[])
+    parser.add_argument("--token")
     parser.add_argument("--saved-tool", action="store_true")
     parser.add_argument("--code", default="print(2 + 2)")
     arguments = parser.parse_args()
@@ -128,6 +137,7 @@ if __name__ == "__main__":
             arguments.user_id,
             arguments.openwebui_jwt_secret,
             arguments.header,
+            arguments.token,
             arguments.saved_tool,
             arguments.code,
         )

@@ -27,7 +27,7 @@ use crate::sandbox::{Job, Runner, Sandbox, Status, Timings};
 use probe::Probe;
 
 /// The script measured: pandas and xlsxwriter writing 1,000 rows, as a typical attempt does.
-const SCRIPT: &str = include_str!("../../../benches/fixtures/pandas_xlsxwriter.py");
+const SCRIPT: &str = include_str!("pandas_xlsxwriter.py");
 /// How long a warm container may wait during the bench (longer than any bench runs).
 const BENCH_MAX_IDLE: Duration = Duration::from_secs(3600);
 
