@@ -12,6 +12,7 @@ mod audit_report;
 mod cli;
 mod common;
 mod fakes;
+mod faults;
 mod front_door;
 mod hostile;
 mod identity;
