@@ -572,7 +572,11 @@ impl FileAgentServer {
             (Some(conflict), _) => {
                 Err(CALL.sync_scope(call_context, || self.tools.refuse_identity(conflict)))
             }
-            (None, Some(refused)) => Err(refused),
+            (None, Some(refused)) => {
+                // Its phases end here: nothing is left to show.
+                drop(call_context);
+                Err(refused)
+            }
             (None, None) => {
                 let call = self.tools.track(tokio::time::timeout(deadline, call));
                 match CALL.scope(call_context, call).await {
