@@ -2,7 +2,8 @@
 //! fails safe: the audit folder full (a small tmpfs filled to the last block), under both
 //! settings of `FILE_AGENT_AUDIT_ON_FAILURE`; the Docker engine cut and restored mid-attempt
 //! through a socket proxy (`DOCKER_HOST` points at it), with the server stopped by SIGTERM
-//! after the engine is back, and while it is still gone.
+//! after the engine is back, and while it is still gone; the Kubernetes API double cut and
+//! restored the same way (a TCP proxy the kubeconfig points at) under a running pod.
 //!
 //! The other faults of issue 30 have their tests elsewhere, kept so that they stay held: the
 //! model API down, refusing, answering 500 or garbage
@@ -260,20 +261,29 @@ async fn with_on_failure_continue_a_full_audit_folder_runs_unaudited_and_says_so
     assert_eq!(containers_of_instance(&me).await, 0);
 }
 
-/// A Unix-socket proxy in front of the Docker engine that can be cut (its listener closed and
-/// removed, every connection through it dropped) and restored.
+/// A proxy in front of the Docker engine (a Unix socket) or the Kubernetes API double (a TCP
+/// port) that can be cut (its listener closed, every connection through it dropped) and
+/// restored on the same address.
 struct EngineProxy {
-    path: PathBuf,
+    front: Address,
+    back: Address,
     accept: Option<JoinHandle<()>>,
     connections: Arc<Mutex<JoinSet<()>>>,
+}
+
+#[derive(Clone, Debug)]
+enum Address {
+    Unix(PathBuf),
+    Tcp(std::net::SocketAddr),
 }
 
 const ENGINE_SOCKET: &str = "/var/run/docker.sock";
 
 impl EngineProxy {
-    fn open(path: PathBuf) -> Self {
+    fn open(front: Address, back: Address) -> Self {
         let mut proxy = Self {
-            path,
+            front,
+            back,
             accept: None,
             connections: Arc::new(Mutex::new(JoinSet::new())),
         };
@@ -281,24 +291,44 @@ impl EngineProxy {
         proxy
     }
 
-    /// `DOCKER_HOST` for the proxy.
-    fn docker_host(&self) -> String {
-        format!("unix://{}", self.path.display())
+    /// `DOCKER_HOST` for a Unix proxy, the API server's URL for a TCP one.
+    fn url(&self) -> String {
+        match &self.front {
+            Address::Unix(path) => format!("unix://{}", path.display()),
+            Address::Tcp(address) => format!("http://{address}"),
+        }
     }
 
     fn restore(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-        let listener = UnixListener::bind(&self.path).unwrap();
         let connections = self.connections.clone();
-        self.accept = Some(tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                connections.lock().unwrap().spawn(async move {
-                    if let Ok(mut engine) = UnixStream::connect(ENGINE_SOCKET).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut engine).await;
+        let back = self.back.clone();
+        self.accept = Some(match &self.front {
+            Address::Unix(path) => {
+                let _ = std::fs::remove_file(path);
+                let listener = UnixListener::bind(path).unwrap();
+                tokio::spawn(async move {
+                    while let Ok((inbound, _)) = listener.accept().await {
+                        connections
+                            .lock()
+                            .unwrap()
+                            .spawn(relay(inbound, back.clone()));
                     }
-                });
+                })
             }
-        }));
+            Address::Tcp(address) => {
+                let listener = std::net::TcpListener::bind(address).unwrap();
+                listener.set_nonblocking(true).unwrap();
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                tokio::spawn(async move {
+                    while let Ok((inbound, _)) = listener.accept().await {
+                        connections
+                            .lock()
+                            .unwrap()
+                            .spawn(relay(inbound, back.clone()));
+                    }
+                })
+            }
+        });
     }
 
     fn cut(&mut self) {
@@ -306,7 +336,28 @@ impl EngineProxy {
             accept.abort();
         }
         self.connections.lock().unwrap().abort_all();
-        let _ = std::fs::remove_file(&self.path);
+        if let Address::Unix(path) = &self.front {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Copies both ways between `inbound` and a new connection to `back`.
+async fn relay<S>(mut inbound: S, back: Address)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    match back {
+        Address::Unix(path) => {
+            if let Ok(mut engine) = UnixStream::connect(path).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut engine).await;
+            }
+        }
+        Address::Tcp(address) => {
+            if let Ok(mut engine) = tokio::net::TcpStream::connect(address).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut engine).await;
+            }
+        }
     }
 }
 
@@ -336,12 +387,14 @@ async fn cut_mid_attempt(
     name: &str,
 ) -> (crate::lifecycle::Served, EngineProxy, String) {
     let me = unique_instance(name, 8);
-    let proxy = EngineProxy::open(data.join("engine.sock"));
-    let mut proxy = proxy;
+    let mut proxy = EngineProxy::open(
+        Address::Unix(data.join("engine.sock")),
+        Address::Unix(ENGINE_SOCKET.into()),
+    );
     let server = serve(
         Some(&me),
         &data.join("data"),
-        &[("DOCKER_HOST", &proxy.docker_host())],
+        &[("DOCKER_HOST", &proxy.url())],
     )
     .await;
     let running = start_call(&server.url, "import time\ntime.sleep(10)\nprint('slept')");
@@ -405,4 +458,83 @@ async fn sigterm_tries_the_pending_removals_before_the_server_exits() {
         0,
         "the server exited leaving its container behind"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_deletion_the_lost_api_server_refused_is_deleted_once_it_is_back() {
+    use crate::kubernetes::{assert_no_sandbox_pods, cluster, sandbox_pods};
+    let (double, home, vars) = cluster(true).await;
+    // The server reaches the API double only through the proxy.
+    let kubeconfig = home.path().join("kubeconfig");
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    let server_line = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("server: http://"))
+        .unwrap()
+        .to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut proxy = EngineProxy::open(
+        Address::Tcp(port),
+        Address::Tcp(server_line.parse().unwrap()),
+    );
+    std::fs::write(
+        &kubeconfig,
+        text.replace(&format!("http://{server_line}"), &proxy.url()),
+    )
+    .unwrap();
+    let server = crate::mcp_server::TestServer::start(&vars).await;
+    let running = start_call(&server.url, "import time\ntime.sleep(10)\nprint('slept')");
+    let started = Instant::now();
+    while !sandbox_pods(&double)
+        .await
+        .iter()
+        .any(|pod| pod["status"]["phase"] == "Running")
+    {
+        assert!(started.elapsed() < Duration::from_secs(60), "no pod ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cut = Instant::now();
+    proxy.cut();
+    let (is_error, text) = with_timeout(running).await.unwrap().expect("an answer");
+    eprintln!(
+        "API server cut: the call answered in {:?}: {text}",
+        cut.elapsed()
+    );
+    assert!(is_error, "{text}");
+    let sandbox = server.tools.sandbox().clone();
+    let started = Instant::now();
+    while sandbox.pending_removals() != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the failed deletion is not pending"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        sandbox_pods(&double).await.len(),
+        1,
+        "the pod outlives the outage"
+    );
+    proxy.restore();
+    let back = Instant::now();
+    while sandbox.pending_removals() > 0 {
+        assert!(
+            back.elapsed() < Duration::from_secs(40),
+            "the pod's deletion was never tried again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "API server back: the pod was deleted {:?} later",
+        back.elapsed()
+    );
+    assert_no_sandbox_pods(&double).await;
+    server.assert_nothing_left().await;
+    drop(proxy);
+    with_timeout(double.shutdown()).await;
 }
