@@ -279,3 +279,85 @@ impl AuditLog {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+    use crate::config::{AuditConfig, AuditOnFailure, AuditPlace};
+
+    fn open(dir: &std::path::Path) -> Arc<AuditLog> {
+        let config = AuditConfig {
+            place: AuditPlace::Off,
+            chain: None,
+            stdout: false,
+            include_code: true,
+            max_bytes: 1 << 30,
+            on_failure: AuditOnFailure::Refuse,
+        };
+        Arc::new(AuditLog::open(&dir.join("audit.jsonl"), config).unwrap())
+    }
+
+    fn record() -> Record {
+        Record {
+            time: crate::time::rfc3339_now(),
+            status: "ok".into(),
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn reserved_room_is_allocated_past_the_end_and_given_back_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        let first = log.reserve(100_000).unwrap();
+        let second = log.reserve(200_000).unwrap();
+        assert_eq!(log.lock_writer().reserved, 300_000);
+        let metadata = std::fs::metadata(log.path()).unwrap();
+        assert_eq!(metadata.len(), 0, "the file's size is unchanged");
+        assert!(
+            metadata.blocks() * 512 >= 300_000,
+            "the blocks are the file's: {} bytes",
+            metadata.blocks() * 512
+        );
+        drop(first);
+        assert_eq!(log.lock_writer().reserved, 200_000);
+        log.append(record()).unwrap();
+        drop(second);
+        assert_eq!(log.lock_writer().reserved, 0);
+        assert!(log.is_writable());
+        assert_eq!(log.failure_counts(), (0, 0));
+    }
+
+    #[test]
+    fn refused_calls_open_an_outage_that_the_next_line_reports_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        log.append(record()).unwrap();
+        log.count_refused();
+        log.count_refused();
+        assert_eq!(log.availability().refused_calls, 2);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        log.append(record()).unwrap();
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        let lines: Vec<Record> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let statuses: Vec<&str> = lines.iter().map(|l| l.status.as_str()).collect();
+        assert_eq!(statuses, ["ok", RESTORED_STATUS, "ok"]);
+        let outage = lines[1].unavailable.as_ref().unwrap();
+        assert_eq!((outage.refused_calls, outage.lines_lost), (2, 0));
+        assert!(outage.duration_ms >= 5, "{outage}");
+        assert!(super::super::describe(&lines[1]).contains("2 call(s) refused"));
+        assert_eq!(log.availability().refused_calls, 0, "the outage is over");
+        assert_eq!(log.failure_counts(), (2, 0), "the totals are not");
+        assert_eq!(
+            super::super::verify(std::slice::from_ref(&log.path().to_path_buf()))
+                .unwrap()
+                .lines,
+            3
+        );
+    }
+}
