@@ -5,9 +5,10 @@
 //! after the engine is back, and while it is still gone; the Kubernetes API double cut and
 //! restored the same way (a TCP proxy the kubeconfig points at) under a running pod.
 //!
-//! The other faults of issue 30 have their tests elsewhere, kept so that they stay held: the
-//! model API down, refusing, answering 500 or garbage
-//! (`mcp_server::the_llm_down_refusing_or_answering_garbage_is_a_clear_error`); an append that
+//! The model API rate-limiting twice (retried, then the file) and hanging (the call ends at
+//! `FILE_AGENT_CALL_TIMEOUT`) are here too. The other faults of issue 30 have their tests
+//! elsewhere, kept so that they stay held: the model API down, refusing, answering 500 or
+//! garbage (`mcp_server::the_llm_down_refusing_or_answering_garbage_is_a_clear_error`); an append that
 //! fails part-way, and the call whose line it was answered as failed
 //! (`audit_crash::an_append_that_fails_part_way_leaves_no_fragment_and_the_next_line_starts_clean`);
 //! a client gone mid-call (`sandbox::*::a_cancelled_attempt_leaves_nothing`); SIGTERM with calls
@@ -537,4 +538,53 @@ async fn a_pod_whose_deletion_the_lost_api_server_refused_is_deleted_once_it_is_
     server.assert_nothing_left().await;
     drop(proxy);
     with_timeout(double.shutdown()).await;
+}
+
+#[tokio::test]
+async fn a_model_api_that_rate_limits_twice_is_retried_and_the_file_is_made() {
+    use crate::fakes::openai::{FakeOpenAi, Reply};
+    let script = crate::mcp_server::llm_script("excel_sales.py");
+    let llm = FakeOpenAi::start(vec![
+        Reply::RateLimited,
+        Reply::RateLimited,
+        Reply::Code(script),
+    ])
+    .await;
+    let server = crate::mcp_server::TestServer::start(&llm.env()).await;
+    let started = Instant::now();
+    let (is_error, text) = server
+        .call(
+            None,
+            "generate_file",
+            serde_json::json!({"instructions": "sales by region", "file_type": "excel", "filename_hint": "Sales"}),
+        )
+        .await;
+    eprintln!("429 twice: answered in {:?}", started.elapsed());
+    assert!(!is_error, "{text}");
+    assert!(text.contains("attempt 1 of 3"), "{text}");
+    assert_eq!(llm.requests().len(), 3, "two refused, one answered");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_model_api_that_hangs_ends_the_call_at_its_timeout_with_a_clear_error() {
+    use crate::fakes::openai::{FakeOpenAi, Reply};
+    let llm = FakeOpenAi::start(vec![Reply::Hang]).await;
+    let mut vars = llm.env();
+    vars.push(("FILE_AGENT_CALL_TIMEOUT".into(), "10".into()));
+    let server = crate::mcp_server::TestServer::start(&vars).await;
+    let started = Instant::now();
+    let (is_error, text) = server
+        .call(
+            None,
+            "generate_file",
+            serde_json::json!({"instructions": "sales", "file_type": "excel", "filename_hint": "Sales"}),
+        )
+        .await;
+    let took = started.elapsed();
+    eprintln!("model API hanging: answered in {took:?}: {text}");
+    assert!(is_error, "{text}");
+    assert!(text.contains("FILE_AGENT_CALL_TIMEOUT"), "{text}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    server.assert_nothing_left().await;
 }
