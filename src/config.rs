@@ -25,9 +25,9 @@ pub use identity::{
 };
 pub use kubernetes::{Backend, KubernetesConfig, OwnerPod};
 pub use service::{
-    AdmissionConfig, AuditConfig, AuditPlace, Config, DEFAULT_AUDIT_FOLDER, DynamicTools,
-    LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, RETENTION_INTERVAL, RetentionConfig,
-    Secret, ServerConfig, StorageConfig, TransferLimits, valid_chain_name,
+    AdmissionConfig, AuditConfig, AuditOnFailure, AuditPlace, Config, DEFAULT_AUDIT_FOLDER,
+    DynamicTools, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, RETENTION_INTERVAL,
+    RetentionConfig, Secret, ServerConfig, StorageConfig, TransferLimits, valid_chain_name,
 };
 
 use thiserror::Error;

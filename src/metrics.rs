@@ -220,9 +220,16 @@ impl Metrics {
                 "Sandbox containers created and not yet removed.",
                 gauges.live_containers,
             ),
+            (
+                "file_agent_removals_pending",
+                "gauge",
+                "Sandbox containers (or pods) whose removal failed (the engine unreachable) and is tried again with backoff.",
+                gauges.pending_removals,
+            ),
         ]
         .into_iter()
         .chain(pool_rows(gauges.pool.as_ref()))
+        .chain(audit_rows(gauges.audit.as_ref()))
         {
             let _ = writeln!(
                 out,
@@ -278,6 +285,46 @@ fn pool_rows(pool: Option<&PoolStats>) -> Vec<(&'static str, &'static str, &'sta
     ]
 }
 
+/// The audit trail's rows (none when the trail is off).
+fn audit_rows(
+    audit: Option<&AuditGauges>,
+) -> Vec<(&'static str, &'static str, &'static str, usize)> {
+    let Some(audit) = audit else {
+        return Vec::new();
+    };
+    vec![
+        (
+            "file_agent_audit_writable",
+            "gauge",
+            "1 when the audit trail can take lines, 0 while it cannot (calls that would run code are then refused, unless FILE_AGENT_AUDIT_ON_FAILURE=continue).",
+            usize::from(audit.writable),
+        ),
+        (
+            "file_agent_audit_refused_calls_total",
+            "counter",
+            "Tool calls refused, or answered as failed with their output withheld, because the audit trail could not be written.",
+            audit.refused_calls as usize,
+        ),
+        (
+            "file_agent_audit_lines_lost_total",
+            "counter",
+            "Audit lines that could not be written.",
+            audit.lines_lost as usize,
+        ),
+    ]
+}
+
+/// The audit trail, read at scrape time.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AuditGauges {
+    /// Whether the last write or reservation succeeded.
+    pub writable: bool,
+    /// Calls refused since start-up.
+    pub refused_calls: u64,
+    /// Lines lost since start-up.
+    pub lines_lost: u64,
+}
+
 /// Values read at scrape time.
 #[derive(Debug, Default)]
 pub struct Gauges {
@@ -291,6 +338,10 @@ pub struct Gauges {
     pub live_containers: usize,
     /// The warm pool, when it is on.
     pub pool: Option<PoolStats>,
+    /// The audit trail, when it is on.
+    pub audit: Option<AuditGauges>,
+    /// Containers (or pods) whose removal failed and is being tried again.
+    pub pending_removals: usize,
     /// What runs the attempts (`docker`).
     pub backend: &'static str,
     /// The OCI runtime asked for (`SANDBOX_RUNTIME`), or `default` for the engine's own.

@@ -20,7 +20,13 @@
 //! and synced before the call's answer goes out; a write that fails part-way is cut back off,
 //! and an unfinished line a crash left is cut at the next start-up and recorded by a line of
 //! its own ([`recovery`]). Creating and rotating a chain file syncs the folder too.
+//!
+//! No attempt need run unless its line can be written: [`AuditLog::reserve`] sets aside the
+//! room for a line before its attempt starts, and while it cannot, the trail is unavailable
+//! ([`availability`]); the first line written once it works again says for how long it was,
+//! and what that cost.
 
+pub mod availability;
 pub mod chain;
 pub mod recovery;
 pub mod retention;
@@ -29,6 +35,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -172,6 +179,11 @@ pub struct Record {
     /// `recovered` (no container ran): an unfinished line a crash or a failed write left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered: Option<recovery::Recovered>,
+    /// On a line whose `status` is `audit_restored` (no container ran), the first written
+    /// after the trail could not be: since when, for how long, the calls refused and the
+    /// lines lost meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<availability::Unavailable>,
     /// The hex SHA-256 of the line before.
     pub prev: String,
 }
@@ -199,6 +211,15 @@ struct Writer {
     /// A failed append left bytes after `size` that could not be cut then: cut them before
     /// writing anything else, or write nothing.
     unclean: bool,
+    /// Bytes set aside past `size` for lines of attempts still running
+    /// ([`AuditLog::reserve`]).
+    reserved: u64,
+    /// Since when the trail cannot be written (the last write or reservation failed); `None`
+    /// while it can.
+    unwritable: Option<availability::Outage>,
+    /// Since when calls were refused or lines lost, and how many: what the next line written
+    /// reports; `None` when nothing was.
+    outage: Option<availability::Outage>,
 }
 
 /// The open trail.
@@ -206,6 +227,13 @@ pub struct AuditLog {
     path: PathBuf,
     config: AuditConfig,
     writer: Mutex<Writer>,
+    /// False from a failed write or reservation until one succeeds: read without the lock by
+    /// `/health` and `/metrics`.
+    writable: AtomicBool,
+    /// Tool calls refused because the trail could not be written, since start-up.
+    refused_total: AtomicU64,
+    /// Lines that could not be written, since start-up.
+    lost_total: AtomicU64,
     /// `<file>.lock`, held locked while this log is open: no second writer on the chain.
     _lock: File,
 }
@@ -268,7 +296,13 @@ impl AuditLog {
                 last_hash,
                 seq,
                 unclean: false,
+                reserved: 0,
+                unwritable: None,
+                outage: None,
             }),
+            writable: AtomicBool::new(true),
+            refused_total: AtomicU64::new(0),
+            lost_total: AtomicU64::new(0),
             _lock: lock,
         };
         if let Some((recovered, problem)) = cut {
@@ -294,8 +328,33 @@ impl AuditLog {
         &self.path
     }
 
-    /// Appends `record` as the next link of the chain (and prints it when configured).
-    pub fn append(&self, mut record: Record) -> Result<(), AuditError> {
+    /// Appends `record` as the next link of the chain (and prints it when configured). After
+    /// an outage, the line that says so goes first.
+    pub fn append(&self, record: Record) -> Result<(), AuditError> {
+        let mut writer = self.lock_writer();
+        self.append_locked(&mut writer, record)
+    }
+
+    fn lock_writer(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// [`Self::append`] with the writer held: an open outage is closed by its line first; a
+    /// failure opens one (or adds to it).
+    fn append_locked(&self, writer: &mut Writer, record: Record) -> Result<(), AuditError> {
+        let written = self
+            .close_outage(writer)
+            .and_then(|()| self.write_line(writer, record));
+        if let Err(error) = &written {
+            self.count_lost(writer, error);
+        }
+        written
+    }
+
+    /// Writes `record` as the next line, rotating first when it would pass the size limit.
+    fn write_line(&self, writer: &mut Writer, mut record: Record) -> Result<(), AuditError> {
         let error = |action| {
             let path = self.path.display().to_string();
             move |source| AuditError {
@@ -304,10 +363,6 @@ impl AuditLog {
                 source,
             }
         };
-        let mut writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
         record.seq = writer.seq + 1;
         record.prev = writer.last_hash.clone();
         let line = serde_json::to_string(&record).map_err(|e| AuditError {
@@ -321,20 +376,7 @@ impl AuditLog {
             writer.unclean = false;
         }
         if writer.size > 0 && writer.size + line.len() as u64 + 1 > self.config.max_bytes {
-            let rotated = rotated_name(&self.path, writer.seq);
-            std::fs::rename(&self.path, &rotated).map_err(error("rotated"))?;
-            writer.file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .read(true)
-                .open(&self.path)
-                .map_err(error("opened"))?;
-            writer.size = 0;
-            // Both names must outlive a crash of the machine: a rename lost would leave the
-            // new file's lines after the old ones' in no file, and a new file lost would
-            // restart the chain where the rotated file ends, with nothing to say so.
-            recovery::sync_folder(&self.path).map_err(error("rotated"))?;
-            tracing::info!(rotated = %rotated.display(), "audit trail rotated");
+            self.rotate(writer)?;
         }
         let start = writer.size;
         let written = writer
@@ -354,9 +396,39 @@ impl AuditLog {
         writer.size += line.len() as u64 + 1;
         writer.last_hash = hash_line(&line);
         writer.seq = record.seq;
+        self.note_success(writer);
         if self.config.stdout {
             println!("{line}");
         }
+        Ok(())
+    }
+
+    /// Renames the full file after its last line's `seq` and goes on in a new one.
+    fn rotate(&self, writer: &mut Writer) -> Result<(), AuditError> {
+        let error = |action| {
+            let path = self.path.display().to_string();
+            move |source| AuditError {
+                path,
+                action,
+                source,
+            }
+        };
+        let rotated = rotated_name(&self.path, writer.seq);
+        // Room set aside past the end is not the old file's: give it back first.
+        cut_back(&writer.file, writer.size).map_err(error("rotated"))?;
+        std::fs::rename(&self.path, &rotated).map_err(error("rotated"))?;
+        writer.file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&self.path)
+            .map_err(error("opened"))?;
+        writer.size = 0;
+        // Both names must outlive a crash of the machine: a rename lost would leave the
+        // new file's lines after the old ones' in no file, and a new file lost would
+        // restart the chain where the rotated file ends, with nothing to say so.
+        recovery::sync_folder(&self.path).map_err(error("rotated"))?;
+        tracing::info!(rotated = %rotated.display(), "audit trail rotated");
         Ok(())
     }
 }
@@ -747,6 +819,9 @@ pub fn describe(record: &Record) -> String {
     if let Some(cut) = &record.recovered {
         text.push_str(&format!("\n  recovered at start-up: {cut}"));
     }
+    if let Some(outage) = &record.unavailable {
+        text.push_str(&format!("\n  {}", printable(&outage.to_string())));
+    }
     if !record.inputs.is_empty() {
         text.push_str(&format!("\n  in: {}", files(&record.inputs)));
     }
@@ -809,6 +884,7 @@ mod tests {
             stdout: false,
             include_code: true,
             max_bytes,
+            on_failure: crate::config::AuditOnFailure::Refuse,
         }
     }
 

@@ -169,6 +169,32 @@ pub struct AuditConfig {
     pub include_code: bool,
     /// `FILE_AGENT_AUDIT_MAX_MIB`, in bytes: rotate past this size.
     pub max_bytes: u64,
+    /// `FILE_AGENT_AUDIT_ON_FAILURE`: what happens to attempts while the trail cannot be
+    /// written.
+    pub on_failure: AuditOnFailure,
+}
+
+/// `FILE_AGENT_AUDIT_ON_FAILURE`: what file-agent does while its audit trail cannot be written,
+/// as auditd's `disk_full_action` chooses between halting and going on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AuditOnFailure {
+    /// `refuse` (the default): no attempt runs unless its line can be written; an attempt that
+    /// ran but whose line could not be written is answered as failed, its output withheld.
+    #[default]
+    Refuse,
+    /// `continue`: attempts run and answer as usual; the lines that could not be written are
+    /// lost (counted, and stated by the first line written once the trail works again).
+    Continue,
+}
+
+impl AuditOnFailure {
+    /// As the setting spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Refuse => "refuse",
+            Self::Continue => "continue",
+        }
+    }
 }
 
 /// Retention: off (keep forever) unless set. What counts as a file's age is in `retention`'s
@@ -631,6 +657,21 @@ impl AuditConfig {
                 DEFAULT_AUDIT_MAX_MIB,
                 1..=100_000,
             )?,
+            on_failure: match vars.get("FILE_AGENT_AUDIT_ON_FAILURE") {
+                None => AuditOnFailure::default(),
+                Some(value) => match value.trim().to_ascii_lowercase().as_str() {
+                    "refuse" => AuditOnFailure::Refuse,
+                    "continue" => AuditOnFailure::Continue,
+                    _ => {
+                        return Err(ConfigError {
+                            var: "FILE_AGENT_AUDIT_ON_FAILURE",
+                            value,
+                            expected: "refuse (no attempt without its audit line) or continue"
+                                .into(),
+                        });
+                    }
+                },
+            },
         })
     }
 }
@@ -875,6 +916,7 @@ mod tests {
             ("FILE_AGENT_INPUT_MAX_MIB", "0"),
             ("FILE_AGENT_FORWARD_USER_TOKEN", "maybe"),
             ("FILE_AGENT_LLM_TIMEOUT", "soon"),
+            ("FILE_AGENT_AUDIT_ON_FAILURE", "halt"),
         ] {
             let mut vars = vec![(var, value)];
             if var == "FILE_AGENT_FORWARD_USER_TOKEN" {

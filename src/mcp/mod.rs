@@ -634,11 +634,26 @@ impl FileAgentServer {
         // A request whose plain header contradicts its proven user runs nothing. (Decided
         // here rather than by wrapping `call` in one more future: in a debug build every
         // wrapper copies the whole call's state on the stack.)
-        let result = match identity_of(context).conflict {
-            Some(conflict) => {
+        // A call that would run attempts while the audit trail cannot be written runs
+        // nothing (unless the operator chose FILE_AGENT_AUDIT_ON_FAILURE=continue): refused
+        // before the model is asked, not after.
+        let runs_attempts =
+            Tool::named(tool).map_or(tool.starts_with(SAVED_TOOL_PREFIX), Tool::runs_attempts);
+        let unaudited = if runs_attempts {
+            self.tools.audit_gate().err()
+        } else {
+            None
+        };
+        let result = match (identity_of(context).conflict, unaudited) {
+            (Some(conflict), _) => {
                 Err(CALL.sync_scope(call_context, || self.tools.refuse_identity(conflict)))
             }
-            None => {
+            (None, Some(refused)) => {
+                // Its phases end here: nothing is left to show.
+                drop(call_context);
+                Err(refused)
+            }
+            (None, None) => {
                 let call = self.tools.track(tokio::time::timeout(deadline, call));
                 match CALL.scope(call_context, call).await {
                     Ok(result) => result,
@@ -732,6 +747,7 @@ fn outcome_name(error: &ToolError) -> &'static str {
         ToolError::Busy { .. } => "busy",
         ToolError::Deadline(_) => "deadline",
         ToolError::Identity(_) => "refused_identity",
+        ToolError::AuditUnavailable(_) => "audit_unavailable",
     }
 }
 

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::engine::Engine;
+use super::guard::PendingRemovals;
 use super::policy::{self, Kind};
 use super::started::Started;
 use super::{ContainerGuard, SandboxError};
@@ -36,6 +37,8 @@ pub(crate) struct Launcher {
     /// Removals started by dropped guards, and the pool's background work;
     /// [`super::Sandbox::shutdown`] waits for them.
     pub(crate) tracker: TaskTracker,
+    /// Removals that failed, tried again until the engine answers.
+    pub(crate) pending: Arc<PendingRemovals>,
 }
 
 impl Launcher {
@@ -49,7 +52,11 @@ impl Launcher {
         let docker = match &self.engine {
             Engine::Docker(docker) => docker,
             Engine::Kubernetes(cluster) => {
-                let bookkeeping = (self.live.clone(), self.tracker.clone());
+                let bookkeeping = (
+                    self.live.clone(),
+                    self.tracker.clone(),
+                    self.pending.clone(),
+                );
                 return cluster
                     .launch(&self.config, &self.instance, kind, bookkeeping, cancel)
                     .await;
@@ -69,6 +76,7 @@ impl Launcher {
             created.id,
             self.live.clone(),
             self.tracker.clone(),
+            self.pending.clone(),
         );
         let result = if cancel.is_cancelled() {
             Err(SandboxError::Cancelled)

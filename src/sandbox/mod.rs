@@ -52,6 +52,7 @@ pub use pool::PoolStats;
 
 use crate::config::{Backend, SandboxConfig};
 use engine::Engine;
+use guard::PendingRemovals;
 use launch::Launcher;
 use policy::Kind;
 use pool::WarmPool;
@@ -62,6 +63,9 @@ use started::Started;
 pub const COPY_OUT_GRACE: Duration = Duration::from_secs(60);
 /// Slack added to the Docker client's per-request timeout over the longest wait.
 const REQUEST_SLACK: Duration = Duration::from_secs(60);
+/// How long shutdown tries the removals that failed before it gives up on them (and names
+/// them in the log).
+pub const SHUTDOWN_REMOVALS: Duration = Duration::from_secs(10);
 /// A container that stopped (or never started) longer ago than this belongs to no live attempt:
 /// a server removes its containers as soon as they exit.
 pub const STOPPED_GRACE: Duration = Duration::from_secs(60);
@@ -255,6 +259,9 @@ pub struct Sandbox {
     launcher: Launcher,
     /// Containers started ahead; `None` when the pool is off.
     pool: Option<Arc<WarmPool>>,
+    /// Stops the task that tries failed removals again, when the last clone of the sandbox
+    /// goes (or at [`Sandbox::shutdown`]).
+    _retry_stop: Arc<tokio_util::sync::DropGuard>,
     /// Whatever makes this process the owner of its instance label (a locked file), held as
     /// long as the sandbox lives.
     _instance_claim: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -284,6 +291,9 @@ impl Sandbox {
             .instance
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        let pending = Arc::new(PendingRemovals::default());
+        let retry_stop = CancellationToken::new();
+        tokio::spawn(pending.clone().retry(retry_stop.clone()));
         Ok(Self {
             launcher: Launcher {
                 engine,
@@ -291,8 +301,10 @@ impl Sandbox {
                 instance,
                 live: Arc::new(AtomicUsize::new(0)),
                 tracker: TaskTracker::new(),
+                pending,
             },
             pool: None,
+            _retry_stop: retry_stop.drop_guard().into(),
             _instance_claim: None,
         })
     }
@@ -381,13 +393,20 @@ impl Sandbox {
         self.launcher.live.load(Ordering::SeqCst)
     }
 
-    /// Drains the pool and waits for removals started by dropped guards.
+    /// Containers (or pods) whose removal failed and is being tried again.
+    pub fn pending_removals(&self) -> usize {
+        self.launcher.pending.len()
+    }
+
+    /// Drains the pool, waits for removals started by dropped guards, and tries the removals
+    /// that failed once more, for at most [`SHUTDOWN_REMOVALS`].
     pub async fn shutdown(&self) {
         if let Some(pool) = &self.pool {
             pool.drain().await;
         }
         self.launcher.tracker.close();
         self.launcher.tracker.wait().await;
+        self.launcher.pending.drain(SHUTDOWN_REMOVALS).await;
     }
 
     /// Engine version, runtimes and image presence, for `file-agent doctor`.

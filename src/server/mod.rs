@@ -35,7 +35,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::AuditLog;
-use crate::config::{AuditPlace, Config};
+use crate::config::{AuditOnFailure, AuditPlace, Config};
 use crate::llm::Llm;
 use crate::mcp::FileAgentServer;
 use crate::prompts::Prompts;
@@ -502,7 +502,16 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
         slots_in_use: admission.running(),
         slots: admission.config().max_concurrent,
         live_containers: tools.sandbox().live_containers(),
+        pending_removals: tools.sandbox().pending_removals(),
         pool: tools.sandbox().pool_stats(),
+        audit: tools.audit_log().map(|audit| {
+            let (refused_calls, lines_lost) = audit.failure_counts();
+            crate::metrics::AuditGauges {
+                writable: audit.is_writable(),
+                refused_calls,
+                lines_lost,
+            }
+        }),
         backend: tools.sandbox().backend(),
         runtime: tools
             .sandbox()
@@ -580,7 +589,30 @@ async fn health(
     };
     // A cluster pulls the image when a pod starts: nothing to check ahead.
     let kubernetes = sandbox.backend() == "kubernetes";
-    let ready = docker["reachable"] == true && (image_present || kubernetes) && !draining;
+    // Probed on each check: a trail that works again must make the server ready again
+    // without waiting for a call that a not-ready server would not get.
+    let audit = tools
+        .audit_log()
+        .zip(tools.audit_probe())
+        .map(|(audit, probed)| {
+            let state = audit.availability();
+            let refusing = probed.is_err() && audit.on_failure() == AuditOnFailure::Refuse;
+            (
+                refusing,
+                json!({
+                    "writable": probed.is_ok(),
+                    "on_failure": audit.on_failure().as_str(),
+                    "since": state.since,
+                    "error": probed.err().map(|error| error.to_string()),
+                    "refused_calls": state.refused_calls,
+                }),
+            )
+        });
+    let audit_refusing = audit.as_ref().is_some_and(|(refusing, _)| *refusing);
+    let ready = docker["reachable"] == true
+        && (image_present || kubernetes)
+        && !draining
+        && !audit_refusing;
     let body = json!({
         "status": if draining { "draining" } else if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
@@ -589,6 +621,8 @@ async fn health(
         "storage": tools.storage().kind(),
         "llm": {"configured": tools.llm().is_configured(), "model": tools.llm().model()},
         "containers_running": sandbox.live_containers(),
+        "removals_pending": sandbox.pending_removals(),
+        "audit": audit.map(|(_, state)| state),
         "warm_pool": sandbox.pool_stats().map(|pool| json!({
             "target": pool.target,
             "ready": pool.ready,

@@ -35,15 +35,18 @@ impl<R: Runner> Tools<R> {
         out_dir: &Path,
         cancel: &CancellationToken,
     ) -> Result<Outcome, ToolError> {
-        self.run_judged(job, author, None, out_dir, cancel)
-            .await
-            .map(|(outcome, _line)| outcome)
+        let (outcome, line) = self.run_judged(job, author, None, out_dir, cancel).await?;
+        line.commit()?;
+        Ok(outcome)
     }
 
     /// [`Self::run_attempt`] for a flow that checks what the attempt produced (marked as a
     /// saved tool's check or call in the trail when `saved_tool` says so): its audit line is
     /// written when the returned [`AttemptLine`] is dropped, after the flow has had the chance
-    /// to [`AttemptLine::refuse`] the output. A run that failed is written at once.
+    /// to [`AttemptLine::refuse`] the output; a flow that hands the output on must
+    /// [`AttemptLine::commit`] it first. A run that failed is written at once. Nothing runs
+    /// unless room for the line could be set aside in the trail first (or the operator chose
+    /// `FILE_AGENT_AUDIT_ON_FAILURE=continue`).
     pub(super) async fn run_judged(
         &self,
         job: Job,
@@ -57,6 +60,7 @@ impl<R: Runner> Tools<R> {
             saved_tool,
             ..self.audit_record(&job, author)
         });
+        let reservation = self.reserve_line(record.as_ref())?;
         let result = match self.admission.enter(cancel).await {
             Err(error) => Err(error),
             Ok(_slot) => match self.runner.run(job, out_dir, cancel).await {
@@ -94,6 +98,7 @@ impl<R: Runner> Tools<R> {
         let mut line = AttemptLine {
             audit: self.audit.clone(),
             record: None,
+            reservation,
         };
         if let Some(mut record) = record {
             record.duration_ms = started.elapsed().as_millis() as u64;

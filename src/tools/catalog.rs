@@ -74,6 +74,15 @@ impl Tool {
         )
     }
 
+    /// Whether a call of it runs sandbox attempts (and so needs the audit trail to be
+    /// writable before it starts, under `FILE_AGENT_AUDIT_ON_FAILURE=refuse`).
+    pub fn runs_attempts(self) -> bool {
+        !matches!(
+            self,
+            Tool::DeepResearch | Tool::ListTools | Tool::DeleteTool
+        )
+    }
+
     /// The tool named `name`, if there is one.
     pub fn named(name: &str) -> Option<Tool> {
         Tool::ALL.into_iter().find(|tool| tool.name() == name)

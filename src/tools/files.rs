@@ -166,14 +166,22 @@ impl<R: Runner> Tools<R> {
                         .compare(&task, &original.source, &bytes, cancel)
                         .await?
                     {
-                        Ok(report) => Ok((bytes, Some(report))),
+                        Ok(report) => {
+                            line.commit()?;
+                            Ok((bytes, Some(report)))
+                        }
                         Err(why) => {
                             line.refuse(&why);
                             Err(why)
                         }
                     }
                 }
-                (other, _) => other.map(|(bytes, _line)| (bytes, None)),
+                // The file goes to the caller only once its line is in the trail.
+                (Ok((bytes, line)), None) => {
+                    line.commit()?;
+                    Ok((bytes, None))
+                }
+                (Err(why), _) => Err(why),
             };
             match result {
                 Ok((bytes, report)) => {

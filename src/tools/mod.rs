@@ -110,6 +110,12 @@ pub enum ToolError {
     /// proven one): nothing ran.
     #[error("this request's identity is contradictory, so file-agent runs nothing for it: {0}")]
     Identity(String),
+    /// The audit trail cannot be written and `FILE_AGENT_AUDIT_ON_FAILURE` is `refuse`: no
+    /// attempt runs (or, when its line failed after it ran, its output is withheld).
+    #[error(
+        "file-agent runs no code it cannot record, and the audit trail cannot be written: {0}. Free space in the audit folder (FILE_AGENT_AUDIT_DIR), or have the operator set FILE_AGENT_AUDIT_ON_FAILURE=continue to run without a record; try again later"
+    )]
+    AuditUnavailable(String),
 }
 
 impl ToolError {
@@ -120,6 +126,7 @@ impl ToolError {
             Self::Sandbox(SandboxError::BadInput { .. } | SandboxError::Cancelled) => false,
             Self::Sandbox(_) => true,
             Self::Storage(StorageError::Io { .. }) => true,
+            Self::AuditUnavailable(_) => true,
             _ => false,
         }
     }

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use super::{CALL, ToolError, Tools};
+use crate::audit::availability::Reservation;
 use crate::audit::{AuditLog, FileDigest, Record};
+use crate::config::AuditOnFailure;
 use crate::sandbox::{InputSource, Job, Runner};
 
 /// Who wrote the code of an attempt, for the audit trail.
@@ -85,6 +87,49 @@ impl<R: Runner> Tools<R> {
         }
     }
 
+    /// Whether a call that would run attempts may start: no when the trail cannot be written
+    /// and `FILE_AGENT_AUDIT_ON_FAILURE` is `refuse` (the refusal is counted). Probes the
+    /// trail, so that a trail that works again is found by the next call.
+    pub fn audit_gate(&self) -> Result<(), ToolError> {
+        match (&self.audit, self.audit_probe()) {
+            (Some(audit), Some(Err(error))) => refusal_or_not(audit, error),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the trail could take the line of an attempt with little code now (`None`
+    /// without a trail): the room is set aside and given back at once. For `/health`, and the
+    /// check before a call starts.
+    pub fn audit_probe(&self) -> Option<Result<(), crate::audit::AuditError>> {
+        let audit = self.audit.as_ref()?;
+        Some(audit.probe(self.line_room(SMALL_LINE_BYTES)))
+    }
+
+    /// The room an attempt's line may need once its outputs and error are in, beyond the
+    /// `known` bytes of what is known before it runs.
+    fn line_room(&self, known: u64) -> u64 {
+        let outputs = self.runner.config().limits.output_max_files as u64 * OUTPUT_ENTRY_BYTES;
+        known + outputs + AUDIT_ERROR_CHARS as u64 * 4 + LINE_SLACK_BYTES
+    }
+
+    /// Room in the trail for the line of an attempt about to run (`record`: what is known of
+    /// it before it runs), as much as the line can take once its outputs and error are in.
+    /// `Ok(None)` without a trail, or when it cannot be written under
+    /// `FILE_AGENT_AUDIT_ON_FAILURE=continue`.
+    pub(super) fn reserve_line(
+        &self,
+        record: Option<&Record>,
+    ) -> Result<Option<Reservation>, ToolError> {
+        let (Some(audit), Some(record)) = (&self.audit, record) else {
+            return Ok(None);
+        };
+        let known = serde_json::to_vec(record).map_or(0, |line| line.len() as u64);
+        match audit.reserve(self.line_room(known)) {
+            Ok(reservation) => Ok(Some(reservation)),
+            Err(error) => refusal_or_not(audit, error).map(|()| None),
+        }
+    }
+
     /// The part of an attempt's audit line known before it runs.
     pub(super) fn audit_record(&self, job: &Job, author: Author) -> Record {
         let caller = CALL.try_with(|call| call.info.clone()).unwrap_or_default();
@@ -147,6 +192,31 @@ pub const REFUSED_OUTPUT: &str = "refused_output";
 /// Characters of an attempt's error kept in its audit line (the end).
 pub(super) const AUDIT_ERROR_CHARS: usize = 1000;
 
+/// Bytes an attempt's line may take for each output file (its path, size and hash, as JSON;
+/// a longer path may pass the room set aside, and then needs the disk to have more).
+const OUTPUT_ENTRY_BYTES: u64 = 256;
+/// Bytes of an attempt's line beyond what is known before it runs, its outputs and its error:
+/// the container, its times, the exit code.
+const LINE_SLACK_BYTES: u64 = 4096;
+/// What is known before it runs of an attempt with a few lines of code (its caller, the
+/// limits, the code): what a probe of the trail sets aside for it.
+const SMALL_LINE_BYTES: u64 = 2048;
+
+/// A trail that could not be written (`error`): under `refuse`, the refusal of the call
+/// (counted); under `continue`, a warning and on.
+fn refusal_or_not(audit: &AuditLog, error: crate::audit::AuditError) -> Result<(), ToolError> {
+    match audit.on_failure() {
+        AuditOnFailure::Refuse => {
+            audit.count_refused();
+            Err(ToolError::AuditUnavailable(error.to_string()))
+        }
+        AuditOnFailure::Continue => {
+            tracing::warn!(%error, "the audit trail cannot be written; running without a record (FILE_AGENT_AUDIT_ON_FAILURE=continue)");
+            Ok(())
+        }
+    }
+}
+
 /// An attempt's audit line, waiting for the flow's verdict on what the attempt produced: it is
 /// appended when dropped, so a flow that returns early (`?`) still writes it as it stands.
 /// A script that exited 0 is `ok` only if the flow did not [`Self::refuse`] its output.
@@ -154,9 +224,29 @@ pub(super) const AUDIT_ERROR_CHARS: usize = 1000;
 pub struct AttemptLine {
     pub(super) audit: Option<Arc<AuditLog>>,
     pub(super) record: Option<Record>,
+    /// The room set aside for the line before the attempt ran; given back once it is written.
+    pub(super) reservation: Option<Reservation>,
 }
 
 impl AttemptLine {
+    /// Writes the line now. The attempt's output may go to the caller only when this is
+    /// `Ok`: a line that cannot be written makes the attempt a failure for the caller, its
+    /// output withheld, unless `FILE_AGENT_AUDIT_ON_FAILURE` is `continue`.
+    pub fn commit(mut self) -> Result<(), ToolError> {
+        let (Some(audit), Some(record)) = (self.audit.clone(), self.record.take()) else {
+            return Ok(());
+        };
+        let written = audit.append(record);
+        self.reservation = None;
+        match written {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                tracing::error!(%error, "could not write an attempt's audit line");
+                refusal_or_not(&audit, error)
+            }
+        }
+    }
+
     /// Marks an attempt whose script ended well as [`REFUSED_OUTPUT`], with `why`, and writes
     /// the line. A line whose status is already a failure keeps it.
     pub fn refuse(mut self, why: &str) {
@@ -176,5 +266,6 @@ impl Drop for AttemptLine {
         {
             tracing::error!(error = %error, "could not write the audit trail");
         }
+        self.reservation = None;
     }
 }

@@ -260,11 +260,19 @@ async fn an_append_that_fails_part_way_leaves_no_fragment_and_the_next_line_star
     let clean = size(&chain);
 
     prlimit(server.pid(), &format!("{}:", clean + 64 * 1024)).await;
-    // How the call is answered when its line cannot be written is the "Fails safe" issue's
-    // (#30); here, only what the file looks like afterwards.
-    let _ = with_timeout(start_call(&server.url, &long_code("failed", 1 << 20)))
+    // The attempt ran (the limit leaves room to reserve: fallocate does not count against
+    // RLIMIT_FSIZE), but its line could not be written: the call is a failure, its output
+    // withheld.
+    let (is_error, text) = with_timeout(start_call(&server.url, &long_code("unrecorded", 1 << 20)))
         .await
-        .unwrap();
+        .unwrap()
+        .expect("an answer");
+    assert!(is_error, "answered with no line in the trail: {text}");
+    assert!(text.contains("audit trail cannot be written"), "{text}");
+    assert!(
+        !text.contains("unrecorded"),
+        "the output was not withheld: {text}"
+    );
     assert_eq!(
         size(&chain),
         clean,
@@ -277,21 +285,29 @@ async fn an_append_that_fails_part_way_leaves_no_fragment_and_the_next_line_star
 
     let (code, out) = verify(data.path()).await;
     assert_eq!(code, 0, "{out}");
-    assert!(out.starts_with("ok: 1 chains, 2 lines"), "{out}");
+    assert!(out.starts_with("ok: 1 chains, 3 lines"), "{out}");
     assert!(!out.contains("crash:"), "{out}");
     let text = std::fs::read_to_string(&chain).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let after: Value = serde_json::from_str(lines[1]).unwrap();
+    // The first line once the trail works again says what the outage cost.
+    let restored: Value = serde_json::from_str(lines[1]).unwrap();
+    assert_eq!(restored["status"], "audit_restored", "{restored}");
+    assert_eq!(restored["unavailable"]["lines_lost"], 1, "{restored}");
+    assert_eq!(
+        restored["prev"],
+        crate::common::sha256_hex(lines[0].as_bytes())
+    );
+    let after: Value = serde_json::from_str(lines[2]).unwrap();
     assert!(
         after["code"]
             .as_str()
             .unwrap()
             .starts_with("print(\"after\")")
     );
-    assert_eq!(after["seq"], 2);
+    assert_eq!(after["seq"], 3);
     assert_eq!(
         after["prev"],
-        crate::common::sha256_hex(lines[0].as_bytes())
+        crate::common::sha256_hex(lines[1].as_bytes())
     );
     assert_each_has_its_line(data.path(), &["before".into(), "after".into()]);
     assert_eq!(containers_of_instance(&me).await, 0);

@@ -13,6 +13,7 @@ mod cli;
 mod common;
 mod deploy;
 mod fakes;
+mod faults;
 mod front_door;
 mod hostile;
 mod identity;

@@ -29,7 +29,7 @@ use kube::api::{Api, AttachParams, DeleteParams, ListParams, PostParams, WatchEv
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::guard::Remover;
+use super::guard::{PendingRemovals, Remover};
 use super::policy::{INSTANCE_LABEL, Kind, MANAGED_LABEL, WARM_LABEL};
 use super::started::{Attached, OutputStream, Started};
 use super::{ContainerGuard, ReapFilter, ReapReport, SandboxError};
@@ -188,7 +188,7 @@ impl Cluster {
         config: &SandboxConfig,
         instance: &str,
         kind: Kind,
-        bookkeeping: (Arc<AtomicUsize>, TaskTracker),
+        bookkeeping: (Arc<AtomicUsize>, TaskTracker, Arc<PendingRemovals>),
         cancel: &CancellationToken,
     ) -> Result<Started, SandboxError> {
         let created_at = SystemTime::now();
@@ -209,12 +209,13 @@ impl Cluster {
             .create(&PostParams::default(), &wanted)
             .await
             .map_err(|e| api_error("creating the sandbox pod", e))?;
-        let (live, tracker) = bookkeeping;
+        let (live, tracker, pending) = bookkeeping;
         let guard = ContainerGuard::new(
             std::sync::Arc::new(self.clone()),
             name.clone(),
             live,
             tracker,
+            pending,
         );
         let result = tokio::select! {
             result = self.verify_and_attach(&wanted, created, &config.image, kind) => result,

@@ -458,7 +458,10 @@ impl<R: Runner> Tools<R> {
             .run_judged(job, author, Some(mark), out_dir.path(), cancel)
             .await?;
         Ok(match ran(outcome, self.runner.config()) {
-            Ran::Returned(result, _) => Ok(result),
+            Ran::Returned(result, _) => {
+                line.commit()?;
+                Ok(result)
+            }
             Ran::Failed(error) => {
                 line.refuse(&error);
                 Err(format!(
@@ -671,7 +674,10 @@ impl<R: Runner> Tools<R> {
                     super::catalog::SAVED_TOOL_PREFIX
                 )));
             }
-            Ran::Returned(result, outcome) => (result, outcome),
+            Ran::Returned(result, outcome) => {
+                line.commit()?;
+                (result, outcome)
+            }
         };
         let mut text = tail(
             &serde_json::to_string_pretty(&result).unwrap_or_default(),

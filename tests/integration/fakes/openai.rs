@@ -30,6 +30,10 @@ pub enum Reply {
     Garbage,
     /// A reply whose content is this text as it is (an answer, a checker's verdict).
     Text(String),
+    /// 429 with `Retry-After: 1`, as a rate limit answers.
+    RateLimited,
+    /// No answer, ever (the request hangs).
+    Hang,
 }
 
 /// What one poll of a research run answers.
@@ -182,6 +186,22 @@ async fn completions(
     let content = match reply {
         Some(Reply::Code(code)) => format!("Here is the script:\n\n```python\n{code}\n```\n"),
         Some(Reply::Text(text)) => text,
+        Some(Reply::RateLimited) => {
+            let mut response = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Rate limit reached for requests. Please try again in 1s.",
+                "requests",
+                Some("rate_limit_exceeded"),
+            );
+            response
+                .headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+            return response;
+        }
+        Some(Reply::Hang) => {
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+            return StatusCode::GATEWAY_TIMEOUT.into_response();
+        }
         Some(Reply::Garbage) => {
             return (
                 StatusCode::OK,
