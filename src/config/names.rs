@@ -92,6 +92,9 @@ pub const KNOWN: &[&str] = &[
     "POD_NAME",
     "POD_UID",
     "KUBECONFIG",
+    "SANDBOX_CANARY_INTERVAL",
+    "SANDBOX_CANARY_ADDRESSES",
+    "FILE_AGENT_DATA_CLAIM",
     // The tests' venvs (set in the environment of a test run, which starts servers).
     "FILE_AGENT_TEST_PYTHON_ENV",
     "FILE_AGENT_TEST_SDK_ENV",

@@ -198,7 +198,10 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
         .sandbox
         .warm
         .unwrap_or(config.admission.max_concurrent);
-    let sandbox = sandbox.with_warm_pool(warm, config.sandbox.warm_max_idle);
+    let sandbox = sandbox
+        .with_warm_pool(warm, config.sandbox.warm_max_idle)
+        .with_network_canary()
+        .await;
     Ok(parts.with_runner(config, Arc::new(sandbox)))
 }
 
@@ -503,6 +506,10 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
         slots: admission.config().max_concurrent,
         live_containers: tools.sandbox().live_containers(),
         pool: tools.sandbox().pool_stats(),
+        canary: tools
+            .sandbox()
+            .network_canary()
+            .map(|report| report.verdict.name()),
         backend: tools.sandbox().backend(),
         runtime: tools
             .sandbox()
@@ -580,7 +587,12 @@ async fn health(
     };
     // A cluster pulls the image when a pod starts: nothing to check ahead.
     let kubernetes = sandbox.backend() == "kubernetes";
-    let ready = docker["reachable"] == true && (image_present || kubernetes) && !draining;
+    let canary = sandbox.network_canary();
+    let network_open = canary
+        .as_ref()
+        .is_some_and(|report| matches!(report.verdict, crate::sandbox::Verdict::Reached(_)));
+    let ready =
+        docker["reachable"] == true && (image_present || kubernetes) && !draining && !network_open;
     let body = json!({
         "status": if draining { "draining" } else if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
@@ -599,12 +611,31 @@ async fn health(
     });
     let mut body = body;
     body[if kubernetes { "kubernetes" } else { "docker" }] = docker;
+    if let Some(report) = canary {
+        body["network_canary"] = canary_json(&report);
+    }
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body))
+}
+
+/// The network canary in `/health`: its verdict, when, what it tries and what it reached.
+fn canary_json(report: &crate::sandbox::CanaryReport) -> serde_json::Value {
+    use crate::sandbox::Verdict;
+    let mut value = json!({
+        "verdict": report.verdict.name(),
+        "checked_at": report.checked_at.map(crate::time::format_rfc3339),
+        "targets": report.targets,
+    });
+    match &report.verdict {
+        Verdict::Reached(reached) => value["reached"] = json!(reached),
+        Verdict::Failed(error) => value["error"] = json!(error),
+        Verdict::Pending | Verdict::Isolated => {}
+    }
+    value
 }
 
 #[cfg(test)]
