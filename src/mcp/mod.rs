@@ -634,11 +634,17 @@ impl FileAgentServer {
         // A request whose plain header contradicts its proven user runs nothing. (Decided
         // here rather than by wrapping `call` in one more future: in a debug build every
         // wrapper copies the whole call's state on the stack.)
-        let result = match identity_of(context).conflict {
-            Some(conflict) => {
+        // A call that would run code while the sandbox may run none (the network canary
+        // reached the network) is refused before it asks the model anything.
+        let runs_code =
+            Tool::named(tool).map_or(tool.starts_with(SAVED_TOOL_PREFIX), Tool::runs_code);
+        let refusal = runs_code.then(|| self.tools.refusal()).flatten();
+        let result = match (identity_of(context).conflict, refusal) {
+            (Some(conflict), _) => {
                 Err(CALL.sync_scope(call_context, || self.tools.refuse_identity(conflict)))
             }
-            None => {
+            (None, Some(refusal)) => Err(refusal),
+            (None, None) => {
                 let call = self.tools.track(tokio::time::timeout(deadline, call));
                 match CALL.scope(call_context, call).await {
                     Ok(result) => result,

@@ -138,6 +138,12 @@ pub trait Runner: std::fmt::Debug + Send + Sync + 'static {
     /// The settings every job runs with (limits, image, runtime).
     fn config(&self) -> &SandboxConfig;
 
+    /// Why no job may run now, if so (under Kubernetes: the network canary reached the
+    /// network). A call that would run code is refused with it before anything else.
+    fn refusal(&self) -> Option<SandboxError> {
+        None
+    }
+
     /// Runs `job`, writing its outputs under `out_dir`, until done or `cancel` fires.
     fn run(
         &self,
@@ -659,6 +665,13 @@ impl Runner for Sandbox {
         &self.launcher.config
     }
 
+    fn refusal(&self) -> Option<SandboxError> {
+        let reached = self.canary.as_ref().and_then(CanaryState::reached)?;
+        Some(SandboxError::NetworkReached {
+            reached: reached.join(", "),
+        })
+    }
+
     async fn run(
         &self,
         job: Job,
@@ -688,11 +701,9 @@ impl Sandbox {
         through: Through,
     ) -> Result<Outcome, SandboxError> {
         if through == Through::Attempt
-            && let Some(reached) = self.canary.as_ref().and_then(CanaryState::reached)
+            && let Some(refusal) = self.refusal()
         {
-            return Err(SandboxError::NetworkReached {
-                reached: reached.join(", "),
-            });
+            return Err(refusal);
         }
         let started = Instant::now();
         let limits = self.config().limits.clone();

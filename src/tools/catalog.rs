@@ -74,6 +74,14 @@ impl Tool {
         )
     }
 
+    /// Whether a call runs code in the sandbox (refused while the sandbox may not run any).
+    pub fn runs_code(self) -> bool {
+        !matches!(
+            self,
+            Tool::DeepResearch | Tool::ListTools | Tool::DeleteTool
+        )
+    }
+
     /// The tool named `name`, if there is one.
     pub fn named(name: &str) -> Option<Tool> {
         Tool::ALL.into_iter().find(|tool| tool.name() == name)

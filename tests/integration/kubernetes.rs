@@ -522,9 +522,21 @@ async fn a_canary_that_reaches_a_listener_stops_the_server_running_code() {
         "{text}"
     );
     assert!(!text.contains("hello\n"), "{text}");
+    // Refused before the model is asked (no model is configured: that would be the error).
+    let (is_error, text) = server
+        .call(
+            None,
+            "generate_file",
+            json!({"instructions": "sales by region", "file_type": "excel"}),
+        )
+        .await;
+    assert!(is_error && text.contains("network canary"), "{text}");
+    // What runs no code is not refused for it (here it answers that it names no user).
+    let (_, text) = server.call(None, "list_tools", json!({})).await;
+    assert!(!text.contains("network canary"), "{text}");
     assert!(
         sandbox_pods(&double).await.len() <= pods_before,
-        "no pod for the call"
+        "no pod for the calls"
     );
     server.assert_nothing_left().await;
     assert_no_sandbox_pods(&double).await;
