@@ -85,9 +85,15 @@ impl CanaryState {
         self.report().targets
     }
 
-    /// Records a canary's verdict (a change is logged: a reach as an error).
+    /// Records a canary's verdict (a change is logged: a reach as an error). A canary that
+    /// could not run after one that reached the network changes nothing: only one that reaches
+    /// nothing lets code run again.
     pub(crate) fn record(&self, verdict: Verdict) {
         let mut report = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if let (Verdict::Failed(error), Verdict::Reached(_)) = (&verdict, &report.verdict) {
+            tracing::warn!(%error, "the network canary could not run; the last one reached the network, so no code runs still");
+            return;
+        }
         if report.verdict != verdict {
             match &verdict {
                 Verdict::Reached(reached) => tracing::error!(
@@ -213,6 +219,19 @@ mod tests {
             judge(&outcome(Status::Timeout, "file-agent-canary:[]\n")),
             Verdict::Failed(_)
         ));
+    }
+
+    #[test]
+    fn only_a_canary_that_reaches_nothing_lifts_a_reach() {
+        let state = CanaryState::new(vec!["a:1".into()]);
+        assert_eq!(state.reached(), None);
+        state.record(Verdict::Reached(vec!["a:1".into()]));
+        state.record(Verdict::Failed("the pod did not start".into()));
+        assert_eq!(state.reached(), Some(vec!["a:1".to_string()]));
+        state.record(Verdict::Isolated);
+        assert_eq!(state.reached(), None);
+        state.record(Verdict::Failed("the pod did not start".into()));
+        assert_eq!(state.report().verdict.name(), "failed");
     }
 
     #[test]

@@ -714,7 +714,12 @@ impl Sandbox {
                 source: std::io::Error::other(e),
             })??;
         // Counted from here to the result: the pool refills a lone attempt's container after it.
-        let _attempt = self.pool.as_ref().map(|pool| pool.attempt());
+        // The canary is no attempt the pool should make room for.
+        let _attempt = self
+            .pool
+            .as_ref()
+            .filter(|_| through == Through::Attempt)
+            .map(|pool| pool.attempt());
         let container = match through {
             Through::Attempt => {
                 self.container_for(request.upload.len() as u64, cancel)
