@@ -267,6 +267,60 @@ def _without_reassignments(tree):
     return ast.fix_missing_locations(DropReassignments().visit(tree)), dropped
 
 
+# The sandbox has no network (Docker's NetworkMode=none, Kubernetes' deny-all NetworkPolicy):
+# that is what blocks it, not this. This only makes a script's network call fail at once, with
+# a sentence that says why, where a dropped packet would leave it waiting out its time limit.
+# Loopback and Unix sockets stay usable (a library may talk to itself). A process the script
+# starts anew has no hook; the block still holds for it.
+NO_NETWORK = "the sandbox has no network"
+_NETWORK_EVENTS = frozenset(
+    (
+        "socket.connect",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+        "socket.getnameinfo",
+    )
+)
+
+
+def _is_local(host):
+    """Whether ``host`` (a name or an address) is this container itself."""
+    import ipaddress
+
+    if host is None or host in ("", b"", "localhost", b"localhost"):
+        return True
+    if isinstance(host, bytes):
+        host = host.decode("ascii", "replace")
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _refuse_network(event, args):
+    """The audit hook of the worker: a network event towards anything but this container
+    raises ``OSError(ENETUNREACH, NO_NETWORK)``."""
+    if event not in _NETWORK_EVENTS:
+        return
+    import errno
+    import socket
+
+    if event in ("socket.connect", "socket.sendto", "socket.sendmsg"):
+        sock, address = args
+        if address is None or getattr(sock, "family", None) == getattr(socket, "AF_UNIX", None):
+            return
+        host = address[0] if isinstance(address, tuple) and address else address
+    elif event == "socket.getnameinfo":
+        host = args[0][0] if args and isinstance(args[0], tuple) and args[0] else None
+    else:
+        host = args[0] if args else None
+    if not _is_local(host):
+        raise OSError(errno.ENETUNREACH, NO_NETWORK)
+
+
 def _run(script, names):
     """Runs the script in this process; returns its exit code."""
     import ast
@@ -293,6 +347,7 @@ def _run(script, names):
     namespace = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__}
     namespace.update(names)
     code = compile(tree, script, "exec")
+    sys.addaudithook(_refuse_network)
     try:
         exec(code, namespace)
     except SystemExit as exit:

@@ -10,6 +10,7 @@
 //! This module does not read `.env` files (the CLI does, before calling it) or talk to anything.
 
 mod analysis;
+pub mod capacity;
 mod identity;
 pub mod image;
 mod kubernetes;

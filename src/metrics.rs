@@ -236,6 +236,16 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
         }
+        if let Some(verdict) = gauges.canary {
+            out.push_str("# HELP file_agent_network_canary The network canary's last verdict (1 for the current one): reached means a sandbox pod reached the network and no code runs.\n# TYPE file_agent_network_canary gauge\n");
+            for state in ["pending", "isolated", "reached", "failed"] {
+                let _ = writeln!(
+                    out,
+                    "file_agent_network_canary{{verdict=\"{state}\"}} {}",
+                    u8::from(state == verdict)
+                );
+            }
+        }
         out
     }
 }
@@ -342,6 +352,9 @@ pub struct Gauges {
     pub audit: Option<AuditGauges>,
     /// Containers (or pods) whose removal failed and is being tried again.
     pub pending_removals: usize,
+    /// The network canary's verdict (`pending`, `isolated`, `reached`, `failed`), when one
+    /// runs (under Kubernetes).
+    pub canary: Option<&'static str>,
     /// What runs the attempts (`docker`).
     pub backend: &'static str,
     /// The OCI runtime asked for (`SANDBOX_RUNTIME`), or `default` for the engine's own.
@@ -391,6 +404,16 @@ mod tests {
         assert!(with_pool.contains("file_agent_warm_pool_ready 1"));
         assert!(with_pool.contains("file_agent_warm_pool_takes_total 7"));
         assert!(with_pool.contains("file_agent_warm_pool_misses_total 3"));
+        assert!(
+            !text.contains("network_canary"),
+            "no canary, no canary rows"
+        );
+        let reached = metrics.render(&Gauges {
+            canary: Some("reached"),
+            ..Gauges::default()
+        });
+        assert!(reached.contains("file_agent_network_canary{verdict=\"reached\"} 1"));
+        assert!(reached.contains("file_agent_network_canary{verdict=\"isolated\"} 0"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (_, value) = line.rsplit_once(' ').unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");

@@ -345,6 +345,41 @@ async fn kubernetes_checks(
         ),
         Err(error) => line(Some(false), "network", error.to_string()),
     }
+    match sandbox.probe_network().await {
+        None => {}
+        Some(report) => {
+            use crate::sandbox::Verdict;
+            let targets = report.targets.join(", ");
+            match report.verdict {
+                Verdict::Isolated => line(
+                    Some(true),
+                    "canary",
+                    format!("a pod made like an attempt's reached none of {targets}"),
+                ),
+                Verdict::Reached(reached) => line(
+                    Some(false),
+                    "canary",
+                    format!(
+                        "a pod made like an attempt's reached {}: the sandbox pods have network, and the server runs no code while its canary says so; fix the NetworkPolicy, the CNI's enforcement or a cluster-wide policy",
+                        reached.join(", ")
+                    ),
+                ),
+                Verdict::Failed(error) => line(
+                    Some(false),
+                    "canary",
+                    format!("the network canary could not run: {error}"),
+                ),
+                Verdict::Pending => line(None, "canary", "no verdict".into()),
+            }
+        }
+    }
+    match cluster.data_claim().await {
+        Ok(check) => {
+            let (ok, text) = check.line();
+            line(ok, "storage", text);
+        }
+        Err(error) => line(Some(false), "storage", error.to_string()),
+    }
     for (verb, group, resource) in KUBERNETES_VERBS {
         match cluster.may(verb, group, resource).await {
             Ok(true) => line(Some(true), "rbac", format!("{verb} {resource}")),

@@ -96,6 +96,9 @@ pub const KNOWN: &[&str] = &[
     // Read by compose.yaml (the address it publishes the port on), whose `env_file: .env`
     // hands the whole file to the server as well.
     "FILE_AGENT_PUBLISH",
+    "SANDBOX_CANARY_INTERVAL",
+    "SANDBOX_CANARY_ADDRESSES",
+    "FILE_AGENT_DATA_CLAIM",
     // The tests' venvs (set in the environment of a test run, which starts servers).
     "FILE_AGENT_TEST_PYTHON_ENV",
     "FILE_AGENT_TEST_SDK_ENV",

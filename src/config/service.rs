@@ -385,15 +385,17 @@ impl Config {
             .map_or_else(|| PathBuf::from(DEFAULT_DATA_DIR), PathBuf::from);
         let server = ServerConfig::from_vars(&vars)?;
         let listen = server.listen;
+        let sandbox = SandboxConfig::from_vars(&vars)?;
+        let kubernetes = matches!(sandbox.backend, super::Backend::Kubernetes(_));
         let mut config = Self {
-            sandbox: SandboxConfig::from_vars(&vars)?,
+            admission: AdmissionConfig::from_vars(&vars, kubernetes)?,
+            sandbox,
             server,
             identity: IdentityConfig::from_vars(&vars)?,
             llm: LlmConfig::from_vars(&vars)?,
             storage: StorageConfig::from_vars(&vars, &data_dir)?,
             transfer: TransferLimits::from_vars(&vars)?,
             prompts_dir: vars.get("FILE_AGENT_PROMPTS_DIR").map(PathBuf::from),
-            admission: AdmissionConfig::from_vars(&vars)?,
             audit: AuditConfig::from_vars(&vars, &data_dir)?,
             retention: RetentionConfig::from_vars(&vars)?,
             url_fetch: UrlFetchConfig::from_vars(&vars)?,
@@ -595,10 +597,13 @@ impl StorageConfig {
 }
 
 impl AdmissionConfig {
-    /// Slots (default: the CPU count), the queue and the call deadline.
-    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
-        let cores = std::thread::available_parallelism().map_or(2, usize::from);
-        let max_concurrent = vars.count("FILE_AGENT_MAX_CONCURRENT", cores, 1..=256)?;
+    /// Slots (default: the CPUs this process may use; under Kubernetes its pod's CPU limit,
+    /// never the node's cores: [`super::capacity`]), the queue and the call deadline.
+    fn from_vars(vars: &Vars<'_>, kubernetes: bool) -> Result<Self, ConfigError> {
+        let max_concurrent = match vars.get("FILE_AGENT_MAX_CONCURRENT") {
+            Some(_) => vars.count("FILE_AGENT_MAX_CONCURRENT", 1, 1..=256)?,
+            None => super::capacity::own_default_slots(kubernetes).min(256),
+        };
         Ok(Self {
             max_concurrent,
             queue_max: vars.count("FILE_AGENT_QUEUE_MAX", max_concurrent * 2, 0..=10_000)?,
@@ -795,6 +800,30 @@ mod tests {
         );
         let hosts = config.server.allowed_hosts.unwrap();
         assert!(hosts.contains(&"localhost".to_string()), "{hosts:?}");
+    }
+
+    #[test]
+    fn under_kubernetes_the_slots_default_to_the_pods_cpu_limit_never_the_nodes_cores() {
+        let kube = config(&[("SANDBOX_BACKEND", "kubernetes")]).unwrap();
+        let own_limit =
+            super::super::capacity::own_cpu_limit(std::path::Path::new("/sys/fs/cgroup"));
+        assert_eq!(
+            kube.admission.max_concurrent,
+            super::super::capacity::default_slots(true, own_limit, usize::MAX)
+        );
+        assert_eq!(kube.admission.queue_max, kube.admission.max_concurrent * 2);
+        let set = config(&[
+            ("SANDBOX_BACKEND", "kubernetes"),
+            ("FILE_AGENT_MAX_CONCURRENT", "6"),
+        ])
+        .unwrap();
+        assert_eq!(set.admission.max_concurrent, 6);
+        let docker = config(&[]).unwrap();
+        assert_eq!(
+            docker.admission.max_concurrent,
+            std::thread::available_parallelism().map_or(2, usize::from)
+        );
+        assert!(config(&[("FILE_AGENT_MAX_CONCURRENT", "0")]).is_err());
     }
 
     #[test]

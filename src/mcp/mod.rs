@@ -634,17 +634,20 @@ impl FileAgentServer {
         // A request whose plain header contradicts its proven user runs nothing. (Decided
         // here rather than by wrapping `call` in one more future: in a debug build every
         // wrapper copies the whole call's state on the stack.)
-        // A call that would run attempts while the audit trail cannot be written runs
-        // nothing (unless the operator chose FILE_AGENT_AUDIT_ON_FAILURE=continue): refused
-        // before the model is asked, not after.
+        // A call that would run attempts while the sandbox may run no code (the network canary
+        // reached the network) or the audit trail cannot be written (unless the operator chose
+        // FILE_AGENT_AUDIT_ON_FAILURE=continue) runs nothing: refused before the model is
+        // asked, not after.
         let runs_attempts =
             Tool::named(tool).map_or(tool.starts_with(SAVED_TOOL_PREFIX), Tool::runs_attempts);
-        let unaudited = if runs_attempts {
-            self.tools.audit_gate().err()
+        let refused = if runs_attempts {
+            self.tools
+                .refusal()
+                .or_else(|| self.tools.audit_gate().err())
         } else {
             None
         };
-        let result = match (identity_of(context).conflict, unaudited) {
+        let result = match (identity_of(context).conflict, refused) {
             (Some(conflict), _) => {
                 Err(CALL.sync_scope(call_context, || self.tools.refuse_identity(conflict)))
             }

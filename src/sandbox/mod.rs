@@ -22,6 +22,7 @@
 
 pub mod archive;
 mod attempt;
+pub mod canary;
 mod engine;
 pub mod guard;
 pub mod image;
@@ -46,11 +47,13 @@ use tokio_util::task::TaskTracker;
 
 pub use archive::{Input, InputSource};
 pub use attempt::{End, Ending, classify, runs_gvisor};
+pub use canary::{CanaryReport, Verdict};
 pub use guard::ContainerGuard;
 pub use outcome::{Captured, Outcome, OutputFile, SandboxError, Skipped, Status, Timings};
 pub use pool::PoolStats;
 
 use crate::config::{Backend, SandboxConfig};
+use canary::CanaryState;
 use engine::Engine;
 use guard::PendingRemovals;
 use launch::Launcher;
@@ -138,6 +141,12 @@ fn python_string(text: &str) -> String {
 pub trait Runner: std::fmt::Debug + Send + Sync + 'static {
     /// The settings every job runs with (limits, image, runtime).
     fn config(&self) -> &SandboxConfig;
+
+    /// Why no job may run now, if so (under Kubernetes: the network canary reached the
+    /// network). A call that would run code is refused with it before anything else.
+    fn refusal(&self) -> Option<SandboxError> {
+        None
+    }
 
     /// Runs `job`, writing its outputs under `out_dir`, until done or `cancel` fires.
     fn run(
@@ -265,6 +274,11 @@ pub struct Sandbox {
     /// Whatever makes this process the owner of its instance label (a locked file), held as
     /// long as the sandbox lives.
     _instance_claim: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// The network canary's last verdict (under Kubernetes, when it runs): while it says
+    /// the sandbox reached the network, no attempt runs.
+    canary: Option<CanaryState>,
+    /// Cancelled by [`Sandbox::shutdown`]: ends the canary's task and its attempt.
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -306,6 +320,8 @@ impl Sandbox {
             pool: None,
             _retry_stop: retry_stop.drop_guard().into(),
             _instance_claim: None,
+            canary: None,
+            stop: CancellationToken::new(),
         })
     }
 
@@ -344,6 +360,82 @@ impl Sandbox {
             )));
         }
         self
+    }
+
+    /// Under Kubernetes with `SANDBOX_CANARY_INTERVAL` set: runs the network canary
+    /// ([`canary`]) now and every interval, in a task that ends at [`Sandbox::shutdown`]; while
+    /// its last verdict is [`Verdict::Reached`], every attempt is refused. Call it once, from
+    /// within the runtime.
+    pub async fn with_network_canary(mut self) -> Self {
+        // `SANDBOX_CANARY_INTERVAL=0` turns it off (doctor still runs one).
+        let Some((Some(interval), targets)) = self.canary_plan().await else {
+            return self;
+        };
+        let state = CanaryState::new(targets);
+        self.canary = Some(state.clone());
+        let sandbox = self.clone();
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let targets = state.targets();
+                let verdict = tokio::select! {
+                    verdict = sandbox.run_canary(&targets, &stop) => verdict,
+                    () = stop.cancelled() => return,
+                };
+                state.record(verdict);
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {}
+                    () = stop.cancelled() => return,
+                }
+            }
+        });
+        self
+    }
+
+    /// Runs one network canary now and waits for its verdict (`file-agent doctor`); `None`
+    /// when the backend has none (Docker: `NetworkMode=none` is verified on every container).
+    pub async fn probe_network(&self) -> Option<CanaryReport> {
+        let (_, targets) = self.canary_plan().await?;
+        let state = CanaryState::new(targets);
+        state.record(self.run_canary(&state.targets(), &self.stop).await);
+        Some(state.report())
+    }
+
+    /// The canary's last verdict, when it runs.
+    pub fn network_canary(&self) -> Option<CanaryReport> {
+        self.canary.as_ref().map(CanaryState::report)
+    }
+
+    /// Under Kubernetes: the canary's interval (`None`: off) and its targets, the API server's
+    /// addresses first.
+    async fn canary_plan(&self) -> Option<(Option<Duration>, Vec<String>)> {
+        let (Backend::Kubernetes(kube), Some(cluster)) = (&self.config().backend, self.cluster())
+        else {
+            return None;
+        };
+        let mut targets = cluster.api_server_addresses().await;
+        targets.extend(kube.canary_addresses.iter().cloned());
+        Some((kube.canary_interval, targets))
+    }
+
+    /// One canary attempt: a cold pod, never a warm one (the canary must be what an attempt
+    /// gets from now on, and must not take a pod an attempt is waiting for).
+    async fn run_canary(&self, targets: &[String], cancel: &CancellationToken) -> Verdict {
+        let job = Job {
+            script: canary::script(targets),
+            ..Job::default()
+        };
+        let folder = match tempfile::tempdir() {
+            Ok(folder) => folder,
+            Err(error) => return Verdict::Failed(format!("no temporary folder: {error}")),
+        };
+        match self
+            .run_with(job, folder.path(), cancel, Through::Canary)
+            .await
+        {
+            Ok(outcome) => canary::judge(&outcome),
+            Err(error) => Verdict::Failed(error.to_string()),
+        }
     }
 
     /// The pool's numbers; `None` when the pool is off.
@@ -398,9 +490,10 @@ impl Sandbox {
         self.launcher.pending.len()
     }
 
-    /// Drains the pool, waits for removals started by dropped guards, and tries the removals
-    /// that failed once more, for at most [`SHUTDOWN_REMOVALS`].
+    /// Stops the canary, drains the pool, waits for removals started by dropped guards, and
+    /// tries the removals that failed once more, for at most [`SHUTDOWN_REMOVALS`].
     pub async fn shutdown(&self) {
+        self.stop.cancel();
         if let Some(pool) = &self.pool {
             pool.drain().await;
         }
@@ -591,12 +684,46 @@ impl Runner for Sandbox {
         &self.launcher.config
     }
 
+    fn refusal(&self) -> Option<SandboxError> {
+        let reached = self.canary.as_ref().and_then(CanaryState::reached)?;
+        Some(SandboxError::NetworkReached {
+            reached: reached.join(", "),
+        })
+    }
+
     async fn run(
         &self,
         job: Job,
         out_dir: &Path,
         cancel: &CancellationToken,
     ) -> Result<Outcome, SandboxError> {
+        self.run_with(job, out_dir, cancel, Through::Attempt).await
+    }
+}
+
+/// Whose job [`Sandbox::run_with`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Through {
+    /// An attempt: refused while the canary says the sandbox has network; a warm container
+    /// when one is ready.
+    Attempt,
+    /// The network canary: always runs, always in a cold container.
+    Canary,
+}
+
+impl Sandbox {
+    async fn run_with(
+        &self,
+        job: Job,
+        out_dir: &Path,
+        cancel: &CancellationToken,
+        through: Through,
+    ) -> Result<Outcome, SandboxError> {
+        if through == Through::Attempt
+            && let Some(refusal) = self.refusal()
+        {
+            return Err(refusal);
+        }
         let started = Instant::now();
         let limits = self.config().limits.clone();
         let request = tokio::task::spawn_blocking(move || Request::build(&job, &limits))
@@ -606,10 +733,28 @@ impl Runner for Sandbox {
                 source: std::io::Error::other(e),
             })??;
         // Counted from here to the result: the pool refills a lone attempt's container after it.
-        let _attempt = self.pool.as_ref().map(|pool| pool.attempt());
-        let container = self
-            .container_for(request.upload.len() as u64, cancel)
-            .await?;
+        // The canary is no attempt the pool should make room for.
+        let _attempt = self
+            .pool
+            .as_ref()
+            .filter(|_| through == Through::Attempt)
+            .map(|pool| pool.attempt());
+        let container = match through {
+            Through::Attempt => {
+                self.container_for(request.upload.len() as u64, cancel)
+                    .await?
+            }
+            Through::Canary => {
+                self.launcher
+                    .launch(
+                        Kind::Cold {
+                            upload_bytes: request.upload.len() as u64,
+                        },
+                        cancel,
+                    )
+                    .await?
+            }
+        };
         let Started {
             guard,
             image_id,

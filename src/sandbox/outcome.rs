@@ -193,6 +193,15 @@ pub enum SandboxError {
         /// What was found instead.
         detail: String,
     },
+    /// The network canary, a sandbox pod like an attempt's, reached an address: the sandbox
+    /// is not cut off from the network, so no code runs.
+    #[error(
+        "file-agent runs no code now: its network canary, a sandbox pod made like this attempt's, reached {reached}, so the sandbox pods are not cut off from the network. An operator must fix the cluster's isolation (the NetworkPolicy of deploy/kubernetes/networkpolicy.yaml, a CNI that enforces it, no cluster-wide policy that allows the traffic; `file-agent doctor` shows the canary); calls run again once a canary reaches nothing"
+    )]
+    NetworkReached {
+        /// The addresses reached, comma-separated.
+        reached: String,
+    },
     /// An input cannot be placed in `/work/in`.
     #[error("input {name:?} cannot be used: {reason}")]
     BadInput {

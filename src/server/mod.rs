@@ -198,7 +198,10 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
         .sandbox
         .warm
         .unwrap_or(config.admission.max_concurrent);
-    let sandbox = sandbox.with_warm_pool(warm, config.sandbox.warm_max_idle);
+    let sandbox = sandbox
+        .with_warm_pool(warm, config.sandbox.warm_max_idle)
+        .with_network_canary()
+        .await;
     Ok(parts.with_runner(config, Arc::new(sandbox)))
 }
 
@@ -512,6 +515,10 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
                 lines_lost,
             }
         }),
+        canary: tools
+            .sandbox()
+            .network_canary()
+            .map(|report| report.verdict.name()),
         backend: tools.sandbox().backend(),
         runtime: tools
             .sandbox()
@@ -609,10 +616,15 @@ async fn health(
             )
         });
     let audit_refusing = audit.as_ref().is_some_and(|(refusing, _)| *refusing);
+    let canary = sandbox.network_canary();
+    let network_open = canary
+        .as_ref()
+        .is_some_and(|report| matches!(report.verdict, crate::sandbox::Verdict::Reached(_)));
     let ready = docker["reachable"] == true
         && (image_present || kubernetes)
         && !draining
-        && !audit_refusing;
+        && !audit_refusing
+        && !network_open;
     let body = json!({
         "status": if draining { "draining" } else if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
@@ -633,12 +645,31 @@ async fn health(
     });
     let mut body = body;
     body[if kubernetes { "kubernetes" } else { "docker" }] = docker;
+    if let Some(report) = canary {
+        body["network_canary"] = canary_json(&report);
+    }
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body))
+}
+
+/// The network canary in `/health`: its verdict, when, what it tries and what it reached.
+fn canary_json(report: &crate::sandbox::CanaryReport) -> serde_json::Value {
+    use crate::sandbox::Verdict;
+    let mut value = json!({
+        "verdict": report.verdict.name(),
+        "checked_at": report.checked_at.map(crate::time::format_rfc3339),
+        "targets": report.targets,
+    });
+    match &report.verdict {
+        Verdict::Reached(reached) => value["reached"] = json!(reached),
+        Verdict::Failed(error) => value["error"] = json!(error),
+        Verdict::Pending | Verdict::Isolated => {}
+    }
+    value
 }
 
 #[cfg(test)]

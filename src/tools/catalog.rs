@@ -74,8 +74,9 @@ impl Tool {
         )
     }
 
-    /// Whether a call of it runs sandbox attempts (and so needs the audit trail to be
-    /// writable before it starts, under `FILE_AGENT_AUDIT_ON_FAILURE=refuse`).
+    /// Whether a call of it runs sandbox attempts: refused before it starts while the sandbox
+    /// may run no code (the network canary reached the network) or the audit trail cannot be
+    /// written (under `FILE_AGENT_AUDIT_ON_FAILURE=refuse`).
     pub fn runs_attempts(self) -> bool {
         !matches!(
             self,

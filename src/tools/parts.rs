@@ -181,6 +181,14 @@ impl<R: Runner> Tools<R> {
     }
 }
 
+impl<R: Runner> Tools<R> {
+    /// Why a call that would run code is refused now, if it is (the runner's
+    /// [`Runner::refusal`]).
+    pub fn refusal(&self) -> Option<ToolError> {
+        self.runner.refusal().map(ToolError::Sandbox)
+    }
+}
+
 impl Tools<Sandbox> {
     /// The sandbox (its pool, its containers, its engine).
     pub fn sandbox(&self) -> &Sandbox {

@@ -1,7 +1,8 @@
 //! `SANDBOX_BACKEND=kubernetes` end to end, over MCP, against the Kubernetes API double
 //! (`fakes::kubernetes`, which runs each pod as a container of the real sandbox image on the
 //! real engine): the tools work unchanged, a pod the cluster stored differently is refused,
-//! a missing NetworkPolicy stops start-up, and nothing is left. Each test ends by shutting the
+//! a missing NetworkPolicy stops start-up, a network canary that reaches a listener stops the
+//! server running code, `doctor` reads the data folder's claim, and nothing is left. Each test ends by shutting the
 //! double down, which asserts that no container of its pods is left.
 //!
 //! `real_cluster_*` runs the same flow against a real cluster when `FILE_AGENT_TEST_KUBECONFIG`
@@ -65,6 +66,9 @@ pub(crate) async fn cluster(
         ("POD_NAME", SERVER_POD),
         ("POD_UID", &uid),
         ("POD_NAMESPACE", NAMESPACE),
+        // The network canary's own pods would change the counts these tests assert; the
+        // canary's tests turn it on.
+        ("SANDBOX_CANARY_INTERVAL", "0"),
     ]);
     vars.push(("SANDBOX_IMAGE".into(), pod_image().await));
     (double, home, vars)
@@ -497,5 +501,226 @@ async fn the_node_log_holds_nothing_of_a_scripts_output_files_or_a_saved_tools_r
     for secret in [&printed, &written, &returned] {
         assert_eq!(leaks(&log, secret.as_bytes()), None, "{secret}");
     }
+    with_timeout(double.shutdown()).await;
+}
+
+/// A TCP listener on every address of this host, counting the connections it accepts, and the
+/// address a container on Docker's default bridge reaches it at (the bridge's gateway).
+async fn host_listener() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((_stream, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let bridge = with_timeout(docker.inspect_network(
+        "bridge",
+        None::<bollard::query_parameters::InspectNetworkOptions>,
+    ))
+    .await
+    .unwrap();
+    let gateway = bridge
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .into_iter()
+        .flatten()
+        .find_map(|config| config.gateway)
+        .filter(|gateway| !gateway.is_empty())
+        .unwrap_or_else(|| "172.17.0.1".to_string());
+    (format!("{gateway}:{port}"), accepted)
+}
+
+/// `/health` once the network canary has a verdict.
+async fn health_with_canary_verdict(server: &TestServer) -> (reqwest::StatusCode, Value) {
+    for _ in 0..300 {
+        let response = reqwest::get(format!("{}/health", server.url))
+            .await
+            .unwrap();
+        let status = response.status();
+        let health: Value = response.json().await.unwrap();
+        if health["network_canary"]["verdict"] != "pending" {
+            return (status, health);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("the canary gave no verdict within 60 s");
+}
+
+/// Where the cluster's isolation fails (the double's pods join Docker's bridge, as pods do
+/// where no CNI enforces the NetworkPolicy), the canary pod the server starts with reaches a
+/// listener: `/health` says 503 and what was reached, `/metrics` shows it, and a call that
+/// would run code is refused with the reason.
+#[tokio::test]
+async fn a_canary_that_reaches_a_listener_stops_the_server_running_code() {
+    let (double, _home, mut vars) = cluster(true).await;
+    double.give_pods_network("bridge");
+    let (address, accepted) = host_listener().await;
+    vars.push(("SANDBOX_CANARY_INTERVAL".into(), "600".into()));
+    vars.push(("SANDBOX_CANARY_ADDRESSES".into(), address.clone()));
+    let server = TestServer::start(&vars).await;
+    let (status, health) = with_timeout(health_with_canary_verdict(&server)).await;
+    assert_eq!(health["network_canary"]["verdict"], "reached", "{health}");
+    assert_eq!(
+        health["network_canary"]["reached"],
+        json!([address]),
+        "{health}"
+    );
+    assert_eq!(status, reqwest::StatusCode::SERVICE_UNAVAILABLE, "{health}");
+    assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    let metrics = reqwest::get(format!("{}/metrics", server.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("file_agent_network_canary{verdict=\"reached\"} 1"),
+        "{metrics}"
+    );
+    let pods_before = sandbox_pods(&double).await.len();
+    let (is_error, text) = server
+        .call(None, "run_python", json!({"code": "print('hello')"}))
+        .await;
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("network canary") && text.contains(&address),
+        "{text}"
+    );
+    assert!(!text.contains("hello\n"), "{text}");
+    // Refused before the model is asked (no model is configured: that would be the error).
+    let (is_error, text) = server
+        .call(
+            None,
+            "generate_file",
+            json!({"instructions": "sales by region", "file_type": "excel"}),
+        )
+        .await;
+    assert!(is_error && text.contains("network canary"), "{text}");
+    // What runs no code is not refused for it (here it answers that it names no user).
+    let (_, text) = server.call(None, "list_tools", json!({})).await;
+    assert!(!text.contains("network canary"), "{text}");
+    assert!(
+        sandbox_pods(&double).await.len() <= pods_before,
+        "no pod for the calls"
+    );
+    server.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
+
+/// The same listener, pods with no network: the canary reaches nothing, says so, and calls run.
+#[tokio::test]
+async fn a_canary_of_an_isolated_cluster_reaches_nothing_and_calls_run() {
+    let (double, _home, mut vars) = cluster(true).await;
+    let (address, accepted) = host_listener().await;
+    vars.push(("SANDBOX_CANARY_INTERVAL".into(), "600".into()));
+    vars.push(("SANDBOX_CANARY_ADDRESSES".into(), address.clone()));
+    let server = TestServer::start(&vars).await;
+    let (status, health) = with_timeout(health_with_canary_verdict(&server)).await;
+    assert_eq!(health["network_canary"]["verdict"], "isolated", "{health}");
+    assert_eq!(status, reqwest::StatusCode::OK, "{health}");
+    let targets = health["network_canary"]["targets"].as_array().unwrap();
+    assert!(targets.contains(&json!(address)), "{health}");
+    assert!(targets.len() >= 2, "the API server's address too: {health}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let (is_error, text) = server
+        .call(None, "run_python", json!({"code": "print('hello')"}))
+        .await;
+    assert!(!is_error, "{text}");
+    server.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
+
+/// The data folder's claim as `doctor` reports it, on a double whose default class offers only
+/// ReadWriteOnce (as GKE's, EKS's and AKS's do): the base manifests' claim binds and doctor
+/// says so; the shared-storage overlay's ReadWriteMany claim stays Pending and doctor says why,
+/// from the provisioner's event. Doctor's canary runs too, and reaches nothing.
+#[tokio::test]
+async fn doctor_says_when_the_data_claim_is_pending_and_why() {
+    let (double, _home, vars) = cluster(true).await;
+    with_timeout(double.create_namespace("file-agent", &[])).await;
+    let claim = |folder: &str| -> Value {
+        let output = std::process::Command::new("kubectl")
+            .args([
+                "kustomize",
+                &format!("{}/deploy/{folder}", env!("CARGO_MANIFEST_DIR")),
+            ])
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&output.stdout))
+            .unwrap()
+            .into_iter()
+            .find(|document| document["kind"] == "PersistentVolumeClaim")
+            .unwrap()
+    };
+    with_timeout(double.apply(claim("kubernetes"))).await;
+    let mut shared = claim("kubernetes-shared-storage");
+    shared["metadata"]["name"] = json!("file-agent-data-shared");
+    with_timeout(double.apply(shared)).await;
+    let data = tempfile::tempdir().unwrap();
+    let doctor = |claim: &'static str| {
+        let mut env: Vec<(String, String)> = vars.clone();
+        env.push((
+            "FILE_AGENT_DATA_DIR".into(),
+            data.path().display().to_string(),
+        ));
+        env.push(("FILE_AGENT_DATA_CLAIM".into(), claim.into()));
+        async move {
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            crate::common::run_cli(&["doctor"], &env).await
+        }
+    };
+    let bound = doctor("file-agent/file-agent-data").await;
+    let line = |stdout: &str, what: &str| -> String {
+        stdout
+            .lines()
+            .find(|line| line.starts_with(what))
+            .unwrap_or_else(|| panic!("no {what} line: {stdout}"))
+            .to_string()
+    };
+    let storage = line(&bound.stdout, "storage");
+    assert!(
+        storage.contains("ok") && storage.contains("is Bound (ReadWriteOnce, 20Gi"),
+        "{storage}"
+    );
+    let canary = line(&bound.stdout, "canary");
+    assert!(
+        canary.contains("ok") && canary.contains("reached none"),
+        "{canary}"
+    );
+    let pending = doctor("file-agent/file-agent-data-shared").await;
+    assert_eq!(pending.code, Some(1), "{}", pending.stdout);
+    let storage = line(&pending.stdout, "storage");
+    assert!(storage.contains("FAIL"), "{storage}");
+    assert!(storage.contains("is Pending (ReadWriteMany"), "{storage}");
+    assert!(
+        storage.contains("ProvisioningFailed") && storage.contains("MULTI_NODE_MULTI_WRITER"),
+        "{storage}"
+    );
+    // Where the class offers ReadWriteMany, the overlay's claim binds.
+    double.set_storage_modes(&["ReadWriteOnce", "ReadWriteMany"]);
+    let mut shared = claim("kubernetes-shared-storage");
+    shared["metadata"]["name"] = json!("file-agent-data-rwx");
+    with_timeout(double.apply(shared)).await;
+    let rwx = doctor("file-agent/file-agent-data-rwx").await;
+    assert!(
+        line(&rwx.stdout, "storage").contains("is Bound (ReadWriteMany"),
+        "{}",
+        rwx.stdout
+    );
+    let missing = doctor("file-agent/nothing").await;
+    assert!(
+        line(&missing.stdout, "storage").contains("does not exist"),
+        "{}",
+        missing.stdout
+    );
+    assert_no_sandbox_pods(&double).await;
     with_timeout(double.shutdown()).await;
 }

@@ -37,6 +37,7 @@ on_each_runtime!(
     a_failing_script_reports_its_traceback,
     the_preset_paths_cannot_be_reassigned,
     the_network_is_unreachable,
+    a_network_call_fails_at_once_saying_the_sandbox_has_no_network,
     no_secret_of_the_server_reaches_the_container,
     the_script_is_unprivileged,
     nothing_outside_work_out_and_tmp_is_writable,
@@ -201,14 +202,38 @@ async fn the_network_is_unreachable(runtime: Runtime) {
     let outcome = run_fixture(&sandbox, "network.py", out.path()).await;
     assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
     let text = stdout(&outcome);
+    // Refused by the runner's hook, and blocked by the container without it.
     for probe in ["tcp", "udp", "dns", "ipv6"] {
-        assert!(
-            text.contains(&format!("{probe} BLOCKED")),
-            "{probe}: {text}"
-        );
+        for prefix in ["\n", "\nunhooked "] {
+            assert!(
+                text.contains(&format!("{prefix}{probe} BLOCKED"))
+                    || text.starts_with(&format!("{probe} BLOCKED")),
+                "{prefix}{probe}: {text}"
+            );
+        }
     }
     assert!(!text.contains("OPEN"), "{text}");
     assert!(text.contains("interfaces lo\n"), "only loopback: {text}");
+    sandbox.assert_nothing_left().await;
+}
+
+/// Where a cluster's policy drops packets, a script's connection would wait out its timeout
+/// and the user be told the script was too slow: the runner refuses it at once instead, with
+/// the reason.
+async fn a_network_call_fails_at_once_saying_the_sandbox_has_no_network(runtime: Runtime) {
+    let sandbox = TestSandbox::on(runtime, |_| {}).await;
+    let out = tempfile::tempdir().unwrap();
+    let outcome = run_fixture(&sandbox, "network_fails_fast.py", out.path()).await;
+    assert_eq!(outcome.status, Status::Ok, "{outcome:?}");
+    let text = stdout(&outcome);
+    assert!(text.contains("the sandbox has no network"), "{text}");
+    let seconds: f64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("seconds "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(seconds < 2.0, "{text}");
     sandbox.assert_nothing_left().await;
 }
 

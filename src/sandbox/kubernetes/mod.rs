@@ -11,6 +11,9 @@
 //! namespace denies all ingress and egress to the sandbox pods, and none lets anything through.
 
 pub mod pod;
+mod storage;
+
+pub use storage::ClaimCheck;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -55,6 +58,10 @@ pub(crate) struct Cluster {
     namespace: String,
     /// The server's own pod, when it can own the sandbox pods (same namespace).
     owner: Option<Owner>,
+    /// The API server's URL as this client reaches it: the network canary's first target.
+    api_server: http::Uri,
+    /// The data folder's claim, (namespace, name), which `doctor` reads.
+    data_claim: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -75,6 +82,15 @@ pub struct ClusterDiagnosis {
 
 fn api_error(action: &'static str, error: kube::Error) -> SandboxError {
     let message = match &error {
+        // Quota admission refuses with 403 too, but no Role can fix it.
+        kube::Error::Api(status)
+            if status.code == 403 && status.message.contains("exceeded quota") =>
+        {
+            format!(
+                "{} (403: the sandbox namespace's ResourceQuota is used up; deploy/kubernetes/resourcequota.yaml is sized to FILE_AGENT_MAX_CONCURRENT and SANDBOX_WARM per replica: keep them in step)",
+                status.message
+            )
+        }
         kube::Error::Api(status) if status.code == 403 => format!(
             "{} (403 Forbidden: check the Role of file-agent's ServiceAccount in deploy/kubernetes/rbac.yaml, and the namespace's Pod Security level)",
             status.message
@@ -115,6 +131,7 @@ impl Cluster {
                 .map_err(|e| unreachable(e.to_string()))?,
         };
         let default_namespace = kube_config.default_namespace.clone();
+        let api_server = kube_config.cluster_url.clone();
         let client = kube::Client::try_from(kube_config).map_err(|e| unreachable(e.to_string()))?;
         let pods = Api::namespaced(client.clone(), &config.namespace);
         let mut cluster = Self {
@@ -122,6 +139,8 @@ impl Cluster {
             pods,
             namespace: config.namespace.clone(),
             owner: None,
+            api_server,
+            data_claim: config.data_claim.clone(),
         };
         if let Some(owner) = &config.owner {
             let owner_namespace = owner.namespace.clone().unwrap_or(default_namespace);
@@ -150,6 +169,35 @@ impl Cluster {
             }
         }
         Ok(cluster)
+    }
+
+    /// The API server's addresses, `ip:port` (or its `host:port` when the name does not
+    /// resolve here): what a sandbox pod must never reach.
+    pub(crate) async fn api_server_addresses(&self) -> Vec<String> {
+        let Some(host) = self.api_server.host() else {
+            return Vec::new();
+        };
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port =
+            self.api_server
+                .port_u16()
+                .unwrap_or(if self.api_server.scheme_str() == Some("http") {
+                    80
+                } else {
+                    443
+                });
+        match tokio::net::lookup_host((host.as_str(), port)).await {
+            Ok(found) => {
+                let mut addresses: Vec<String> = found.map(|a| a.to_string()).collect();
+                addresses.dedup();
+                addresses
+            }
+            Err(_) if host.contains(':') => vec![format!("[{host}]:{port}")],
+            Err(_) => vec![format!("{host}:{port}")],
+        }
     }
 
     /// The namespace of the sandbox pods.

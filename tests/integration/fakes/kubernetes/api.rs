@@ -550,6 +550,7 @@ pub fn create(
             object["spec"] = json!({"finalizers": ["kubernetes"]});
             object["status"] = json!({"phase": "Active"});
         }
+        "persistentvolumeclaims" => provision(cluster, &mut object),
         _ => {
             object["metadata"]["generation"] = json!(1);
         }
@@ -574,7 +575,66 @@ pub fn create(
     if let Some(deletion) = deletion {
         kubelet::spawn(cluster.clone(), &stored, deletion);
     }
+    if resource.plural == "persistentvolumeclaims" && stored["status"]["phase"] == "Pending" {
+        provisioning_failed(cluster, &stored);
+    }
     Ok(stored)
+}
+
+/// The default storage class's provisioner, at once: a claim whose access modes the class
+/// offers ([`Cluster::storage_modes`]) is Bound to a volume of the size asked for; any other
+/// stays Pending.
+fn provision(cluster: &Arc<Cluster>, claim: &mut Value) {
+    let offered = cluster.storage_modes();
+    let modes = claim["spec"]["accessModes"].clone();
+    let bound = modes
+        .as_array()
+        .is_some_and(|modes| modes.iter().all(|m| offered.iter().any(|o| o == m)));
+    if claim["spec"]["storageClassName"].is_null() {
+        claim["spec"]["storageClassName"] = json!("standard");
+    }
+    claim["spec"]["volumeMode"] = json!("Filesystem");
+    claim["status"] = if bound {
+        claim["spec"]["volumeName"] = json!(format!("pvc-{}", uuid::Uuid::new_v4()));
+        json!({
+            "phase": "Bound",
+            "accessModes": modes,
+            "capacity": {"storage": claim["spec"]["resources"]["requests"]["storage"].clone()},
+        })
+    } else {
+        json!({"phase": "Pending"})
+    };
+}
+
+/// The event a CSI provisioner writes about a claim its class cannot satisfy (the EBS CSI
+/// driver's words for a multi-writer claim).
+fn provisioning_failed(cluster: &Arc<Cluster>, claim: &Value) {
+    let namespace = claim["metadata"]["namespace"].as_str().unwrap_or_default();
+    let class = claim["spec"]["storageClassName"]
+        .as_str()
+        .unwrap_or("standard");
+    let modes = cluster.storage_modes().join(", ");
+    let event = json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": format!("{}.", claim["metadata"]["name"].as_str().unwrap_or("claim")), "namespace": namespace},
+        "involvedObject": {
+            "kind": "PersistentVolumeClaim",
+            "namespace": namespace,
+            "name": claim["metadata"]["name"],
+            "uid": claim["metadata"]["uid"],
+            "apiVersion": "v1",
+        },
+        "reason": "ProvisioningFailed",
+        "message": format!("failed to provision volume with StorageClass \"{class}\": rpc error: code = InvalidArgument desc = Volume capabilities MULTI_NODE_MULTI_WRITER not supported. Only AccessModes[{modes}] supported."),
+        "type": "Warning",
+        "count": 1,
+        "firstTimestamp": now(),
+        "lastTimestamp": now(),
+        "source": {"component": "persistentvolume-controller"},
+    });
+    let events = resources::find("", "v1", "events").expect("events served");
+    let _ = create(cluster, events, Some(namespace), event);
 }
 
 /// Stores an object given whole (kind, apiVersion, metadata.namespace), as a test would apply it.

@@ -378,6 +378,11 @@ impl Kubelet {
             self.cluster.pids_limit(),
         )?;
         body.image = Some(engine_image);
+        // A cluster whose isolation fails: the pod joins a Docker network.
+        if let (Some(network), Some(host)) = (self.cluster.pod_network(), body.host_config.as_mut())
+        {
+            host.network_mode = Some(network);
+        }
         let name = format!(
             "k8s_{}_{}_{}_{}",
             container["name"].as_str().unwrap_or("c"),

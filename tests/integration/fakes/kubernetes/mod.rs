@@ -6,7 +6,9 @@
 //! - discovery (`/api`, `/apis`, `/api/v1`, `/apis/{group}/{version}`, `/version`), legacy
 //!   (unaggregated) form only, which clients fall back to;
 //! - core/v1 `namespaces` and `pods` (create, get, list, watch, delete, deletecollection;
-//!   `pods/log`, `pods/attach`), node.k8s.io/v1 `runtimeclasses`, networking.k8s.io/v1
+//!   `pods/log`, `pods/attach`), `persistentvolumeclaims` and `events` (stored; a claim is
+//!   Bound at once when the default class offers its access modes, else Pending with the
+//!   provisioner's `ProvisioningFailed` event), node.k8s.io/v1 `runtimeclasses`, networking.k8s.io/v1
 //!   `networkpolicies` (stored, never enforced), authorization.k8s.io/v1
 //!   `selfsubjectaccessreviews`;
 //! - JSON only (no protobuf), `metav1.Status` errors with the real codes, reasons and messages,
@@ -33,7 +35,9 @@
 //!   before it is stored and admitted), [`KubeDouble::deny_verbs`] (RBAC: the verbs are
 //!   refused both in `SelfSubjectAccessReview` answers and on the real requests, 403),
 //!   [`KubeDouble::set_pids_limit`] (the kubelet's pod pids limit, default
-//!   [`DEFAULT_PIDS_LIMIT`]);
+//!   [`DEFAULT_PIDS_LIMIT`]), [`KubeDouble::give_pods_network`] (pods join a Docker network:
+//!   a cluster whose isolation fails), [`KubeDouble::set_storage_modes`] (what the default
+//!   storage class offers, by default `ReadWriteOnce` only);
 //! - observation: [`KubeDouble::pods`] (the stored pods of a namespace, as JSON),
 //!   [`KubeDouble::pod`], [`KubeDouble::create_namespace`], [`KubeDouble::apply`] (store any
 //!   supported object, e.g. a RuntimeClass or a NetworkPolicy), [`KubeDouble::add_external_pod`]
@@ -47,8 +51,12 @@
 //! - No scheduling: every pod is bound at once to one node, `kube-double`; no resource
 //!   accounting, no RuntimeClass overhead or scheduling, no taints beyond the default
 //!   tolerations it writes.
-//! - Network `none` for every pod (Docker `--network none`); NetworkPolicies are stored but
-//!   change nothing; no pod IP, no Services, no DNS.
+//! - Network `none` for every pod (Docker `--network none`), unless
+//!   [`KubeDouble::give_pods_network`] says otherwise; NetworkPolicies are stored but change
+//!   nothing; no pod IP, no Services, no DNS.
+//! - Storage: one default class, no PersistentVolumes, no StorageClass objects; a claim binds
+//!   or fails at create and never changes after; the failure event's message is the EBS CSI
+//!   driver's for a multi-writer claim. Nothing mounts a claim (pods may not use one).
 //! - Local images only: nothing is pulled; a missing image leaves the container waiting with
 //!   `ErrImagePull` (`ErrImageNeverPull` under `imagePullPolicy: Never`), and `imageID` is
 //!   the local `sha256:` id (or the image's first repo digest when it has one). An image
@@ -146,6 +154,10 @@ pub struct Cluster {
     /// Every byte each removed container wrote to stdout and stderr, as a node keeps it under
     /// `/var/log/pods` for log agents to ship.
     node_log: Mutex<Vec<u8>>,
+    /// The Docker network pods join instead of `none` ([`KubeDouble::give_pods_network`]).
+    pod_network: Mutex<Option<String>>,
+    /// The access modes the default storage class offers ([`KubeDouble::set_storage_modes`]).
+    storage_modes: Mutex<Vec<String>>,
 }
 
 /// A stored object's address.
@@ -323,6 +335,22 @@ impl Cluster {
         self.pids_limit.load(Ordering::Relaxed)
     }
 
+    /// The Docker network pods join, when isolation is to fail.
+    pub fn pod_network(&self) -> Option<String> {
+        self.pod_network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The access modes the default storage class offers.
+    pub fn storage_modes(&self) -> Vec<String> {
+        self.storage_modes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Applies the mutating admission hooks to a pod.
     pub fn mutate(&self, pod: &mut Value) {
         let hooks = self.hooks.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -411,6 +439,8 @@ impl KubeDouble {
             attach_protocols: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             node_log: Mutex::new(Vec::new()),
+            pod_network: Mutex::new(None),
+            storage_modes: Mutex::new(vec!["ReadWriteOnce".to_string()]),
         });
         for namespace in ["default", "kube-system"] {
             api::create_namespace(&cluster, namespace, &[]);
@@ -472,6 +502,27 @@ impl KubeDouble {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         denied.extend(verbs.iter().map(|v| v.to_string()));
+    }
+
+    /// Pods created from now on join this Docker network (`bridge`) instead of none: a
+    /// cluster whose NetworkPolicy is stored but not enforced (a CNI without policy support,
+    /// a cluster-wide rule that allows the traffic), where pods reach what the network reaches.
+    pub fn give_pods_network(&self, network: &str) {
+        *self
+            .cluster
+            .pod_network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(network.to_string());
+    }
+
+    /// The access modes the default storage class offers from now on (by default only
+    /// `ReadWriteOnce`, as the default classes of GKE, EKS and AKS).
+    pub fn set_storage_modes(&self, modes: &[&str]) {
+        *self
+            .cluster
+            .storage_modes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = modes.iter().map(|m| m.to_string()).collect();
     }
 
     /// Sets the kubelet's pod pids limit for pods created from now on.
