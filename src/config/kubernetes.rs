@@ -7,6 +7,9 @@ use super::{ConfigError, Vars};
 
 /// `SANDBOX_NAMESPACE`: where the sandbox pods go.
 pub const DEFAULT_NAMESPACE: &str = "file-agent-sandbox";
+/// `SANDBOX_API_OUTAGE_MAX`: seconds an attempt (or a warm pod's wait) rides out an API server
+/// that cannot be reached or answers 5xx, before it fails saying so.
+pub const DEFAULT_API_OUTAGE_MAX_SECS: u64 = 60;
 
 /// What runs the attempts.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -38,6 +41,9 @@ pub struct KubernetesConfig {
     /// `KUBECONFIG`: a kubeconfig file; unset means the in-cluster settings (or
     /// `~/.kube/config`).
     pub kubeconfig: Option<std::path::PathBuf>,
+    /// `SANDBOX_API_OUTAGE_MAX`: how long the API server may stay unreachable (refused
+    /// connections, reset streams, 5xx) while a pod is waited for before the wait fails.
+    pub api_outage_max: std::time::Duration,
 }
 
 /// The server's own pod, from the downward API.
@@ -100,6 +106,11 @@ impl KubernetesConfig {
             namespace,
             owner,
             kubeconfig: vars.get("KUBECONFIG").map(std::path::PathBuf::from),
+            api_outage_max: vars.seconds(
+                "SANDBOX_API_OUTAGE_MAX",
+                DEFAULT_API_OUTAGE_MAX_SECS,
+                1..=3600,
+            )?,
         })
     }
 }
@@ -148,6 +159,7 @@ mod tests {
                 namespace: DEFAULT_NAMESPACE.into(),
                 owner: None,
                 kubeconfig: None,
+                api_outage_max: std::time::Duration::from_secs(DEFAULT_API_OUTAGE_MAX_SECS),
             })
         );
         let Backend::Kubernetes(config) = backend(&[
@@ -179,5 +191,11 @@ mod tests {
         let error = backend(&[kube, ("POD_NAME", "x")]).unwrap_err();
         assert_eq!(error.var, "POD_UID");
         assert!(error.expected.contains("downward API"), "{error}");
+        assert_eq!(
+            backend(&[kube, ("SANDBOX_API_OUTAGE_MAX", "0")])
+                .unwrap_err()
+                .var,
+            "SANDBOX_API_OUTAGE_MAX"
+        );
     }
 }

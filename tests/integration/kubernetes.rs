@@ -15,13 +15,15 @@ use crate::common::{fixture_path, with_timeout};
 use crate::fakes::kubernetes::KubeDouble;
 use crate::mcp_server::{TestServer, env, first_link};
 
-const NAMESPACE: &str = "file-agent-sandbox";
+pub(crate) const NAMESPACE: &str = "file-agent-sandbox";
 const SERVER_POD: &str = "file-agent-server-0";
 
 /// A double with the sandbox namespace (Pod Security restricted), the deny-all NetworkPolicy
 /// of `deploy/kubernetes/` (unless `network_policy` is false), a stand-in for the server's own
 /// pod, and the variables that point a server at it.
-async fn cluster(network_policy: bool) -> (KubeDouble, tempfile::TempDir, Vec<(String, String)>) {
+pub(crate) async fn cluster(
+    network_policy: bool,
+) -> (KubeDouble, tempfile::TempDir, Vec<(String, String)>) {
     let double = with_timeout(KubeDouble::start()).await;
     with_timeout(double.create_namespace(
         NAMESPACE,
@@ -107,7 +109,7 @@ async fn pod_image() -> String {
 }
 
 /// The pods of the namespace other than the server's stand-in.
-async fn sandbox_pods(double: &KubeDouble) -> Vec<Value> {
+pub(crate) async fn sandbox_pods(double: &KubeDouble) -> Vec<Value> {
     with_timeout(double.pods(NAMESPACE))
         .await
         .into_iter()
@@ -116,7 +118,7 @@ async fn sandbox_pods(double: &KubeDouble) -> Vec<Value> {
 }
 
 /// Waits until no sandbox pod is left (deletion and owner GC take a moment).
-async fn assert_no_sandbox_pods(double: &KubeDouble) {
+pub(crate) async fn assert_no_sandbox_pods(double: &KubeDouble) {
     for _ in 0..100 {
         if sandbox_pods(double).await.is_empty() {
             return;

@@ -15,6 +15,7 @@ mod fakes;
 mod front_door;
 mod hostile;
 mod identity;
+mod kube_cluster_life;
 mod kube_double;
 mod kube_manifests;
 mod kubernetes;
