@@ -255,3 +255,31 @@ async fn a_failed_pull_is_waited_out_and_a_backed_off_one_is_reported() {
     assert_no_sandbox_pods(&double).await;
     with_timeout(double.shutdown()).await;
 }
+
+/// A warm pod whose log cannot be read (no `get pods/log`) is ready only once its attach
+/// shows the runner's READY line, never on the failed read, and serves its attempt warm.
+#[tokio::test]
+async fn a_warm_pod_whose_log_cannot_be_read_is_ready_from_its_attach() {
+    use crate::common::{TestSandbox, run_script, unique_instance};
+    let (double, _home, vars) = cluster(true).await;
+    double.deny_verbs(&["get pods/log"]);
+    let mut lookup: std::collections::HashMap<String, String> = vars.into_iter().collect();
+    lookup.insert("SANDBOX_INSTANCE".into(), unique_instance("kube-nolog", 12));
+    let sandbox = TestSandbox::warm(1, Duration::from_secs(120), |config| {
+        *config = file_agent::config::SandboxConfig::from_lookup(|name| lookup.get(name).cloned())
+            .unwrap();
+    })
+    .await;
+    sandbox.until_warm(1).await;
+    let outcome = run_script(&sandbox, "print('hi')").await;
+    assert_eq!(outcome.stdout.text().trim(), "hi", "{outcome:?}");
+    assert!(outcome.warm, "{outcome:?}");
+    assert!(
+        double.requests().iter().any(|line| line.contains("/log")),
+        "the log was asked for, and refused"
+    );
+    with_timeout(sandbox.shutdown()).await;
+    sandbox.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
