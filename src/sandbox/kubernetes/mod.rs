@@ -1293,4 +1293,47 @@ mod tests {
         assert!(!is_fatal_waiting("ImagePullBackOff"), "and again after it");
         assert!(is_fatal_waiting("ErrImageNeverPull"));
     }
+
+    #[tokio::test]
+    async fn an_outage_is_ridden_out_until_its_bound_and_no_longer() {
+        let max = Duration::from_millis(600);
+        let began = Instant::now();
+        let mut outage = Outage::new(max, "watching the sandbox pod");
+        let mut tries = 0;
+        let error = loop {
+            tries += 1;
+            if let Err(error) = outage.failed("fa-1", "503".into()).await {
+                break error;
+            }
+        };
+        let took = began.elapsed();
+        assert!(
+            took >= max && took < max + Duration::from_millis(300),
+            "{took:?}"
+        );
+        assert!(tries >= 3, "with backoff in between: {tries}");
+        let SandboxError::ApiUnreachable { after, last, .. } = &error else {
+            panic!("{error}")
+        };
+        assert!(*after >= max && last == "503", "{error}");
+        assert!(
+            error.to_string().contains("SANDBOX_API_OUTAGE_MAX"),
+            "{error}"
+        );
+
+        // An answer in between starts the count again.
+        let mut outage = Outage::new(max, "reading the sandbox pod");
+        outage.failed("fa-1", "reset".into()).await.unwrap();
+        tokio::time::sleep(max).await;
+        outage.reached();
+        outage.failed("fa-1", "reset".into()).await.unwrap();
+
+        // A request that never answers is cut at the bound, which then has passed.
+        let mut outage = Outage::new(max, "attaching to the sandbox pod");
+        let began = Instant::now();
+        let silent = std::future::pending::<Result<(), kube::Error>>();
+        assert!(outage.bounded(silent).await.is_err());
+        assert!(outage.failed("fa-1", "silence".into()).await.is_err());
+        assert!(began.elapsed() < max + Duration::from_millis(300));
+    }
 }
