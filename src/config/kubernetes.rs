@@ -7,6 +7,9 @@ use super::{ConfigError, Vars};
 
 /// `SANDBOX_NAMESPACE`: where the sandbox pods go.
 pub const DEFAULT_NAMESPACE: &str = "file-agent-sandbox";
+/// `SANDBOX_POD_START_TIMEOUT`: seconds a new pod may take to run (scheduling, pulling the
+/// image) before it is given up.
+pub const DEFAULT_POD_START_TIMEOUT_SECS: u64 = 180;
 /// `SANDBOX_API_OUTAGE_MAX`: seconds an attempt (or a warm pod's wait) rides out an API server
 /// that cannot be reached or answers 5xx, before it fails saying so.
 pub const DEFAULT_API_OUTAGE_MAX_SECS: u64 = 60;
@@ -44,6 +47,9 @@ pub struct KubernetesConfig {
     /// `SANDBOX_API_OUTAGE_MAX`: how long the API server may stay unreachable (refused
     /// connections, reset streams, 5xx) while a pod is waited for before the wait fails.
     pub api_outage_max: std::time::Duration,
+    /// `SANDBOX_POD_START_TIMEOUT`: how long a new pod may stay Pending (scheduling, the
+    /// image pull); also counted in its `activeDeadlineSeconds`.
+    pub pod_start_timeout: std::time::Duration,
 }
 
 /// The server's own pod, from the downward API.
@@ -111,6 +117,11 @@ impl KubernetesConfig {
                 DEFAULT_API_OUTAGE_MAX_SECS,
                 1..=3600,
             )?,
+            pod_start_timeout: vars.seconds(
+                "SANDBOX_POD_START_TIMEOUT",
+                DEFAULT_POD_START_TIMEOUT_SECS,
+                1..=3600,
+            )?,
         })
     }
 }
@@ -160,6 +171,7 @@ mod tests {
                 owner: None,
                 kubeconfig: None,
                 api_outage_max: std::time::Duration::from_secs(DEFAULT_API_OUTAGE_MAX_SECS),
+                pod_start_timeout: std::time::Duration::from_secs(DEFAULT_POD_START_TIMEOUT_SECS),
             })
         );
         let Backend::Kubernetes(config) = backend(&[
@@ -196,6 +208,12 @@ mod tests {
                 .unwrap_err()
                 .var,
             "SANDBOX_API_OUTAGE_MAX"
+        );
+        assert_eq!(
+            backend(&[kube, ("SANDBOX_POD_START_TIMEOUT", "soon")])
+                .unwrap_err()
+                .var,
+            "SANDBOX_POD_START_TIMEOUT"
         );
     }
 }

@@ -93,6 +93,7 @@ pub const KNOWN: &[&str] = &[
     "POD_UID",
     "KUBECONFIG",
     "SANDBOX_API_OUTAGE_MAX",
+    "SANDBOX_POD_START_TIMEOUT",
     // The tests' venvs (set in the environment of a test run, which starts servers).
     "FILE_AGENT_TEST_PYTHON_ENV",
     "FILE_AGENT_TEST_SDK_ENV",

@@ -283,3 +283,30 @@ async fn a_warm_pod_whose_log_cannot_be_read_is_ready_from_its_attach() {
     assert_no_sandbox_pods(&double).await;
     with_timeout(double.shutdown()).await;
 }
+
+/// A pod the scheduler cannot place (or that a quota keeps out) is given up after
+/// `SANDBOX_POD_START_TIMEOUT` (2 s here), with the scheduler's reason in the error.
+#[tokio::test]
+async fn a_pod_that_cannot_be_scheduled_is_given_up_with_the_reason() {
+    let (double, _home, mut vars) = cluster(true).await;
+    vars.push(("SANDBOX_POD_START_TIMEOUT".into(), "2".into()));
+    double.leave_unschedulable("0/3 nodes are available: 3 Insufficient memory.");
+    let server = TestServer::start(&vars).await;
+    let began = Instant::now();
+    let (is_error, text) = server
+        .call(None, "run_python", json!({"code": "print('never')"}))
+        .await;
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("did not run within 2 s (SANDBOX_POD_START_TIMEOUT)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Unschedulable: 0/3 nodes are available: 3 Insufficient memory."),
+        "{text}"
+    );
+    assert!(began.elapsed() < Duration::from_secs(10));
+    server.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}

@@ -40,8 +40,6 @@ use super::{ContainerGuard, ReapFilter, ReapReport, SandboxError};
 use crate::config::{KubernetesConfig, SandboxConfig};
 use pod::Owner;
 
-/// How long a new pod may take to run (scheduling, pulling the image) before it is given up.
-pub const POD_START_TIMEOUT: Duration = Duration::from_secs(180);
 /// Bytes buffered per stream between the WebSocket and the readers.
 const ATTACH_BUFFER_BYTES: usize = 256 * 1024;
 /// What the runner writes on stdout once a warm pod's imports are done (as in the pool).
@@ -72,6 +70,8 @@ pub(crate) struct Cluster {
     owner: Option<Owner>,
     /// `SANDBOX_API_OUTAGE_MAX`: how long a wait rides out an unreachable API server.
     outage_max: Duration,
+    /// `SANDBOX_POD_START_TIMEOUT`: how long a new pod may take to run.
+    start_timeout: Duration,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -92,6 +92,15 @@ pub struct ClusterDiagnosis {
 
 fn api_error(action: &'static str, error: kube::Error) -> SandboxError {
     let message = match &error {
+        // The quota admission answers 403 too, but RBAC is not what to check then.
+        kube::Error::Api(status)
+            if status.code == 403 && status.message.contains("exceeded quota") =>
+        {
+            format!(
+                "{} (403: the sandbox namespace's ResourceQuota is used up; wait for running attempts, lower SANDBOX_WARM, or raise the quota)",
+                status.message
+            )
+        }
         kube::Error::Api(status) if status.code == 403 => format!(
             "{} (403 Forbidden: check the Role of file-agent's ServiceAccount in deploy/kubernetes/rbac.yaml, and the namespace's Pod Security level)",
             status.message
@@ -278,6 +287,7 @@ impl Cluster {
             namespace: config.namespace.clone(),
             owner: None,
             outage_max: config.api_outage_max,
+            start_timeout: config.pod_start_timeout,
         };
         if let Some(owner) = &config.owner {
             let owner_namespace = owner.namespace.clone().unwrap_or(default_namespace);
@@ -400,7 +410,7 @@ impl Cluster {
         let name = created.metadata.name.clone().unwrap_or_default();
         let phase = Instant::now();
         let pending = std::sync::Mutex::new(None);
-        let running = tokio::time::timeout(POD_START_TIMEOUT, self.wait_running(&created, &pending))
+        let running = tokio::time::timeout(self.start_timeout, self.wait_running(&created, &pending))
             .await
             .map_err(|_| {
                 let why = pending
@@ -412,8 +422,8 @@ impl Cluster {
                 SandboxError::Kubernetes {
                     action: "starting the sandbox pod",
                     message: format!(
-                        "pod {name} did not run within {} s{why}; see `kubectl -n {} describe pod {name}` (image pull, scheduling, quota, RuntimeClass)",
-                        POD_START_TIMEOUT.as_secs(),
+                        "pod {name} did not run within {} s (SANDBOX_POD_START_TIMEOUT){why}; see `kubectl -n {} describe pod {name}` (image pull, scheduling, quota, RuntimeClass)",
+                        self.start_timeout.as_secs(),
                         self.namespace
                     ),
                 }
@@ -1335,5 +1345,27 @@ mod tests {
         assert!(outage.bounded(silent).await.is_err());
         assert!(outage.failed("fa-1", "silence".into()).await.is_err());
         assert!(began.elapsed() < max + Duration::from_millis(300));
+    }
+
+    #[test]
+    fn a_quota_refusal_is_not_taken_for_rbac() {
+        let refusal = |message: &str| {
+            let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+                "status": "Failure", "message": message, "reason": "Forbidden", "code": 403
+            }))
+            .unwrap();
+            api_error(
+                "creating the sandbox pod",
+                kube::Error::Api(Box::new(status)),
+            )
+            .to_string()
+        };
+        let quota = refusal(
+            "pods \"fa-1\" is forbidden: exceeded quota: sandbox, requested: cpu=1, used: cpu=8, limited: cpu=8",
+        );
+        assert!(quota.contains("ResourceQuota is used up"), "{quota}");
+        assert!(!quota.contains("rbac.yaml"), "{quota}");
+        let rbac = refusal("pods is forbidden: User \"x\" cannot create resource \"pods\"");
+        assert!(rbac.contains("rbac.yaml"), "{rbac}");
     }
 }

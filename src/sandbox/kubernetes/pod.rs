@@ -37,8 +37,7 @@ use serde_json::Value;
 use super::super::policy::WORK_SLACK_BYTES;
 use super::super::policy::{self, INSTANCE_LABEL, Kind, MANAGED_LABEL, WARM_LABEL};
 use super::super::{COPY_OUT_GRACE, SandboxError};
-use super::POD_START_TIMEOUT;
-use crate::config::{MIB, SandboxConfig};
+use crate::config::{Backend, DEFAULT_POD_START_TIMEOUT_SECS, MIB, SandboxConfig};
 
 /// The sandbox container's name in its pod.
 pub const CONTAINER: &str = "sandbox";
@@ -66,10 +65,14 @@ pub struct Owner {
 
 /// How long a pod of `kind` may live before the kubelet ends it. The kubelet counts from the
 /// pod's `startTime`, which it sets before it pulls the image, so the whole life is covered:
-/// the start (up to [`POD_START_TIMEOUT`]: scheduling, the pull), a warm pod's wait, then one
-/// attempt and its copy-out, and the margin.
+/// the start (up to `SANDBOX_POD_START_TIMEOUT`: scheduling, the pull), a warm pod's wait,
+/// then one attempt and its copy-out, and the margin.
 pub fn deadline(config: &SandboxConfig, kind: Kind) -> Duration {
-    let attempt = POD_START_TIMEOUT + config.limits.timeout + COPY_OUT_GRACE + DEADLINE_MARGIN;
+    let start = match &config.backend {
+        Backend::Kubernetes(kube) => kube.pod_start_timeout,
+        Backend::Docker => Duration::from_secs(DEFAULT_POD_START_TIMEOUT_SECS),
+    };
+    let attempt = start + config.limits.timeout + COPY_OUT_GRACE + DEADLINE_MARGIN;
     match kind {
         Kind::Cold { .. } => attempt,
         Kind::Warm { max_idle } => max_idle + policy::WARM_SELF_EXIT_SLACK + attempt,

@@ -117,6 +117,20 @@ impl Kubelet {
     }
 
     async fn run(self, mut deletion: watch::Receiver<Option<u64>>) {
+        if let Some(message) = self.cluster.unschedulable() {
+            // The scheduler found no room: never bound, never run, until deleted.
+            self.update(|pod| {
+                pod["status"]["phase"] = json!("Pending");
+                pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+                    "reason": "Unschedulable", "message": message,
+                    "lastProbeTime": null, "lastTransitionTime": now()}]);
+            });
+            tokio::select! {
+                _ = deletion_asked(&mut deletion) => self.finalize().await,
+                () = self.cluster.stop.cancelled() => {}
+            }
+            return;
+        }
         let containers = self.containers();
         self.update(|pod| {
             pod["spec"]["nodeName"] = json!(NODE_NAME);

@@ -39,6 +39,7 @@
 //!   (every request answered 503 for a while or for good), [`KubeDouble::set_start_delay`]
 //!   (an image slow to pull), [`KubeDouble::fail_pulls`] (pulls that fail before one works),
 //!   [`KubeDouble::speed_up_deadlines`] (`activeDeadlineSeconds` on a faster clock),
+//!   [`KubeDouble::leave_unschedulable`] (pods the scheduler cannot place),
 //!   [`KubeDouble::kill_whole_container_on_oom`] (the kubelet's `memory.oom.group=1`);
 //! - observation: [`KubeDouble::pods`] (the stored pods of a namespace, as JSON),
 //!   [`KubeDouble::pod`], [`KubeDouble::create_namespace`], [`KubeDouble::apply`] (store any
@@ -169,6 +170,8 @@ pub struct Cluster {
     deadline_speedup: AtomicU64,
     /// [`KubeDouble::kill_whole_container_on_oom`].
     oom_group: AtomicBool,
+    /// [`KubeDouble::leave_unschedulable`]: the scheduler's message, while pods stay unbound.
+    unschedulable: Mutex<Option<String>>,
     /// Containers the kubelet killed whole for their memory (reported `OOMKilled`).
     oom_group_killed: Mutex<HashSet<String>>,
 }
@@ -413,6 +416,14 @@ impl Cluster {
         self.deadline_speedup.load(Ordering::Relaxed).max(1)
     }
 
+    /// The scheduler's message while [`KubeDouble::leave_unschedulable`] is in force.
+    pub fn unschedulable(&self) -> Option<String> {
+        self.unschedulable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub fn oom_group(&self) -> bool {
         self.oom_group.load(Ordering::Relaxed)
     }
@@ -511,6 +522,7 @@ impl KubeDouble {
             failing_pulls: AtomicU32::new(0),
             deadline_speedup: AtomicU64::new(1),
             oom_group: AtomicBool::new(false),
+            unschedulable: Mutex::new(None),
             oom_group_killed: Mutex::new(HashSet::new()),
         });
         for namespace in ["default", "kube-system"] {
@@ -630,6 +642,17 @@ impl KubeDouble {
         self.cluster
             .deadline_speedup
             .store(factor.max(1), Ordering::Relaxed);
+    }
+
+    /// Pods created from now on are never bound to the node: they stay Pending with
+    /// `PodScheduled` False, reason `Unschedulable` and the scheduler's `message` (no node
+    /// with room, say), until deleted.
+    pub fn leave_unschedulable(&self, message: &str) {
+        *self
+            .cluster
+            .unschedulable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(message.to_string());
     }
 
     /// Out of memory kills the whole container, its first process (the runner) included, as
