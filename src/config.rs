@@ -24,7 +24,7 @@ pub use identity::{
     DEFAULT_OPENWEBUI_USER_JWT_HEADER, IdentityConfig, MIN_JWT_SECRET_BYTES, OAuthConfig,
     OpenWebUiJwtConfig,
 };
-pub use kubernetes::{Backend, KubernetesConfig, OwnerPod};
+pub use kubernetes::{Backend, DEFAULT_POD_START_TIMEOUT_SECS, KubernetesConfig, OwnerPod};
 pub use service::{
     AdmissionConfig, AuditConfig, AuditOnFailure, AuditPlace, Config, DEFAULT_AUDIT_FOLDER,
     DynamicTools, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, RETENTION_INTERVAL,

@@ -9,6 +9,12 @@ use super::{ConfigError, Vars};
 
 /// `SANDBOX_NAMESPACE`: where the sandbox pods go.
 pub const DEFAULT_NAMESPACE: &str = "file-agent-sandbox";
+/// `SANDBOX_POD_START_TIMEOUT`: seconds a new pod may take to run (scheduling, pulling the
+/// image) before it is given up.
+pub const DEFAULT_POD_START_TIMEOUT_SECS: u64 = 180;
+/// `SANDBOX_API_OUTAGE_MAX`: seconds an attempt (or a warm pod's wait) rides out an API server
+/// that cannot be reached or answers 5xx, before it fails saying so.
+pub const DEFAULT_API_OUTAGE_MAX_SECS: u64 = 60;
 
 /// `FILE_AGENT_DATA_CLAIM`: the claim of the data folder in `deploy/kubernetes/pvc.yaml`.
 pub const DEFAULT_DATA_CLAIM: &str = "file-agent-data";
@@ -62,6 +68,12 @@ pub struct KubernetesConfig {
     /// `FILE_AGENT_DATA_CLAIM`: (namespace, name) of the data folder's PersistentVolumeClaim,
     /// which `doctor` reads; `None` (`off`) when the data folder is no claim.
     pub data_claim: Option<(String, String)>,
+    /// `SANDBOX_API_OUTAGE_MAX`: how long the API server may stay unreachable (refused
+    /// connections, reset streams, 5xx) while a pod is waited for before the wait fails.
+    pub api_outage_max: std::time::Duration,
+    /// `SANDBOX_POD_START_TIMEOUT`: how long a new pod may stay Pending (scheduling, the
+    /// image pull); also counted in its `activeDeadlineSeconds`.
+    pub pod_start_timeout: std::time::Duration,
 }
 
 /// The server's own pod, from the downward API.
@@ -136,6 +148,16 @@ impl KubernetesConfig {
             canary_interval: (!interval.is_zero()).then_some(interval),
             canary_addresses: canary_addresses(vars)?,
             data_claim: data_claim(vars, server_namespace)?,
+            api_outage_max: vars.seconds(
+                "SANDBOX_API_OUTAGE_MAX",
+                DEFAULT_API_OUTAGE_MAX_SECS,
+                1..=3600,
+            )?,
+            pod_start_timeout: vars.seconds(
+                "SANDBOX_POD_START_TIMEOUT",
+                DEFAULT_POD_START_TIMEOUT_SECS,
+                1..=3600,
+            )?,
         })
     }
 }
@@ -247,6 +269,8 @@ mod tests {
                 canary_interval: Some(std::time::Duration::from_secs(300)),
                 canary_addresses: vec!["1.1.1.1:443".into(), "8.8.8.8:53".into()],
                 data_claim: Some(("file-agent".into(), "file-agent-data".into())),
+                api_outage_max: std::time::Duration::from_secs(DEFAULT_API_OUTAGE_MAX_SECS),
+                pod_start_timeout: std::time::Duration::from_secs(DEFAULT_POD_START_TIMEOUT_SECS),
             })
         );
         let Backend::Kubernetes(config) = backend(&[
@@ -324,5 +348,17 @@ mod tests {
         let error = backend(&[kube, ("POD_NAME", "x")]).unwrap_err();
         assert_eq!(error.var, "POD_UID");
         assert!(error.expected.contains("downward API"), "{error}");
+        assert_eq!(
+            backend(&[kube, ("SANDBOX_API_OUTAGE_MAX", "0")])
+                .unwrap_err()
+                .var,
+            "SANDBOX_API_OUTAGE_MAX"
+        );
+        assert_eq!(
+            backend(&[kube, ("SANDBOX_POD_START_TIMEOUT", "soon")])
+                .unwrap_err()
+                .var,
+            "SANDBOX_POD_START_TIMEOUT"
+        );
     }
 }

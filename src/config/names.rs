@@ -99,6 +99,8 @@ pub const KNOWN: &[&str] = &[
     "SANDBOX_CANARY_INTERVAL",
     "SANDBOX_CANARY_ADDRESSES",
     "FILE_AGENT_DATA_CLAIM",
+    "SANDBOX_API_OUTAGE_MAX",
+    "SANDBOX_POD_START_TIMEOUT",
     // The tests' venvs (set in the environment of a test run, which starts servers).
     "FILE_AGENT_TEST_PYTHON_ENV",
     "FILE_AGENT_TEST_SDK_ENV",

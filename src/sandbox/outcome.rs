@@ -183,6 +183,20 @@ pub enum SandboxError {
         /// What the API said, and what to do about it.
         message: String,
     },
+    /// The API server stayed unreachable (refused connections, reset streams, 5xx answers)
+    /// for longer than `SANDBOX_API_OUTAGE_MAX` while a pod was waited for.
+    #[error(
+        "Kubernetes: the API server stayed unreachable for {} s while {action} (SANDBOX_API_OUTAGE_MAX); the last error: {last}",
+        after.as_secs()
+    )]
+    ApiUnreachable {
+        /// What file-agent was waiting for.
+        action: &'static str,
+        /// How long it had been unreachable when the wait gave up.
+        after: std::time::Duration,
+        /// The last error seen.
+        last: String,
+    },
     /// No NetworkPolicy cuts the sandbox pods off the network.
     #[error(
         "no NetworkPolicy in namespace {namespace} denies all ingress and egress to the sandbox pods ({detail}); apply deploy/kubernetes/networkpolicy.yaml (kubectl apply -n {namespace} -f ...) and check that the cluster's CNI enforces NetworkPolicy"

@@ -155,6 +155,25 @@ pub fn stable_instance(data_dir: &std::path::Path) -> String {
     format!("fa-{}", &hex::encode(hasher.finalize())[..16])
 }
 
+/// A replica's instance under Kubernetes: `namespace.pod` (`POD_NAMESPACE`, `POD_NAME`), so
+/// that servers of two namespaces whose pods share a name (both `file-agent-0`) never take
+/// each other's sandbox pods for their own; the pod's name alone without a namespace. A label
+/// value holds 63 characters: a longer one is cut and ends with a hash of the whole.
+pub fn kube_instance(namespace: Option<&str>, pod: &str) -> String {
+    use sha2::Digest;
+    const LABEL_VALUE_MAX: usize = 63;
+    let whole = match namespace {
+        Some(namespace) => format!("{namespace}.{pod}"),
+        None => pod.to_string(),
+    };
+    if whole.len() <= LABEL_VALUE_MAX {
+        return whole;
+    }
+    let hash = hex::encode(sha2::Sha256::digest(whole.as_bytes()));
+    let kept = whole[..LABEL_VALUE_MAX - 17].trim_end_matches(['-', '.', '_']);
+    format!("{kept}-{}", &hash[..16])
+}
+
 /// Checks that the data folder is private ([`private::secure`]), connects to Docker, opens the
 /// store, loads the prompts, builds the model client, and removes leftover containers. A missing image is only warned about (`/health` reports it).
 pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
@@ -165,12 +184,12 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     }
     let mut sandbox_config = config.sandbox.clone();
     let mut instance_lock = None;
-    // Under Kubernetes a replica is its pod: its sandbox pods carry its name.
+    // Under Kubernetes a replica is its pod: its sandbox pods carry its namespace and name.
     if let crate::config::Backend::Kubernetes(kube) = &config.sandbox.backend
         && sandbox_config.instance.is_none()
-        && let Some(owner) = kube.owner.as_ref().filter(|owner| owner.name.len() <= 63)
+        && let Some(owner) = kube.owner.as_ref()
     {
-        sandbox_config.instance = Some(owner.name.clone());
+        sandbox_config.instance = Some(kube_instance(owner.namespace.as_deref(), &owner.name));
     }
     if sandbox_config.instance.is_none() {
         let (instance, lock) = claim_instance(&config.data_dir);
@@ -346,10 +365,14 @@ pub fn router(
             get(gate::resource_metadata),
         )
         .with_state(gate.clone());
-    let mut app = guarded.merge(metrics).merge(metadata).route(
-        "/health",
-        get(health).layer(axum::Extension(HealthProbe::default())),
-    );
+    let mut app = guarded
+        .merge(metrics)
+        .merge(metadata)
+        .route(
+            "/health",
+            get(health).layer(axum::Extension(HealthProbe::default())),
+        )
+        .route("/livez", get(livez));
     if let Some(store) = tools.storage().local() {
         app = app.merge(files::routes(
             store.clone(),
@@ -570,6 +593,14 @@ impl HealthProbe {
     }
 }
 
+/// `GET /livez`: 200 while the process serves HTTP, and nothing else is asked: not Docker, not
+/// the Kubernetes API, not the model, and not whether it is draining. A liveness probe on it
+/// restarts a hung server, never every replica at once because the cluster's API blinked
+/// (readiness, on `/health`, may follow the cluster).
+async fn livez() -> impl IntoResponse {
+    Json(json!({"status": "alive"}))
+}
+
 /// `GET /health`: Docker, the image, the store and the model, nothing secret. 503 when
 /// attempts cannot run, and from SIGTERM on (`"status": "draining"`: a load balancer's
 /// readiness check sends no new calls). The engine's part is at most [`HEALTH_PROBE_TTL`] old.
@@ -675,6 +706,34 @@ fn canary_json(report: &crate::sandbox::CanaryReport) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_under_kubernetes_is_its_namespace_and_pod_within_a_label_value() {
+        assert_eq!(
+            kube_instance(Some("team-a"), "file-agent-0"),
+            "team-a.file-agent-0"
+        );
+        assert_ne!(
+            kube_instance(Some("team-a"), "file-agent-0"),
+            kube_instance(Some("team-b"), "file-agent-0")
+        );
+        assert_eq!(kube_instance(None, "file-agent-0"), "file-agent-0");
+        let long = "x".repeat(60);
+        let (a, b) = (
+            kube_instance(Some("team-a"), &long),
+            kube_instance(Some("team-b"), &long),
+        );
+        assert_ne!(a, b);
+        for instance in [a, b] {
+            assert!(instance.len() <= 63, "{instance}");
+            assert!(
+                instance
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+                "{instance}"
+            );
+        }
+    }
 
     #[test]
     fn a_data_folder_gives_one_server_a_stable_instance_and_others_a_random_one() {

@@ -92,6 +92,19 @@ fn every_manifest_parses_into_its_type_and_loses_no_field() {
     );
 }
 
+/// Liveness must not depend on the cluster (an API server blip would restart every replica);
+/// readiness may.
+#[test]
+fn the_liveness_probe_asks_nothing_of_the_cluster() {
+    let deployment = documents(&Path::new(DEPLOY).join("deployment.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/livez");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/health");
+}
+
 #[test]
 fn a_typo_is_caught() {
     let document: Value = serde_json::json!({

@@ -17,6 +17,7 @@ mod faults;
 mod front_door;
 mod hostile;
 mod identity;
+mod kube_cluster_life;
 mod kube_double;
 mod kube_manifests;
 mod kubernetes;

@@ -6,6 +6,10 @@
 //! What happens on the streams (the runner's protocol, the copy-out, how an attempt ended) is
 //! shared with the Docker backend above this module; so are the warm pool and the guards.
 //!
+//! The waits ride out the API server ([`Cluster::watch_pod`]): broken watches, `ERROR` events
+//! and refused requests are tried again with backoff until the API server has been unreachable
+//! for `SANDBOX_API_OUTAGE_MAX`. Deletes are graceful (1 s), never forced.
+//!
 //! The cluster also has to cut the pods off the network, which a pod spec cannot say: at
 //! start-up [`Cluster::check_network_policy`] refuses to serve unless a NetworkPolicy in the
 //! namespace denies all ingress and egress to the sandbox pods, and none lets anything through.
@@ -18,7 +22,7 @@ pub use storage::ClaimCheck;
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -39,8 +43,6 @@ use super::{ContainerGuard, ReapFilter, ReapReport, SandboxError};
 use crate::config::{KubernetesConfig, SandboxConfig};
 use pod::Owner;
 
-/// How long a new pod may take to run (scheduling, pulling the image) before it is given up.
-pub const POD_START_TIMEOUT: Duration = Duration::from_secs(180);
 /// Bytes buffered per stream between the WebSocket and the readers.
 const ATTACH_BUFFER_BYTES: usize = 256 * 1024;
 /// What the runner writes on stdout once a warm pod's imports are done (as in the pool).
@@ -49,6 +51,17 @@ const READY: &[u8] = b"--file-agent-ready--\n";
 const READY_POLL: Duration = Duration::from_millis(100);
 /// Server-side timeout of one watch request; the watch is renewed after it.
 const WATCH_SECONDS: u32 = 60;
+/// How long [`Cluster::diagnose`] (`/health`, `doctor`) waits for the API server's version.
+const DIAGNOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much longer than [`WATCH_SECONDS`] a watch may stay silent before it is taken for dead.
+const WATCH_SILENCE_SLACK: Duration = Duration::from_secs(15);
+/// A watch that ends cleanly sooner than this after it began is renewed after
+/// [`RETRY_BACKOFF_MIN`], not at once.
+const WATCH_MIN_LIFE: Duration = Duration::from_secs(1);
+/// The first wait after the API server failed; it doubles up to [`RETRY_BACKOFF_MAX`].
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(200);
+/// The longest wait between two tries at an API server that fails.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// A connection to the API server and where the pods go.
 #[derive(Clone)]
@@ -62,6 +75,10 @@ pub(crate) struct Cluster {
     api_server: http::Uri,
     /// The data folder's claim, (namespace, name), which `doctor` reads.
     data_claim: Option<(String, String)>,
+    /// `SANDBOX_API_OUTAGE_MAX`: how long a wait rides out an unreachable API server.
+    outage_max: Duration,
+    /// `SANDBOX_POD_START_TIMEOUT`: how long a new pod may take to run.
+    start_timeout: Duration,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -82,12 +99,12 @@ pub struct ClusterDiagnosis {
 
 fn api_error(action: &'static str, error: kube::Error) -> SandboxError {
     let message = match &error {
-        // Quota admission refuses with 403 too, but no Role can fix it.
+        // The quota admission answers 403 too, but RBAC is not what to check then.
         kube::Error::Api(status)
             if status.code == 403 && status.message.contains("exceeded quota") =>
         {
             format!(
-                "{} (403: the sandbox namespace's ResourceQuota is used up; deploy/kubernetes/resourcequota.yaml is sized to FILE_AGENT_MAX_CONCURRENT and SANDBOX_WARM per replica: keep them in step)",
+                "{} (403: the sandbox namespace's ResourceQuota is used up; wait for running attempts, or keep deploy/kubernetes/resourcequota.yaml in step with FILE_AGENT_MAX_CONCURRENT and SANDBOX_WARM per replica)",
                 status.message
             )
         }
@@ -107,6 +124,144 @@ fn api_error(action: &'static str, error: kube::Error) -> SandboxError {
 
 fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// Whether a failed request is the API server being away for a while (no connection, a
+/// reset, 5xx, 429) and worth trying again, rather than a refusal (4xx) that will not change.
+fn retryable(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        kube::Error::UpgradeConnection(kube::client::UpgradeConnectionError::ProtocolSwitch(
+            code,
+        )) => code.is_server_error() || code.as_u16() == 429,
+        _ => false,
+    }
+}
+
+/// How one watch request ended.
+enum WatchEnd {
+    /// The server ended it (its timeout): renew from the last version.
+    Clean,
+    /// 410: the version is too old; read the pod again.
+    Expired,
+    /// A reset, an `ERROR` event, silence: read the pod again, after a backoff.
+    Broke(String),
+}
+
+/// An API server failing for a while, as one wait sees it: each failure waits a doubling
+/// backoff; once failures have gone on, with no answer between them, past `max`, the wait
+/// gives up with [`SandboxError::ApiUnreachable`].
+struct Outage {
+    max: Duration,
+    action: &'static str,
+    /// When the failures began; `None` while the API answers.
+    since: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Outage {
+    fn new(max: Duration, action: &'static str) -> Self {
+        Self {
+            max,
+            action,
+            since: None,
+            backoff: RETRY_BACKOFF_MIN,
+        }
+    }
+
+    /// Runs one request for no longer than the time left before the bound (`Err`: no answer
+    /// in time). The client's own retries of a 503 back off for minutes; this wait does not
+    /// outlast its bound for them. A request that fails counts towards the outage from when
+    /// it began.
+    async fn bounded<T>(
+        &mut self,
+        request: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<Result<T, kube::Error>, String> {
+        let began = Instant::now();
+        let left = self
+            .since
+            .map_or(self.max, |since| self.max.saturating_sub(since.elapsed()))
+            .max(RETRY_BACKOFF_MIN);
+        let answer = tokio::time::timeout(left, request).await;
+        if !matches!(answer, Ok(Ok(_))) {
+            self.since.get_or_insert(began);
+        }
+        answer.map_err(|_| format!("no answer within {} ms", left.as_millis()))
+    }
+
+    /// The API server answered.
+    fn reached(&mut self) {
+        self.since = None;
+        self.backoff = RETRY_BACKOFF_MIN;
+    }
+
+    /// The API server failed (`error`) while waiting for pod `name`: waits the backoff (never
+    /// past the bound), or gives up once the failures have lasted `max`.
+    async fn failed(&mut self, name: &str, error: String) -> Result<(), SandboxError> {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        let lasted = since.elapsed();
+        if lasted >= self.max {
+            return Err(SandboxError::ApiUnreachable {
+                action: self.action,
+                after: lasted,
+                last: error,
+            });
+        }
+        tracing::warn!(pod = %name, %error, lasted_ms = lasted.as_millis() as u64, "the API server failed; trying again");
+        tokio::time::sleep(self.backoff.min(self.max - lasted)).await;
+        self.backoff = (self.backoff * 2).min(RETRY_BACKOFF_MAX);
+        Ok(())
+    }
+}
+
+/// Waiting reasons after which a pod will not run without someone acting: an image it may
+/// never pull, a name that is no image, a container it cannot make. A failed pull
+/// (`ErrImagePull`, then `ImagePullBackOff`) is not one: the kubelet pulls again after its
+/// back-off, and only a retry that fails too is taken as final ([`Cluster::wait_running`]).
+fn is_fatal_waiting(reason: &str) -> bool {
+    matches!(
+        reason,
+        "ErrImageNeverPull"
+            | "InvalidImageName"
+            | "CreateContainerConfigError"
+            | "CreateContainerError"
+    )
+}
+
+/// Why a pod is still Pending, in words, if its status says: not scheduled (the scheduler's
+/// message: no node with room, a quota), or its container waiting for something (an image
+/// being pulled again after `ErrImagePull`).
+fn pending_reason(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let unscheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False");
+    if let Some(condition) = unscheduled {
+        return Some(format!(
+            "{}: {}",
+            condition
+                .reason
+                .clone()
+                .unwrap_or_else(|| "not scheduled".into()),
+            condition.message.clone().unwrap_or_default()
+        ));
+    }
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|s| s.state.as_ref()?.waiting.as_ref())
+        .find(|w| w.message.is_some() || w.reason.as_deref() != Some("ContainerCreating"))
+        .map(|w| {
+            format!(
+                "{}: {}",
+                w.reason.clone().unwrap_or_default(),
+                w.message.clone().unwrap_or_default()
+            )
+        })
 }
 
 impl Cluster {
@@ -141,6 +296,8 @@ impl Cluster {
             owner: None,
             api_server,
             data_claim: config.data_claim.clone(),
+            outage_max: config.api_outage_max,
+            start_timeout: config.pod_start_timeout,
         };
         if let Some(owner) = &config.owner {
             let owner_namespace = owner.namespace.clone().unwrap_or(default_namespace);
@@ -207,10 +364,16 @@ impl Cluster {
 
     /// The API server's version.
     pub(crate) async fn diagnose(&self) -> Result<ClusterDiagnosis, SandboxError> {
-        let info = self
-            .client
-            .apiserver_version()
+        // Bounded: the client retries a 503 for minutes, and `/health` must answer.
+        let info = tokio::time::timeout(DIAGNOSE_TIMEOUT, self.client.apiserver_version())
             .await
+            .map_err(|_| SandboxError::Kubernetes {
+                action: "reading the API server's version",
+                message: format!(
+                    "no answer within {} s; check that the API server is reachable",
+                    DIAGNOSE_TIMEOUT.as_secs()
+                ),
+            })?
             .map_err(|e| api_error("reading the API server's version", e))?;
         Ok(ClusterDiagnosis {
             version: info.git_version,
@@ -266,7 +429,9 @@ impl Cluster {
             pending,
         );
         let result = tokio::select! {
-            result = self.verify_and_attach(&wanted, created, &config.image, kind) => result,
+            // Boxed: the wait and its retries make a large future, too large for a caller's
+            // stack in a debug build.
+            result = Box::pin(self.verify_and_attach(&wanted, created, &config.image, kind)) => result,
             () = cancel.cancelled() => Err(SandboxError::Cancelled),
         };
         Started::settle(guard, result, kind, (created_at, phase)).await
@@ -284,15 +449,24 @@ impl Cluster {
         pod::verify(wanted, &created)?;
         let name = created.metadata.name.clone().unwrap_or_default();
         let phase = Instant::now();
-        let running = tokio::time::timeout(POD_START_TIMEOUT, self.wait_running(&created))
+        let pending = std::sync::Mutex::new(None);
+        let running = tokio::time::timeout(self.start_timeout, self.wait_running(&created, &pending))
             .await
-            .map_err(|_| SandboxError::Kubernetes {
-                action: "starting the sandbox pod",
-                message: format!(
-                    "pod {name} did not run within {} s; see `kubectl -n {} describe pod {name}` (image pull, scheduling, RuntimeClass)",
-                    POD_START_TIMEOUT.as_secs(),
-                    self.namespace
-                ),
+            .map_err(|_| {
+                let why = pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .map(|why| format!(", last Pending because {why}"))
+                    .unwrap_or_default();
+                SandboxError::Kubernetes {
+                    action: "starting the sandbox pod",
+                    message: format!(
+                        "pod {name} did not run within {} s (SANDBOX_POD_START_TIMEOUT){why}; see `kubectl -n {} describe pod {name}` (image pull, scheduling, quota, RuntimeClass)",
+                        self.start_timeout.as_secs(),
+                        self.namespace
+                    ),
+                }
             })??;
         pod::verify(wanted, &running)?;
         pod::verify_image(image, &running)?;
@@ -306,11 +480,18 @@ impl Cluster {
             max_stdout_buf_size: Some(ATTACH_BUFFER_BYTES),
             max_stderr_buf_size: Some(ATTACH_BUFFER_BYTES),
         };
-        let mut attached = self
-            .pods
-            .attach(&name, &params)
-            .await
-            .map_err(|e| api_error("attaching to the sandbox pod", e))?;
+        // Nothing reached the runner when the attach was refused: it can be asked again.
+        let mut outage = Outage::new(self.outage_max, "attaching to the sandbox pod");
+        let mut attached = loop {
+            match outage.bounded(self.pods.attach(&name, &params)).await {
+                Ok(Ok(attached)) => break attached,
+                Ok(Err(error)) if !retryable(&error) => {
+                    return Err(api_error("attaching to the sandbox pod", error));
+                }
+                Ok(Err(error)) => outage.failed(&name, error.to_string()).await?,
+                Err(silence) => outage.failed(&name, silence).await?,
+            }
+        };
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (attached.stdin(), attached.stdout(), attached.stderr())
         else {
@@ -332,11 +513,10 @@ impl Cluster {
         };
         let output: OutputStream = match kind {
             Kind::Cold { .. } => Box::pin(output),
-            // The runner may have said READY before the attach began (attach sees only what
-            // comes after it): say it from the pod's log, and drop it if the attach saw it too.
             Kind::Warm { .. } => {
-                let ready = self.ready_from_log(name.clone());
-                Box::pin(futures_util::stream::once(ready).chain(StripReady::new(Box::pin(output))))
+                let said = Arc::new(AtomicBool::new(false));
+                let from_log = self.ready_from_log(name.clone(), said.clone());
+                warm_output(from_log, Box::pin(output), said)
             }
         };
         Ok((
@@ -347,37 +527,46 @@ impl Cluster {
         ))
     }
 
-    /// A warm pod's READY, once its log shows it (the pool times this out).
+    /// Whether a warm pod's log shows its READY line: polled until it does (`true`), until the
+    /// attach has seen it first (`said`), or until the log cannot be read (`false`: no `get
+    /// pods/log`, say; then only the attach can say READY, never a guess).
     fn ready_from_log(
         &self,
         name: String,
-    ) -> impl std::future::Future<Output = Result<LogOutput, bollard::errors::Error>> + Send + 'static
-    {
+        said: Arc<AtomicBool>,
+    ) -> impl std::future::Future<Output = bool> + Send + 'static {
         let pods = self.pods.clone();
         async move {
-            loop {
+            while !said.load(Ordering::SeqCst) {
                 match pods.logs(&name, &Default::default()).await {
-                    Ok(log) if log.as_bytes().windows(READY.len()).any(|w| w == READY) => break,
+                    Ok(log) if log.as_bytes().windows(READY.len()).any(|w| w == READY) => {
+                        return true;
+                    }
                     Ok(_) => {}
-                    // Without the log (no `get pods/log`), say READY now: the runner reads a
-                    // request that comes early once its imports are done, so the attempt is
-                    // only as slow as a cold start, never wrong.
+                    // The API server is away for a moment: the next poll asks again.
+                    Err(error) if retryable(&error) => {}
                     Err(error) => {
-                        tracing::debug!(%error, "cannot read a warm pod's log; taking it as ready");
-                        break;
+                        tracing::debug!(%error, pod = %name, "cannot read a warm pod's log; waiting for the attach to show its ready line");
+                        return false;
                     }
                 }
                 tokio::time::sleep(READY_POLL).await;
             }
-            Ok(LogOutput::StdOut {
-                message: Bytes::from_static(READY),
-            })
+            false
         }
     }
 
-    /// Waits until the pod runs; a pod that fails first, or whose image cannot be pulled, is an
-    /// error that says why.
-    async fn wait_running(&self, created: &Pod) -> Result<Pod, SandboxError> {
+    /// Waits until the pod runs; a pod that fails first, or whose image cannot be pulled, is
+    /// an error that says why. A failed pull counts only once the kubelet's back-off has said
+    /// so (`ImagePullBackOff`) and its next pull failed too: a first `ErrImagePull` (a registry
+    /// hiccup) is waited out, as the kubelet retries it. While it is Pending, why
+    /// (unschedulable, an image being pulled) is logged when it changes and kept in `pending`
+    /// for the timeout's error.
+    async fn wait_running(
+        &self,
+        created: &Pod,
+        pending: &std::sync::Mutex<Option<String>>,
+    ) -> Result<Pod, SandboxError> {
         let name = created.metadata.name.clone().unwrap_or_default();
         let namespace = self.namespace.clone();
         let image = created
@@ -386,35 +575,36 @@ impl Cluster {
             .and_then(|spec| spec.containers.first())
             .and_then(|container| container.image.clone())
             .unwrap_or_default();
-        let outcome = self
-            .watch_pod(created, |pod| {
+        // Set once the kubelet has backed off a failed pull: the next failed pull is its
+        // retry failing too, and then the image is taken to be unpullable.
+        let backed_off = AtomicBool::new(false);
+        let outcome = Box::pin(self.watch_pod(created, |pod| {
                 let status = pod.status.as_ref()?;
                 let waiting = status
                     .container_statuses
                     .iter()
                     .flatten()
-                    .filter_map(|s| s.state.as_ref()?.waiting.as_ref())
-                    .find(|w| {
-                        matches!(
-                            w.reason.as_deref(),
-                            Some(
-                                "ErrImagePull"
-                                    | "ImagePullBackOff"
-                                    | "InvalidImageName"
-                                    | "CreateContainerConfigError"
-                                    | "CreateContainerError"
-                            )
-                        )
-                    });
-                if let Some(waiting) = waiting {
-                    return Some(Err(SandboxError::Kubernetes {
-                        action: "starting the sandbox pod",
-                        message: format!(
-                            "{}: {} (image {image}); push the sandbox image where the cluster can pull it and set SANDBOX_IMAGE",
-                            waiting.reason.clone().unwrap_or_default(),
-                            waiting.message.clone().unwrap_or_default()
-                        ),
-                    }));
+                    .filter_map(|s| s.state.as_ref()?.waiting.as_ref());
+                for waiting in waiting {
+                    let reason = waiting.reason.as_deref().unwrap_or_default();
+                    let retry_failed = reason == "ErrImagePull" && backed_off.load(Ordering::SeqCst);
+                    if reason == "ImagePullBackOff" {
+                        backed_off.store(true, Ordering::SeqCst);
+                    }
+                    if is_fatal_waiting(reason) || retry_failed {
+                        let retried = if retry_failed {
+                            " (and again after the kubelet's ImagePullBackOff)"
+                        } else {
+                            ""
+                        };
+                        return Some(Err(SandboxError::Kubernetes {
+                            action: "starting the sandbox pod",
+                            message: format!(
+                                "{reason}{retried}: {} (image {image}); push the sandbox image where the cluster can pull it and set SANDBOX_IMAGE",
+                                waiting.message.clone().unwrap_or_default()
+                            ),
+                        }));
+                    }
                 }
                 match status.phase.as_deref() {
                     Some("Running") => Some(Ok(pod.clone())),
@@ -426,9 +616,17 @@ impl Cluster {
                             status.reason.clone().or(status.message.clone()).unwrap_or_default()
                         ),
                     })),
-                    _ => None,
+                    _ => {
+                        let why = pending_reason(pod);
+                        let mut last = pending.lock().unwrap_or_else(|e| e.into_inner());
+                        if why.is_some() && *last != why {
+                            tracing::info!(pod = %name, reason = why.as_deref().unwrap_or_default(), "the sandbox pod is pending");
+                            *last = why;
+                        }
+                        None
+                    }
                 }
-            })
+            }))
             .await?;
         outcome.unwrap_or_else(|| {
             Err(SandboxError::Kubernetes {
@@ -439,7 +637,13 @@ impl Cluster {
     }
 
     /// Watches one pod from `seen` on until `until` says something, or the pod is deleted
-    /// (`None`).
+    /// (`None`). It rides out the API server as kube-runtime's `watcher` does: a watch that
+    /// ends cleanly is renewed from the last version seen; a stream that breaks, an `ERROR`
+    /// event of any code (410 Expired, or a 500 from an API server restarting), or a watch or
+    /// read refused with 5xx, 429 or no connection, reads the pod again and watches anew, with
+    /// a doubling backoff. Only when the API server stays unreachable past
+    /// `SANDBOX_API_OUTAGE_MAX` does the wait fail ([`SandboxError::ApiUnreachable`]); a 4xx
+    /// (403: RBAC) fails at once.
     async fn watch_pod<T>(
         &self,
         seen: &Pod,
@@ -453,19 +657,69 @@ impl Cluster {
         let params = WatchParams::default()
             .fields(&format!("metadata.name={name}"))
             .timeout(WATCH_SECONDS);
+        let mut outage = Outage::new(self.outage_max, "watching the sandbox pod");
+        // After a broken watch the events since `version` may be lost: the pod is read first.
+        let mut reread = false;
         loop {
-            let events = self
-                .pods
-                .watch(&params, &version)
-                .await
-                .map_err(|e| api_error("watching the sandbox pod", e))?;
+            if reread {
+                match outage.bounded(self.pods.get_opt(&name)).await {
+                    Ok(Ok(Some(pod))) => {
+                        outage.reached();
+                        if let Some(found) = until(&pod) {
+                            return Ok(Some(found));
+                        }
+                        version = pod.metadata.resource_version.unwrap_or_default();
+                        reread = false;
+                    }
+                    Ok(Ok(None)) => return Ok(None),
+                    Ok(Err(error)) if !retryable(&error) => {
+                        return Err(api_error("reading the sandbox pod", error));
+                    }
+                    Ok(Err(error)) => {
+                        outage.failed(&name, error.to_string()).await?;
+                        continue;
+                    }
+                    Err(silence) => {
+                        outage.failed(&name, silence).await?;
+                        continue;
+                    }
+                }
+            }
+            let began = Instant::now();
+            let events = match outage.bounded(self.pods.watch(&params, &version)).await {
+                Ok(Ok(events)) => events,
+                Ok(Err(error)) if !retryable(&error) => {
+                    return Err(api_error("watching the sandbox pod", error));
+                }
+                Ok(Err(error)) => {
+                    outage.failed(&name, error.to_string()).await?;
+                    reread = true;
+                    continue;
+                }
+                Err(silence) => {
+                    outage.failed(&name, silence).await?;
+                    reread = true;
+                    continue;
+                }
+            };
             let mut events = std::pin::pin!(events);
-            while let Some(event) = events.next().await {
-                let event = event.map_err(|e| api_error("watching the sandbox pod", e))?;
+            // The server ends a watch at `WATCH_SECONDS`; one that says nothing for longer
+            // went dead without a reset (a vanished API server), and is given up.
+            let silent = tokio::time::Instant::now()
+                + Duration::from_secs(u64::from(WATCH_SECONDS))
+                + WATCH_SILENCE_SLACK;
+            let ended = loop {
+                let event = match tokio::time::timeout_at(silent, events.next()).await {
+                    Err(_) => break WatchEnd::Broke("the watch went silent".to_string()),
+                    Ok(None) => break WatchEnd::Clean,
+                    Ok(Some(Err(error))) => break WatchEnd::Broke(error.to_string()),
+                    Ok(Some(Ok(event))) => event,
+                };
                 match event {
                     WatchEvent::Added(pod) | WatchEvent::Modified(pod)
                         if pod.metadata.name.as_deref() == Some(&name) =>
                     {
+                        outage.reached();
                         if let Some(found) = until(&pod) {
                             return Ok(Some(found));
                         }
@@ -475,68 +729,84 @@ impl Cluster {
                         return Ok(None);
                     }
                     WatchEvent::Bookmark(bookmark) => {
+                        outage.reached();
                         version = bookmark.metadata.resource_version;
                     }
-                    WatchEvent::Error(status) if status.code == 410 => {
-                        // The version is too old: start again from the pod as it is now.
-                        match self.pods.get_opt(&name).await {
-                            Ok(Some(pod)) => {
-                                if let Some(found) = until(&pod) {
-                                    return Ok(Some(found));
-                                }
-                                version = pod.metadata.resource_version.unwrap_or_default();
-                            }
-                            Ok(None) => return Ok(None),
-                            Err(e) => return Err(api_error("reading the sandbox pod", e)),
-                        }
-                    }
+                    // The version is too old: start again from the pod as it is now.
+                    WatchEvent::Error(status) if status.code == 410 => break WatchEnd::Expired,
                     WatchEvent::Error(status) => {
-                        return Err(SandboxError::Kubernetes {
-                            action: "watching the sandbox pod",
-                            message: format!("{} ({})", status.message, status.code),
-                        });
+                        break WatchEnd::Broke(format!(
+                            "an ERROR event: {} ({})",
+                            status.message, status.code
+                        ));
                     }
                     _ => {}
                 }
+            };
+            match ended {
+                WatchEnd::Clean if began.elapsed() >= WATCH_MIN_LIFE => {}
+                // A server that ends every watch at once is not asked again at once.
+                WatchEnd::Clean => tokio::time::sleep(RETRY_BACKOFF_MIN).await,
+                WatchEnd::Expired => reread = true,
+                WatchEnd::Broke(error) => {
+                    outage.failed(&name, error).await?;
+                    reread = true;
+                }
+            }
+        }
+    }
+
+    /// The pod now (`None`: gone), riding out an unreachable API server as [`Self::watch_pod`]
+    /// does.
+    async fn read_pod(
+        &self,
+        name: &str,
+        action: &'static str,
+    ) -> Result<Option<Pod>, SandboxError> {
+        let mut outage = Outage::new(self.outage_max, action);
+        loop {
+            match outage.bounded(self.pods.get_opt(name)).await {
+                Ok(Ok(pod)) => return Ok(pod),
+                Ok(Err(error)) if !retryable(&error) => return Err(api_error(action, error)),
+                Ok(Err(error)) => outage.failed(name, error.to_string()).await?,
+                Err(silence) => outage.failed(name, silence).await?,
             }
         }
     }
 
     /// The sandbox container's exit code, once it has ended; `None` when the pod is gone.
     pub(crate) async fn wait_exit(&self, name: &str) -> Result<Option<i64>, SandboxError> {
-        let Some(pod) = self
-            .pods
-            .get_opt(name)
-            .await
-            .map_err(|e| api_error("reading the sandbox pod", e))?
-        else {
+        let Some(pod) = self.read_pod(name, "reading the sandbox pod").await? else {
             return Ok(None);
         };
-        let code = self
-            .watch_pod(&pod, |pod| terminated(pod).map(|(code, _)| code))
-            .await?;
+        let code =
+            Box::pin(self.watch_pod(&pod, |pod| terminated(pod).map(|(code, _)| code))).await?;
         Ok(code)
     }
 
-    /// Whether the kernel killed the container for its memory (once it has ended; a pod that
-    /// is gone says no).
+    /// Whether the container was killed for its memory (once it has ended; a pod that is gone
+    /// says no). The kubelet says `OOMKilled` whether the kernel killed the script alone or,
+    /// with cgroup v2's `memory.oom.group` (Kubernetes 1.28 on), the whole container, the
+    /// runner included, before it could report.
     pub(crate) async fn oom_killed(&self, name: &str) -> Result<bool, SandboxError> {
         let pod = self
-            .pods
-            .get_opt(name)
-            .await
-            .map_err(|e| api_error("reading the finished sandbox pod", e))?;
+            .read_pod(name, "reading the finished sandbox pod")
+            .await?;
         Ok(pod
             .as_ref()
             .and_then(terminated)
             .is_some_and(|(_, reason)| reason == "OOMKilled"))
     }
 
-    /// Deletes a pod at once (no grace period); one that is already gone is fine.
+    /// Deletes a pod with a short grace ([`pod::TERMINATION_GRACE_SECONDS`]), not a force
+    /// delete (grace 0): the object then stays until the kubelet has stopped the container,
+    /// so the scheduler does not count its cpu and memory free while it still runs. One that
+    /// is already gone is fine.
     pub(crate) async fn remove(&self, name: &str) -> Result<(), SandboxError> {
+        let grace = pod::TERMINATION_GRACE_SECONDS as u32;
         match self
             .pods
-            .delete(name, &DeleteParams::default().grace_period(0))
+            .delete(name, &DeleteParams::default().grace_period(grace))
             .await
         {
             Ok(_) => Ok(()),
@@ -724,19 +994,55 @@ impl Stream for AttachedOutput {
     }
 }
 
-/// Drops a warm runner's READY line when it is the first thing on stdout (the attach began
-/// before the runner said it; the pool was already told, from the log).
+/// A warm pod's output: its READY line said once, by whichever sees it first: the pod's log
+/// (`from_log`: the runner may say it before the attach begins, and an attach sees only what
+/// comes after) or the attach itself. A log that cannot be read says nothing, so READY then
+/// comes only from the attach: it is never said on a guess. `said` records that it was.
+fn warm_output(
+    from_log: impl std::future::Future<Output = bool> + Send + 'static,
+    attach: OutputStream,
+    said: Arc<AtomicBool>,
+) -> OutputStream {
+    let attach_ended = CancellationToken::new();
+    let log_said = said.clone();
+    let ended = attach_ended.clone();
+    let from_log = futures_util::stream::once(async move {
+        tokio::select! {
+            seen = from_log => seen && !log_said.swap(true, Ordering::SeqCst),
+            // Once the attach is over, so is the wait for the log.
+            () = ended.cancelled() => false,
+        }
+    })
+    .filter_map(|say| async move {
+        say.then(|| {
+            Ok(LogOutput::StdOut {
+                message: Bytes::from_static(READY),
+            })
+        })
+    });
+    Box::pin(futures_util::stream::select(
+        from_log,
+        StripReady::new(attach, said, attach_ended),
+    ))
+}
+
+/// A warm runner's READY line when it is the first thing on stdout: passed on unless the log
+/// said it already (`said`), then dropped. Cancels `ended` when the attach stream ends.
 struct StripReady {
     inner: OutputStream,
     /// stdout seen so far while it may still be the READY line; `None` once decided.
     pending: Option<Vec<u8>>,
+    said: Arc<AtomicBool>,
+    ended: CancellationToken,
 }
 
 impl StripReady {
-    fn new(inner: OutputStream) -> Self {
+    fn new(inner: OutputStream, said: Arc<AtomicBool>, ended: CancellationToken) -> Self {
         Self {
             inner,
             pending: Some(Vec::new()),
+            said,
+            ended,
         }
     }
 }
@@ -750,6 +1056,9 @@ impl Stream for StripReady {
                 Poll::Ready(item) => item,
                 Poll::Pending => return Poll::Pending,
             };
+            if item.is_none() {
+                self.ended.cancel();
+            }
             let Some(pending) = self.pending.as_mut() else {
                 return Poll::Ready(item);
             };
@@ -758,7 +1067,12 @@ impl Stream for StripReady {
                     pending.extend_from_slice(&message);
                     if pending.as_slice() == READY {
                         self.pending = None;
-                        continue;
+                        if self.said.swap(true, Ordering::SeqCst) {
+                            continue;
+                        }
+                        return Poll::Ready(Some(Ok(LogOutput::StdOut {
+                            message: Bytes::from_static(READY),
+                        })));
                     }
                     if READY.starts_with(pending) {
                         continue;
@@ -923,7 +1237,8 @@ mod tests {
         };
         let collect = |stream: OutputStream| async move {
             let mut out = Vec::new();
-            let mut stream = StripReady::new(stream);
+            let said = Arc::new(AtomicBool::new(true));
+            let mut stream = StripReady::new(stream, said, CancellationToken::new());
             while let Some(Ok(LogOutput::StdOut { message })) = stream.next().await {
                 out.extend_from_slice(&message);
             }
@@ -935,5 +1250,162 @@ mod tests {
         );
         assert_eq!(collect(chunks(&[b"--file", b"x"])).await, b"--filex");
         assert_eq!(collect(chunks(&[b"hello"])).await, b"hello");
+    }
+
+    fn stdout(parts: &[&'static [u8]]) -> Vec<Result<LogOutput, bollard::errors::Error>> {
+        parts
+            .iter()
+            .map(|p| {
+                Ok(LogOutput::StdOut {
+                    message: Bytes::from_static(p),
+                })
+            })
+            .collect()
+    }
+
+    async fn all_stdout(mut stream: OutputStream) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(item) =
+            tokio::time::timeout(std::time::Duration::from_secs(5), stream.next())
+                .await
+                .unwrap()
+        {
+            if let Ok(LogOutput::StdOut { message }) = item {
+                out.extend_from_slice(&message);
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_warm_pod_is_ready_once_from_the_log_or_the_attach_never_from_a_failed_log_read() {
+        let said = || Arc::new(AtomicBool::new(false));
+        // The log saw it first: READY once, the attach's copy dropped.
+        let attach: OutputStream = Box::pin(futures_util::stream::iter(stdout(&[
+            b"--file-agent-ready--\n",
+            b"frames",
+        ])));
+        let out = all_stdout(warm_output(async { true }, attach, said())).await;
+        assert_eq!(out, b"--file-agent-ready--\nframes");
+        // The log could not be read: READY comes from the attach, once.
+        let attach: OutputStream = Box::pin(futures_util::stream::iter(stdout(&[
+            b"--file-agent-",
+            b"ready--\nframes",
+        ])));
+        let out = all_stdout(warm_output(async { false }, attach, said())).await;
+        assert_eq!(out, b"--file-agent-ready--\nframes");
+        // The log could not be read and the runner has not said it yet: nothing is ready.
+        let attach: OutputStream = Box::pin(futures_util::stream::pending());
+        let mut output = warm_output(async { false }, attach, said());
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(300), output.next())
+                .await
+                .is_err(),
+            "READY said though neither the log nor the attach showed it"
+        );
+        // A log that never shows it does not keep the stream open once the attach ended.
+        let attach: OutputStream = Box::pin(futures_util::stream::iter(stdout(&[b"x"])));
+        let out = all_stdout(warm_output(std::future::pending(), attach, said())).await;
+        assert_eq!(out, b"x");
+    }
+
+    #[test]
+    fn a_pending_pod_says_why() {
+        let pod = |status: serde_json::Value| -> Pod {
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "fa-1"}, "status": status}),
+            )
+            .unwrap()
+        };
+        let unschedulable = pod(serde_json::json!({"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 Insufficient memory."}]}));
+        assert_eq!(
+            pending_reason(&unschedulable).unwrap(),
+            "Unschedulable: 0/3 nodes are available: 3 Insufficient memory."
+        );
+        let pulling = pod(
+            serde_json::json!({"phase": "Pending", "containerStatuses": [{
+            "name": "sandbox", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ErrImagePull", "message": "registry timeout"}}}]}),
+        );
+        assert_eq!(
+            pending_reason(&pulling).unwrap(),
+            "ErrImagePull: registry timeout"
+        );
+        let creating = pod(
+            serde_json::json!({"phase": "Pending", "containerStatuses": [{
+            "name": "sandbox", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+        );
+        assert_eq!(pending_reason(&creating), None);
+        assert!(!is_fatal_waiting("ErrImagePull"), "the kubelet retries it");
+        assert!(!is_fatal_waiting("ImagePullBackOff"), "and again after it");
+        assert!(is_fatal_waiting("ErrImageNeverPull"));
+    }
+
+    #[tokio::test]
+    async fn an_outage_is_ridden_out_until_its_bound_and_no_longer() {
+        let max = Duration::from_millis(600);
+        let began = Instant::now();
+        let mut outage = Outage::new(max, "watching the sandbox pod");
+        let mut tries = 0;
+        let error = loop {
+            tries += 1;
+            if let Err(error) = outage.failed("fa-1", "503".into()).await {
+                break error;
+            }
+        };
+        let took = began.elapsed();
+        assert!(
+            took >= max && took < max + Duration::from_millis(300),
+            "{took:?}"
+        );
+        assert!(tries >= 3, "with backoff in between: {tries}");
+        let SandboxError::ApiUnreachable { after, last, .. } = &error else {
+            panic!("{error}")
+        };
+        assert!(*after >= max && last == "503", "{error}");
+        assert!(
+            error.to_string().contains("SANDBOX_API_OUTAGE_MAX"),
+            "{error}"
+        );
+
+        // An answer in between starts the count again.
+        let mut outage = Outage::new(max, "reading the sandbox pod");
+        outage.failed("fa-1", "reset".into()).await.unwrap();
+        tokio::time::sleep(max).await;
+        outage.reached();
+        outage.failed("fa-1", "reset".into()).await.unwrap();
+
+        // A request that never answers is cut at the bound, which then has passed.
+        let mut outage = Outage::new(max, "attaching to the sandbox pod");
+        let began = Instant::now();
+        let silent = std::future::pending::<Result<(), kube::Error>>();
+        assert!(outage.bounded(silent).await.is_err());
+        assert!(outage.failed("fa-1", "silence".into()).await.is_err());
+        assert!(began.elapsed() < max + Duration::from_millis(300));
+    }
+
+    #[test]
+    fn a_quota_refusal_is_not_taken_for_rbac() {
+        let refusal = |message: &str| {
+            let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+                "status": "Failure", "message": message, "reason": "Forbidden", "code": 403
+            }))
+            .unwrap();
+            api_error(
+                "creating the sandbox pod",
+                kube::Error::Api(Box::new(status)),
+            )
+            .to_string()
+        };
+        let quota = refusal(
+            "pods \"fa-1\" is forbidden: exceeded quota: sandbox, requested: cpu=1, used: cpu=8, limited: cpu=8",
+        );
+        assert!(quota.contains("ResourceQuota is used up"), "{quota}");
+        assert!(!quota.contains("rbac.yaml"), "{quota}");
+        let rbac = refusal("pods is forbidden: User \"x\" cannot create resource \"pods\"");
+        assert!(rbac.contains("rbac.yaml"), "{rbac}");
     }
 }

@@ -12,8 +12,9 @@
 //! no service links, no host namespaces, no hostPath; `/tmp` and `/work` on
 //! memory-backed `emptyDir`s with size limits (they count against the memory limit, as the
 //! Docker backend's tmpfs do); limits equal to requests for cpu, memory and ephemeral storage;
-//! `restartPolicy: Never` and an `activeDeadlineSeconds` past the attempt's own limit, so the
-//! kubelet ends it even when no server is left to; the managed and instance labels; and an
+//! `restartPolicy: Never` and an `activeDeadlineSeconds` over the pod's whole life (its start
+//! included, [`deadline`]), so the kubelet ends it even when no server is left to; a
+//! termination grace of 1 s (never 0, a force delete); the managed and instance labels; and an
 //! owner reference to the server's own pod when that pod is in the same namespace (Kubernetes
 //! ignores, and garbage-collects against, an owner in another namespace).
 //!
@@ -36,7 +37,7 @@ use serde_json::Value;
 use super::super::policy::WORK_SLACK_BYTES;
 use super::super::policy::{self, INSTANCE_LABEL, Kind, MANAGED_LABEL, WARM_LABEL};
 use super::super::{COPY_OUT_GRACE, SandboxError};
-use crate::config::{MIB, SandboxConfig};
+use crate::config::{Backend, DEFAULT_POD_START_TIMEOUT_SECS, MIB, SandboxConfig};
 
 /// The sandbox container's name in its pod.
 pub const CONTAINER: &str = "sandbox";
@@ -55,12 +56,13 @@ const EPHEMERAL_STORAGE_SLACK: u64 = 64 * MIB;
 pub fn ephemeral_storage_bytes(limits: &crate::config::Limits) -> u64 {
     limits.output_max_bytes + 2 * limits.stdio_max_bytes as u64 + EPHEMERAL_STORAGE_SLACK
 }
-/// Added to the attempt's own limits in `activeDeadlineSeconds`: pulling the image, scheduling,
-/// a slow node.
-pub const DEADLINE_MARGIN: Duration = Duration::from_secs(120);
-/// Seconds between SIGTERM and SIGKILL when a pod is deleted: none is needed, the runner keeps
-/// nothing.
-pub const TERMINATION_GRACE_SECONDS: i64 = 0;
+/// Added to the pod's whole life in `activeDeadlineSeconds` (after the start timeout, the warm
+/// wait, the attempt and its copy-out): the server's own round trips, a slow node.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(60);
+/// Seconds between SIGTERM and SIGKILL when a pod is deleted, here and in each delete: the
+/// runner keeps nothing, so it ends at once, but a grace of 0 is a force delete (the object
+/// goes while the container may still run, and the scheduler counts its resources free).
+pub const TERMINATION_GRACE_SECONDS: i64 = 1;
 
 /// Who owns a sandbox pod: the server's own pod in the same namespace.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,10 +73,16 @@ pub struct Owner {
     pub uid: String,
 }
 
-/// How long a pod of `kind` may live before the kubelet ends it: a warm pod's wait, then one
-/// attempt and its copy-out, and the margin.
+/// How long a pod of `kind` may live before the kubelet ends it. The kubelet counts from the
+/// pod's `startTime`, which it sets before it pulls the image, so the whole life is covered:
+/// the start (up to `SANDBOX_POD_START_TIMEOUT`: scheduling, the pull), a warm pod's wait,
+/// then one attempt and its copy-out, and the margin.
 pub fn deadline(config: &SandboxConfig, kind: Kind) -> Duration {
-    let attempt = config.limits.timeout + COPY_OUT_GRACE + DEADLINE_MARGIN;
+    let start = match &config.backend {
+        Backend::Kubernetes(kube) => kube.pod_start_timeout,
+        Backend::Docker => Duration::from_secs(DEFAULT_POD_START_TIMEOUT_SECS),
+    };
+    let attempt = start + config.limits.timeout + COPY_OUT_GRACE + DEADLINE_MARGIN;
     match kind {
         Kind::Cold { .. } => attempt,
         Kind::Warm { max_idle } => max_idle + policy::WARM_SELF_EXIT_SLACK + attempt,
@@ -493,7 +501,8 @@ mod tests {
         assert_eq!(spec["hostPID"], false);
         assert_eq!(spec["hostIPC"], false);
         assert_eq!(spec["runtimeClassName"], "gvisor");
-        assert_eq!(spec["activeDeadlineSeconds"], 90 + 60 + 120);
+        assert_eq!(spec["activeDeadlineSeconds"], 180 + 90 + 60 + 60);
+        assert_eq!(spec["terminationGracePeriodSeconds"], 1);
         assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
         assert_eq!(spec["securityContext"]["runAsUser"], 10001);
         assert_eq!(spec["securityContext"]["runAsGroup"], 10001);
@@ -562,7 +571,7 @@ mod tests {
         assert!(pod["metadata"].get("ownerReferences").is_none());
         assert_eq!(
             pod["spec"]["activeDeadlineSeconds"],
-            300 + 60 + 90 + 60 + 120
+            180 + 300 + 60 + 90 + 60 + 60
         );
         let command = pod["spec"]["containers"][0]["command"].to_string();
         assert!(command.contains("--warm"), "{command}");

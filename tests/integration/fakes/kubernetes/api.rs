@@ -160,6 +160,14 @@ async fn authenticate(
     next: Next,
 ) -> Response {
     cluster.record_request(format!("{} {}", request.method(), request.uri()));
+    if cluster.refuses() {
+        return ApiError::new(
+            503,
+            "ServiceUnavailable",
+            "the kube double is refusing requests (a test's API outage)",
+        )
+        .into_response();
+    }
     let authorized = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -686,6 +694,7 @@ pub fn delete_pod(
                 .as_u64()
                 .unwrap_or(30)
         });
+        cluster.record_deletion(name, grace);
         if grace == 0 || !store.kubelets.contains_key(&uid) {
             Cluster::signal_deletion(store, &uid, 0);
             return store

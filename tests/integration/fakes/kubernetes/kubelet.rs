@@ -1,7 +1,8 @@
 //! The kubelet of the double's one node: runs each pod bound to it as Docker containers on the
 //! real engine, with the pod's settings translated one by one (see [`container_body`]), and
 //! writes the pod's status as a kubelet would: Pending with `ContainerCreating` (or a waiting
-//! reason such as `ErrImageNeverPull`, `CreateContainerConfigError`), Running once every
+//! reason such as `ErrImageNeverPull`, `CreateContainerConfigError`; a failed pull is retried
+//! after a back-off, `ErrImagePull` then `ImagePullBackOff`), Running once every
 //! container started, then Succeeded or Failed with each container's `terminated` state
 //! (`exitCode`, `reason` `Completed`/`Error`/`OOMKilled`). It enforces `activeDeadlineSeconds`
 //! (kills, `Failed`, reason `DeadlineExceeded`), stops containers gracefully on deletion
@@ -28,6 +29,11 @@ use super::{Cluster, GC_PERIOD, Key, LABEL_KEY, NODE_NAME, now, timestamp};
 const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 /// The message a real kubelet writes for an exceeded `activeDeadlineSeconds`.
 const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
+/// The double's image pull back-off (a real kubelet starts at 10 s and doubles up to 5 min):
+/// `ErrImagePull` for this long, then `ImagePullBackOff` for this long, then another pull.
+const PULL_BACKOFF: Duration = Duration::from_secs(1);
+/// How often a container whose OOM killer is off is checked for being under OOM.
+const OOM_POLL: Duration = Duration::from_millis(50);
 
 /// Why a container could not start: the waiting reason and message of its status.
 #[derive(Debug)]
@@ -111,6 +117,20 @@ impl Kubelet {
     }
 
     async fn run(self, mut deletion: watch::Receiver<Option<u64>>) {
+        if let Some(message) = self.cluster.unschedulable() {
+            // The scheduler found no room: never bound, never run, until deleted.
+            self.update(|pod| {
+                pod["status"]["phase"] = json!("Pending");
+                pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+                    "reason": "Unschedulable", "message": message,
+                    "lastProbeTime": null, "lastTransitionTime": now()}]);
+            });
+            tokio::select! {
+                _ = deletion_asked(&mut deletion) => self.finalize().await,
+                () = self.cluster.stop.cancelled() => {}
+            }
+            return;
+        }
         let containers = self.containers();
         self.update(|pod| {
             pod["spec"]["nodeName"] = json!(NODE_NAME);
@@ -132,9 +152,12 @@ impl Kubelet {
             );
         });
         let deadline = self.pod["spec"]["activeDeadlineSeconds"].as_u64();
+        let speedup = self.cluster.deadline_speedup();
         let deadline = async move {
             match deadline {
-                Some(seconds) => tokio::time::sleep(Duration::from_secs(seconds)).await,
+                Some(seconds) => {
+                    tokio::time::sleep(Duration::from_secs(seconds) / speedup as u32).await
+                }
                 None => std::future::pending().await,
             }
         };
@@ -187,23 +210,50 @@ impl Kubelet {
     /// one cannot be created or started (as a kubelet keeps retrying).
     async fn run_containers(&self) {
         let containers = self.containers();
+        // An image slow to pull: the pod waits, ContainerCreating, its startTime already set.
+        tokio::time::sleep(self.cluster.start_delay()).await;
+        let mut failing_pulls = self.cluster.failing_pulls();
         let mut created = Vec::new();
         for (index, container) in containers.iter().enumerate() {
-            // The create runs in its own task, which a deletion cannot abandon half-way.
-            let creating = self.creating.clone().lock_owned().await;
-            let (kubelet, spec) = (self.clone(), container.clone());
-            let result = tokio::spawn(async move {
-                let result = kubelet.create(&spec).await;
-                drop(creating);
-                result
-            })
-            .await
-            .unwrap_or_else(|error| {
-                Err(Waiting {
-                    reason: "CreateContainerError",
-                    message: error.to_string(),
-                })
-            });
+            let result = loop {
+                let result = if failing_pulls > 0 {
+                    failing_pulls -= 1;
+                    Err(Waiting {
+                        reason: "ErrImagePull",
+                        message: "failed to pull and unpack image: a test's registry hiccup"
+                            .to_string(),
+                    })
+                } else {
+                    self.create_in_task(container).await
+                };
+                // As a kubelet: a failed pull is retried after a back-off, forever.
+                let Err(Waiting {
+                    reason: "ErrImagePull",
+                    message,
+                }) = result
+                else {
+                    break result;
+                };
+                let waiting = |reason: &str, message: &str| {
+                    container_status(
+                        container,
+                        json!({"waiting": {"reason": reason, "message": message}}),
+                        false,
+                        None,
+                    )
+                };
+                self.set_container(index, waiting("ErrImagePull", &message));
+                tokio::time::sleep(PULL_BACKOFF).await;
+                let image = container["image"].as_str().unwrap_or_default();
+                self.set_container(
+                    index,
+                    waiting(
+                        "ImagePullBackOff",
+                        &format!("Back-off pulling image \"{image}\": {message}"),
+                    ),
+                );
+                tokio::time::sleep(PULL_BACKOFF).await;
+            };
             match result {
                 Ok((id, image_id)) => created.push((id, image_id)),
                 Err(waiting) => {
@@ -221,7 +271,11 @@ impl Kubelet {
             }
         }
         for (index, (id, _)) in created.iter().enumerate() {
-            if let Err(error) = self.cluster.docker().start_container(id, None).await {
+            let started = self.cluster.docker().start_container(id, None).await;
+            if started.is_ok() && self.cluster.oom_group() {
+                self.kill_whole_on_oom(id).await;
+            }
+            if let Err(error) = started {
                 self.set_container(
                     index,
                     container_status(
@@ -280,6 +334,71 @@ impl Kubelet {
             pod["status"]["phase"] = json!(phase);
             pod["status"]["conditions"] = conditions(false, Some("PodCompleted"));
         });
+    }
+
+    /// Creates one container in its own task, which a deletion cannot abandon half-way.
+    async fn create_in_task(&self, container: &Value) -> Result<(String, String), Waiting> {
+        let creating = self.creating.clone().lock_owned().await;
+        let (kubelet, spec) = (self.clone(), container.clone());
+        tokio::spawn(async move {
+            let result = kubelet.create(&spec).await;
+            drop(creating);
+            result
+        })
+        .await
+        .unwrap_or_else(|error| {
+            Err(Waiting {
+                reason: "CreateContainerError",
+                message: error.to_string(),
+            })
+        })
+    }
+
+    /// `memory.oom.group=1` for a started container: on cgroup v2 the kernel's own switch;
+    /// on cgroup v1, the OOM killer turned off for the container and the container killed
+    /// whole (`SIGKILL`) once it is under OOM. Either way no process of it outlives the OOM.
+    async fn kill_whole_on_oom(&self, id: &str) {
+        let Ok(inspected) = self.cluster.docker().inspect_container(id, None).await else {
+            return;
+        };
+        let Some(pid) = inspected.state.and_then(|s| s.pid).filter(|pid| *pid > 0) else {
+            return;
+        };
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let v1 = cgroups.lines().find_map(|line| {
+            line.split_once(":memory:")
+                .map(|(_, path)| path.to_string())
+        });
+        if let Some(path) = v1 {
+            let control = format!("/sys/fs/cgroup/memory{path}/memory.oom_control");
+            if let Err(error) = std::fs::write(&control, "1") {
+                panic!("the kube double cannot turn the OOM killer off ({control}): {error}");
+            }
+            let (cluster, id) = (self.cluster.clone(), id.to_string());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(OOM_POLL).await;
+                    let Ok(state) = std::fs::read_to_string(&control) else {
+                        return;
+                    };
+                    if state.lines().any(|line| line == "under_oom 1") {
+                        cluster.mark_oom_group_killed(&id);
+                        let options =
+                            bollard::query_parameters::KillContainerOptionsBuilder::default()
+                                .signal("SIGKILL")
+                                .build();
+                        let _ = cluster.docker().kill_container(&id, Some(options)).await;
+                        return;
+                    }
+                }
+            });
+        } else if let Some(path) = cgroups.lines().find_map(|line| line.strip_prefix("0::")) {
+            let group = format!("/sys/fs/cgroup{path}/memory.oom.group");
+            if let Err(error) = std::fs::write(&group, "1") {
+                panic!("the kube double cannot set {group}: {error}");
+            }
+            // The kernel kills the group and Docker flags the container OOMKilled.
+        }
     }
 
     /// `activeDeadlineSeconds` passed: kill the containers, the pod Failed/DeadlineExceeded.
@@ -487,7 +606,7 @@ async fn terminated_state(cluster: &Cluster, id: &str) -> Value {
     let inspected = cluster.docker().inspect_container(id, None).await.ok();
     let state = inspected.and_then(|i| i.state).unwrap_or_default();
     let code = state.exit_code.unwrap_or(-1);
-    let reason = if state.oom_killed == Some(true) {
+    let reason = if state.oom_killed == Some(true) || cluster.oom_group_killed(id) {
         "OOMKilled"
     } else if code == 0 {
         "Completed"

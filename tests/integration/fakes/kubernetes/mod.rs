@@ -38,12 +38,20 @@
 //!   [`DEFAULT_PIDS_LIMIT`]), [`KubeDouble::give_pods_network`] (pods join a Docker network:
 //!   a cluster whose isolation fails), [`KubeDouble::set_storage_modes`] (what the default
 //!   storage class offers, by default `ReadWriteOnce` only);
+//! - the cluster's rough edges: [`KubeDouble::cut_watches`] (every open watch ends by a reset
+//!   connection, an `ERROR` 500 event or a clean end, [`Cut`]), [`KubeDouble::refuse_requests`]
+//!   (every request answered 503 for a while or for good), [`KubeDouble::set_start_delay`]
+//!   (an image slow to pull), [`KubeDouble::fail_pulls`] (pulls that fail before one works),
+//!   [`KubeDouble::speed_up_deadlines`] (`activeDeadlineSeconds` on a faster clock),
+//!   [`KubeDouble::leave_unschedulable`] (pods the scheduler cannot place),
+//!   [`KubeDouble::kill_whole_container_on_oom`] (the kubelet's `memory.oom.group=1`);
 //! - observation: [`KubeDouble::pods`] (the stored pods of a namespace, as JSON),
 //!   [`KubeDouble::pod`], [`KubeDouble::create_namespace`], [`KubeDouble::apply`] (store any
 //!   supported object, e.g. a RuntimeClass or a NetworkPolicy), [`KubeDouble::add_external_pod`]
 //!   (a pod the double stores but does not run, e.g. the server's own pod, to own sandbox pods),
 //!   [`KubeDouble::delete_pod`], [`KubeDouble::attach_protocols`] (the subprotocol negotiated
-//!   by each attach so far), [`KubeDouble::requests`] (every request line served).
+//!   by each attach so far), [`KubeDouble::requests`] (every request line served),
+//!   [`KubeDouble::deletions`] (each pod deletion and its grace period).
 //!
 //! What the double simplifies, compared with a real API server and kubelet:
 //! - No TLS, one bearer token (or none), no real authorization beyond
@@ -58,7 +66,8 @@
 //!   or fails at create and never changes after; the failure event's message is the EBS CSI
 //!   driver's for a multi-writer claim. Nothing mounts a claim (pods may not use one).
 //! - Local images only: nothing is pulled; a missing image leaves the container waiting with
-//!   `ErrImagePull` (`ErrImageNeverPull` under `imagePullPolicy: Never`), and `imageID` is
+//!   `ErrImagePull`, then `ImagePullBackOff`, and again, on a fixed 1 s back-off (a kubelet's
+//!   starts at 10 s and doubles); `ErrImageNeverPull` under `imagePullPolicy: Never`; `imageID` is
 //!   the local `sha256:` id (or the image's first repo digest when it has one). An image
 //!   pinned by digest, `repo@sha256:D`, runs the local image whose *id* is `sha256:D` and
 //!   that has a tag of `repo`, and `imageID` is then that reference (on a real node the digest
@@ -80,6 +89,10 @@
 //! - Pod Security checks implemented: host namespaces, privileged, hostPort,
 //!   allowPrivilegeEscalation, capabilities, restricted volume types, runAsNonRoot, runAsUser=0,
 //!   seccompProfile (not AppArmor, SELinux, procMount, sysctls, Windows, probes' hosts).
+//! - The group OOM kill is real on a cgroup v2 engine (`memory.oom.group`); on cgroup v1 (as
+//!   on this project's machines) the container's OOM killer is turned off and the kubelet
+//!   kills the container once it is under OOM, which is what a group kill looks like from
+//!   outside. Either needs the tests to run as root on the engine's host.
 //! - Garbage collection only for pods owned by pods (by uid), checked every
 //!   [`GC_PERIOD`]; namespace deletion removes its pods at once.
 //! - A pod without `seccompProfile` runs unconfined, as it would on containerd; the default
@@ -94,7 +107,7 @@ mod watch;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -158,6 +171,36 @@ pub struct Cluster {
     pod_network: Mutex<Option<String>>,
     /// The access modes the default storage class offers ([`KubeDouble::set_storage_modes`]).
     storage_modes: Mutex<Vec<String>>,
+    /// [`KubeDouble::cut_watches`]: every open watch hears it.
+    cuts: broadcast::Sender<Cut>,
+    /// [`KubeDouble::refuse_requests`]: `Some(None)` for good, `Some(Some(t))` until `t`.
+    refusing: Mutex<Option<Option<std::time::Instant>>>,
+    /// Every pod deletion asked for: (pod name, the grace period in effect).
+    deletions: Mutex<Vec<(String, u64)>>,
+    /// [`KubeDouble::set_start_delay`], in milliseconds.
+    start_delay_ms: AtomicU64,
+    /// [`KubeDouble::fail_pulls`].
+    failing_pulls: AtomicU32,
+    /// [`KubeDouble::speed_up_deadlines`].
+    deadline_speedup: AtomicU64,
+    /// [`KubeDouble::kill_whole_container_on_oom`].
+    oom_group: AtomicBool,
+    /// [`KubeDouble::leave_unschedulable`]: the scheduler's message, while pods stay unbound.
+    unschedulable: Mutex<Option<String>>,
+    /// Containers the kubelet killed whole for their memory (reported `OOMKilled`).
+    oom_group_killed: Mutex<HashSet<String>>,
+}
+
+/// How [`KubeDouble::cut_watches`] ends the watches open at that moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// The connection breaks mid-stream (no last chunk), as when an API server dies.
+    Reset,
+    /// An `ERROR` event with a 500 `Status` (an API server restarting, an etcd leader
+    /// change), then the end of the stream.
+    Error500,
+    /// The stream ends cleanly, as at its `timeoutSeconds`.
+    Clean,
 }
 
 /// A stored object's address.
@@ -365,6 +408,71 @@ impl Cluster {
         denied.contains(verb) || denied.contains(&format!("{verb} {resource}"))
     }
 
+    /// Whether [`KubeDouble::refuse_requests`] is in force now.
+    pub fn refuses(&self) -> bool {
+        let mut refusing = self.refusing.lock().unwrap_or_else(|e| e.into_inner());
+        match *refusing {
+            Some(Some(until)) if std::time::Instant::now() >= until => {
+                *refusing = None;
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    pub fn cuts(&self) -> broadcast::Receiver<Cut> {
+        self.cuts.subscribe()
+    }
+
+    fn record_deletion(&self, name: &str, grace: u64) {
+        self.deletions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.to_string(), grace));
+    }
+
+    /// The kubelet's wait before it creates a new pod's containers (an image slow to pull).
+    pub fn start_delay(&self) -> Duration {
+        Duration::from_millis(self.start_delay_ms.load(Ordering::Relaxed))
+    }
+
+    /// How many pulls of each new pod fail before one succeeds.
+    pub fn failing_pulls(&self) -> u32 {
+        self.failing_pulls.load(Ordering::Relaxed)
+    }
+
+    /// How many times faster than real time `activeDeadlineSeconds` runs out.
+    pub fn deadline_speedup(&self) -> u64 {
+        self.deadline_speedup.load(Ordering::Relaxed).max(1)
+    }
+
+    /// The scheduler's message while [`KubeDouble::leave_unschedulable`] is in force.
+    pub fn unschedulable(&self) -> Option<String> {
+        self.unschedulable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn oom_group(&self) -> bool {
+        self.oom_group.load(Ordering::Relaxed)
+    }
+
+    fn mark_oom_group_killed(&self, id: &str) {
+        self.oom_group_killed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string());
+    }
+
+    pub fn oom_group_killed(&self, id: &str) -> bool {
+        self.oom_group_killed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(id)
+    }
+
     fn record_request(&self, line: String) {
         self.requests
             .lock()
@@ -441,6 +549,15 @@ impl KubeDouble {
             node_log: Mutex::new(Vec::new()),
             pod_network: Mutex::new(None),
             storage_modes: Mutex::new(vec!["ReadWriteOnce".to_string()]),
+            cuts: broadcast::channel(16).0,
+            refusing: Mutex::new(None),
+            deletions: Mutex::new(Vec::new()),
+            start_delay_ms: AtomicU64::new(0),
+            failing_pulls: AtomicU32::new(0),
+            deadline_speedup: AtomicU64::new(1),
+            oom_group: AtomicBool::new(false),
+            unschedulable: Mutex::new(None),
+            oom_group_killed: Mutex::new(HashSet::new()),
         });
         for namespace in ["default", "kube-system"] {
             api::create_namespace(&cluster, namespace, &[]);
@@ -528,6 +645,79 @@ impl KubeDouble {
     /// Sets the kubelet's pod pids limit for pods created from now on.
     pub fn set_pids_limit(&self, limit: i64) {
         self.cluster.pids_limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// Ends every watch open now, the way `how` says (the client must watch again).
+    pub fn cut_watches(&self, how: Cut) {
+        // No open watch is not an error.
+        let _ = self.cluster.cuts.send(how);
+    }
+
+    /// Answers every request 503 `ServiceUnavailable` (watches, reads, creates, attaches:
+    /// an API server that is down behind its load balancer) for `period`, or for good when
+    /// `None`. Streams already open are left alone; [`Self::cut_watches`] ends them.
+    pub fn refuse_requests(&self, period: Option<Duration>) {
+        *self
+            .cluster
+            .refusing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) =
+            Some(period.map(|period| std::time::Instant::now() + period));
+    }
+
+    /// Every pod deletion asked for so far: (pod name, the grace period in effect: the
+    /// request's `gracePeriodSeconds`, else the pod's `terminationGracePeriodSeconds`).
+    pub fn deletions(&self) -> Vec<(String, u64)> {
+        self.cluster
+            .deletions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Pods created from now on wait `delay` (Pending, `ContainerCreating`) before their
+    /// containers are made: an image slow to pull. `startTime` is set before it, as a kubelet
+    /// sets it before the pull, so `activeDeadlineSeconds` counts it.
+    pub fn set_start_delay(&self, delay: Duration) {
+        self.cluster
+            .start_delay_ms
+            .store(delay.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The first `pulls` image pulls of each pod created from now on fail (`ErrImagePull`),
+    /// and the kubelet backs off (`ImagePullBackOff`) and pulls again, as a real one does
+    /// after a registry hiccup.
+    pub fn fail_pulls(&self, pulls: u32) {
+        self.cluster.failing_pulls.store(pulls, Ordering::Relaxed);
+    }
+
+    /// `activeDeadlineSeconds` of pods created from now on runs out `factor` times faster
+    /// than real time (so a test can show what a deadline of minutes does, in seconds).
+    pub fn speed_up_deadlines(&self, factor: u64) {
+        self.cluster
+            .deadline_speedup
+            .store(factor.max(1), Ordering::Relaxed);
+    }
+
+    /// Pods created from now on are never bound to the node: they stay Pending with
+    /// `PodScheduled` False, reason `Unschedulable` and the scheduler's `message` (no node
+    /// with room, say), until deleted.
+    pub fn leave_unschedulable(&self, message: &str) {
+        *self
+            .cluster
+            .unschedulable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(message.to_string());
+    }
+
+    /// Out of memory kills the whole container, its first process (the runner) included, as
+    /// the kubelet's `memory.oom.group=1` does on cgroup v2 since Kubernetes 1.28; the
+    /// container is then `terminated` with reason `OOMKilled`. On a cgroup v1 engine (as
+    /// here) the kubelet turns the kernel's OOM killer off for the container
+    /// (`memory.oom_control`), sees it under OOM, and kills it whole; on cgroup v2 it sets
+    /// `memory.oom.group`.
+    pub fn kill_whole_container_on_oom(&self) {
+        self.cluster.oom_group.store(true, Ordering::Relaxed);
     }
 
     /// The stored pods of `namespace`, as the API would return them (with kind and apiVersion).

@@ -2,11 +2,11 @@
 //! (`{"type":"ADDED","object":{...}}`), starting either from the objects as they are now
 //! (synthetic `ADDED` events, when no `resourceVersion` or `0` is given) or from the events
 //! after the given `resourceVersion` (an `ERROR` event with a 410 `Expired` Status when the
-//! history no longer reaches back so far), then live, until `timeoutSeconds` or shutdown.
+//! history no longer reaches back so far), then live, until `timeoutSeconds` or shutdown, or
+//! until a test cuts it ([`super::Cut`]: a reset connection, an `ERROR` 500 event, a clean end).
 //! Also the label and field selectors that lists and watches share.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::resources::Resource;
-use super::{Cluster, Event};
+use super::{Cluster, Cut, Event};
 
 /// How long a watch lasts when the client gives no `timeoutSeconds`.
 const DEFAULT_WATCH: Duration = Duration::from_secs(1800);
@@ -43,7 +43,7 @@ impl Filter {
     }
 }
 
-fn encode(kind: &str, object: &Value) -> Result<Bytes, Infallible> {
+fn encode(kind: &str, object: &Value) -> Result<Bytes, std::io::Error> {
     let mut line = json!({"type": kind, "object": object}).to_string();
     line.push('\n');
     Ok(Bytes::from(line))
@@ -94,7 +94,7 @@ pub fn serve(
         };
         (initial, store.subscribe(), store.revision())
     });
-    let mut first: Vec<Result<Bytes, Infallible>> = match initial {
+    let mut first: Vec<Result<Bytes, std::io::Error>> = match initial {
         Ok(events) => events
             .iter()
             .map(|(kind, object)| encode(kind, object))
@@ -124,19 +124,38 @@ pub fn serve(
     }
     let deadline = tokio::time::Instant::now() + timeout;
     let stop = cluster.stop.clone();
+    let cuts = cluster.cuts();
     let live = futures_util::stream::unfold(
-        (receiver, filter, stop),
-        move |(mut receiver, filter, stop)| async move {
+        (receiver, filter, stop, cuts, false),
+        move |(mut receiver, filter, stop, mut cuts, done)| async move {
+            if done {
+                return None;
+            }
             loop {
                 let event = tokio::select! {
                     event = receiver.recv() => event,
                     () = tokio::time::sleep_until(deadline) => return None,
                     () = stop.cancelled() => return None,
+                    cut = cuts.recv() => {
+                        let item = match cut {
+                            Ok(Cut::Reset) => Err(std::io::Error::new(
+                                std::io::ErrorKind::ConnectionReset,
+                                "the kube double cut this watch",
+                            )),
+                            Ok(Cut::Error500) => encode("ERROR", &json!({
+                                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                                "status": "Failure", "reason": "InternalError", "code": 500,
+                                "message": "an error on the server (\"etcdserver: leader changed\") has prevented the request from succeeding",
+                            })),
+                            Ok(Cut::Clean) | Err(_) => return None,
+                        };
+                        return Some((item, (receiver, filter, stop, cuts, true)));
+                    }
                 };
                 match event {
                     Ok(event) if filter.passes(&event) => {
                         let line = encode(event.kind, &event.object);
-                        return Some((line, (receiver, filter, stop)));
+                        return Some((line, (receiver, filter, stop, cuts, false)));
                     }
                     Ok(_) => continue,
                     // A watcher that fell behind is ended; its client lists and watches again.
