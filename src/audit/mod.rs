@@ -202,6 +202,16 @@ pub struct AuditError {
     pub source: std::io::Error,
 }
 
+/// Maps an I/O error on the trail at `path` while it was being `action` (for `map_err`).
+fn failed(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> AuditError {
+    let path = path.display().to_string();
+    move |source| AuditError {
+        path,
+        action,
+        source,
+    }
+}
+
 struct Writer {
     file: File,
     /// The file's size: where the next line starts.
@@ -264,14 +274,7 @@ impl AuditLog {
     /// Opens (or creates) the trail at `path`, continuing the chain of what is there. Fails
     /// when another open log (of this process or another) writes it.
     pub fn open(path: &Path, config: AuditConfig) -> Result<Self, AuditError> {
-        let error = |action| {
-            let path = path.display().to_string();
-            move |source| AuditError {
-                path,
-                action,
-                source,
-            }
-        };
+        let error = |action| failed(path, action);
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(error("created"))?;
         }
@@ -355,14 +358,7 @@ impl AuditLog {
 
     /// Writes `record` as the next line, rotating first when it would pass the size limit.
     fn write_line(&self, writer: &mut Writer, mut record: Record) -> Result<(), AuditError> {
-        let error = |action| {
-            let path = self.path.display().to_string();
-            move |source| AuditError {
-                path,
-                action,
-                source,
-            }
-        };
+        let error = |action| failed(&self.path, action);
         record.seq = writer.seq + 1;
         record.prev = writer.last_hash.clone();
         let line = serde_json::to_string(&record).map_err(|e| AuditError {
@@ -405,14 +401,7 @@ impl AuditLog {
 
     /// Renames the full file after its last line's `seq` and goes on in a new one.
     fn rotate(&self, writer: &mut Writer) -> Result<(), AuditError> {
-        let error = |action| {
-            let path = self.path.display().to_string();
-            move |source| AuditError {
-                path,
-                action,
-                source,
-            }
-        };
+        let error = |action| failed(&self.path, action);
         let rotated = rotated_name(&self.path, writer.seq);
         // Room set aside past the end is not the old file's: give it back first.
         cut_back(&writer.file, writer.size).map_err(error("rotated"))?;
