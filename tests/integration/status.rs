@@ -62,11 +62,19 @@ async fn server_with(owui: &FakeOpenWebUi, extra: &[(&str, &str)]) -> (FakeOpenA
 /// [`MESSAGE`], with a progress token (the rmcp client puts one on every request); returns
 /// (is_error, text, progress notifications, how long it took).
 async fn generate(server: &TestServer) -> (bool, String, Vec<ProgressNotificationParam>, Duration) {
+    generate_in(server, CHAT).await
+}
+
+/// [`generate`] in chat `chat`.
+async fn generate_in(
+    server: &TestServer,
+    chat: &str,
+) -> (bool, String, Vec<ProgressNotificationParam>, Duration) {
     let recorder = ProgressRecorder::default();
     let headers = HashMap::from([
         (
             http::HeaderName::from_static("x-openwebui-chat-id"),
-            http::HeaderValue::from_static(CHAT),
+            http::HeaderValue::from_str(chat).unwrap(),
         ),
         (
             http::HeaderName::from_static("x-openwebui-message-id"),
@@ -230,5 +238,31 @@ async fn another_users_chat_gets_no_events_and_the_call_is_unchanged() {
     assert!(!is_error, "{text}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(owui.events().is_empty(), "{:?}", owui.events());
+    server.assert_nothing_left().await;
+}
+
+/// Open WebUI saves no temporary chat (`temporary:<id>`, and the legacy `local:<id>`) and no
+/// channel's (`channel:<id>`), and its event route refuses them (401: no such chat; measured
+/// with Open WebUI 0.12.4): file-agent posts nothing there.
+#[tokio::test]
+async fn chats_open_webui_does_not_save_get_no_event_requests() {
+    let owui = FakeOpenWebUi::start().await;
+    let chats = ["temporary:chat-7", "local:chat-7", "channel:chat-7"];
+    let llm = FakeOpenAi::start(
+        chats
+            .iter()
+            .map(|_| Reply::Code(llm_script("excel_sales.py")))
+            .collect(),
+    )
+    .await;
+    let mut vars = llm.env();
+    vars.extend(env(&[("INTERNAL_API_URL", &owui.url)]));
+    let server = TestServer::start(&vars).await;
+    for chat in chats {
+        let (is_error, text, _, _) = generate_in(&server, chat).await;
+        assert!(!is_error, "{text}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(owui.event_requests(), 0, "{:?}", owui.events());
     server.assert_nothing_left().await;
 }
