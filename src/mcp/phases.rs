@@ -122,6 +122,9 @@ async fn show(
 async fn post_to_chat(chat: ChatMessage, mut phases: UnboundedReceiver<Phase>) {
     let interval = Duration::from_secs(1) / CHAT_EVENTS_PER_SECOND;
     let mut last_post: Option<Instant> = None;
+    // The last status posted: the chat keeps every status, and one repeated (a result of
+    // several files is saved once per file) tells the user nothing.
+    let mut last_status: Option<String> = None;
     while let Some(mut phase) = phases.recv().await {
         if phases.len() > CHAT_BACKLOG {
             while let Ok(next) = phases.try_recv() {
@@ -130,6 +133,13 @@ async fn post_to_chat(chat: ChatMessage, mut phases: UnboundedReceiver<Phase>) {
                 }
                 phase = next;
             }
+        }
+        if !matches!(phase, Phase::Stored(_)) {
+            let status = phase.message();
+            if status.is_some() && status == last_status {
+                continue;
+            }
+            last_status = status;
         }
         if let Some(at) = last_post {
             let wait = interval.saturating_sub(at.elapsed());

@@ -70,6 +70,17 @@ async fn generate_in(
     server: &TestServer,
     chat: &str,
 ) -> (bool, String, Vec<ProgressNotificationParam>, Duration) {
+    let arguments = json!({"instructions": "a sales workbook", "file_type": "excel"});
+    call_in(server, chat, "generate_file", arguments).await
+}
+
+/// Calls `tool` with `arguments` as [`generate`] does, in chat `chat`.
+async fn call_in(
+    server: &TestServer,
+    chat: &str,
+    tool: &'static str,
+    arguments: Value,
+) -> (bool, String, Vec<ProgressNotificationParam>, Duration) {
     let recorder = ProgressRecorder::default();
     let headers = HashMap::from([
         (
@@ -91,16 +102,12 @@ async fn generate_in(
     )
     .await
     .unwrap();
-    let arguments = json!({"instructions": "a sales workbook", "file_type": "excel"})
-        .as_object()
-        .cloned()
-        .unwrap();
+    let arguments = arguments.as_object().cloned().unwrap();
     let started = Instant::now();
-    let result = with_timeout(
-        client.call_tool(CallToolRequestParams::new("generate_file").with_arguments(arguments)),
-    )
-    .await
-    .unwrap();
+    let result =
+        with_timeout(client.call_tool(CallToolRequestParams::new(tool).with_arguments(arguments)))
+            .await
+            .unwrap();
     let took = started.elapsed();
     let _ = client.cancel().await;
     let seen = recorder.seen.lock().unwrap().clone();
@@ -264,5 +271,31 @@ async fn chats_open_webui_does_not_save_get_no_event_requests() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(owui.event_requests(), 0, "{:?}", owui.events());
+    server.assert_nothing_left().await;
+}
+
+/// A call that saves two files shows "Saving the result" once, not once per file (a chat keeps
+/// its statuses), and attaches both files.
+#[tokio::test]
+async fn a_call_saving_two_files_shows_each_status_once_and_attaches_both() {
+    let owui = FakeOpenWebUi::start().await;
+    owui.add_chat(CHAT, BOB);
+    let server = TestServer::start(&env(&[("INTERNAL_API_URL", &owui.url)])).await;
+    let code = "open('/work/out/a.txt', 'w').write('a')\nopen('/work/out/b.txt', 'w').write('b')\n";
+    let (is_error, text, _, _) = call_in(&server, CHAT, "run_python", json!({"code": code})).await;
+    assert!(!is_error, "{text}");
+    let seen = wait_for_done(&owui).await;
+    let descriptions: Vec<&str> = seen.iter().map(|(text, _)| text.as_str()).collect();
+    assert_eq!(
+        descriptions,
+        ["Running it in a fresh sandbox", "Saving the result", "Done"],
+        "{seen:?}"
+    );
+    let files = owui
+        .events()
+        .iter()
+        .filter(|(_, _, event)| event["type"] == "files")
+        .count();
+    assert_eq!(files, 2, "{:?}", owui.events());
     server.assert_nothing_left().await;
 }
