@@ -703,8 +703,9 @@ const PROGRESS_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl FileAgentServer {
     /// Where this call's phases are shown besides the log: MCP progress when the request has
-    /// a progress token; status events when it names an Open WebUI chat and message and the
-    /// files go to that Open WebUI (with `FILE_AGENT_CHAT_STATUS` on).
+    /// a progress token; status events when it names an Open WebUI chat (one it saves: not a
+    /// temporary chat or a channel's) and message and the files go to that Open WebUI (with
+    /// `FILE_AGENT_CHAT_STATUS` on).
     fn phase_views(&self, context: &RequestContext<RoleServer>) -> phases::Views {
         let progress = context
             .meta
@@ -718,7 +719,7 @@ impl FileAgentServer {
         };
         let chat = match (
             self.tools.storage().openwebui(),
-            header("x-openwebui-chat-id"),
+            header("x-openwebui-chat-id").filter(|chat| phases::saved_chat(chat)),
             header("x-openwebui-message-id"),
         ) {
             (Some(openwebui), Some(chat), Some(message)) if openwebui.chat_status() => {

@@ -27,6 +27,16 @@ const CHAT_BACKLOG: usize = 8;
 /// Time allowed for one MCP progress notification.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Whether Open WebUI saves chat `id`, so that its event route takes statuses for it: not a
+/// temporary chat (`temporary:<id>`, or the legacy `local:<id>`) nor a channel's
+/// (`channel:<id>`), which it does not save and for which the route answers 401 (Open WebUI
+/// 0.12's `is_saved_chat_id`).
+pub fn saved_chat(id: &str) -> bool {
+    !["temporary:", "local:", "channel:"]
+        .iter()
+        .any(|prefix| id.starts_with(prefix))
+}
+
 /// An Open WebUI chat message to show a call's status under.
 #[derive(Debug, Clone)]
 pub struct ChatMessage {
@@ -112,6 +122,9 @@ async fn show(
 async fn post_to_chat(chat: ChatMessage, mut phases: UnboundedReceiver<Phase>) {
     let interval = Duration::from_secs(1) / CHAT_EVENTS_PER_SECOND;
     let mut last_post: Option<Instant> = None;
+    // The last status posted: the chat keeps every status, and one repeated (a result of
+    // several files is saved once per file) tells the user nothing.
+    let mut last_status: Option<String> = None;
     while let Some(mut phase) = phases.recv().await {
         if phases.len() > CHAT_BACKLOG {
             while let Ok(next) = phases.try_recv() {
@@ -120,6 +133,13 @@ async fn post_to_chat(chat: ChatMessage, mut phases: UnboundedReceiver<Phase>) {
                 }
                 phase = next;
             }
+        }
+        if !matches!(phase, Phase::Stored(_)) {
+            let status = phase.message();
+            if status.is_some() && status == last_status {
+                continue;
+            }
+            last_status = status;
         }
         if let Some(at) = last_post {
             let wait = interval.saturating_sub(at.elapsed());
@@ -157,5 +177,18 @@ async fn post(chat: &ChatMessage, phase: &Phase) {
         .await
     {
         tracing::debug!(%error, "could not post a status event to the Open WebUI chat");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_chats_open_webui_saves_get_statuses() {
+        assert!(saved_chat("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"));
+        assert!(!saved_chat("temporary:0f1e2d3c"));
+        assert!(!saved_chat("local:AbC123"));
+        assert!(!saved_chat("channel:0f1e2d3c"));
     }
 }

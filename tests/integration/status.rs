@@ -62,11 +62,30 @@ async fn server_with(owui: &FakeOpenWebUi, extra: &[(&str, &str)]) -> (FakeOpenA
 /// [`MESSAGE`], with a progress token (the rmcp client puts one on every request); returns
 /// (is_error, text, progress notifications, how long it took).
 async fn generate(server: &TestServer) -> (bool, String, Vec<ProgressNotificationParam>, Duration) {
+    generate_in(server, CHAT).await
+}
+
+/// [`generate`] in chat `chat`.
+async fn generate_in(
+    server: &TestServer,
+    chat: &str,
+) -> (bool, String, Vec<ProgressNotificationParam>, Duration) {
+    let arguments = json!({"instructions": "a sales workbook", "file_type": "excel"});
+    call_in(server, chat, "generate_file", arguments).await
+}
+
+/// Calls `tool` with `arguments` as [`generate`] does, in chat `chat`.
+async fn call_in(
+    server: &TestServer,
+    chat: &str,
+    tool: &'static str,
+    arguments: Value,
+) -> (bool, String, Vec<ProgressNotificationParam>, Duration) {
     let recorder = ProgressRecorder::default();
     let headers = HashMap::from([
         (
             http::HeaderName::from_static("x-openwebui-chat-id"),
-            http::HeaderValue::from_static(CHAT),
+            http::HeaderValue::from_str(chat).unwrap(),
         ),
         (
             http::HeaderName::from_static("x-openwebui-message-id"),
@@ -83,16 +102,12 @@ async fn generate(server: &TestServer) -> (bool, String, Vec<ProgressNotificatio
     )
     .await
     .unwrap();
-    let arguments = json!({"instructions": "a sales workbook", "file_type": "excel"})
-        .as_object()
-        .cloned()
-        .unwrap();
+    let arguments = arguments.as_object().cloned().unwrap();
     let started = Instant::now();
-    let result = with_timeout(
-        client.call_tool(CallToolRequestParams::new("generate_file").with_arguments(arguments)),
-    )
-    .await
-    .unwrap();
+    let result =
+        with_timeout(client.call_tool(CallToolRequestParams::new(tool).with_arguments(arguments)))
+            .await
+            .unwrap();
     let took = started.elapsed();
     let _ = client.cancel().await;
     let seen = recorder.seen.lock().unwrap().clone();
@@ -230,5 +245,57 @@ async fn another_users_chat_gets_no_events_and_the_call_is_unchanged() {
     assert!(!is_error, "{text}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(owui.events().is_empty(), "{:?}", owui.events());
+    server.assert_nothing_left().await;
+}
+
+/// Open WebUI saves no temporary chat (`temporary:<id>`, and the legacy `local:<id>`) and no
+/// channel's (`channel:<id>`), and its event route refuses them (401: no such chat; measured
+/// with Open WebUI 0.12.4): file-agent posts nothing there.
+#[tokio::test]
+async fn chats_open_webui_does_not_save_get_no_event_requests() {
+    let owui = FakeOpenWebUi::start().await;
+    let chats = ["temporary:chat-7", "local:chat-7", "channel:chat-7"];
+    let llm = FakeOpenAi::start(
+        chats
+            .iter()
+            .map(|_| Reply::Code(llm_script("excel_sales.py")))
+            .collect(),
+    )
+    .await;
+    let mut vars = llm.env();
+    vars.extend(env(&[("INTERNAL_API_URL", &owui.url)]));
+    let server = TestServer::start(&vars).await;
+    for chat in chats {
+        let (is_error, text, _, _) = generate_in(&server, chat).await;
+        assert!(!is_error, "{text}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(owui.event_requests(), 0, "{:?}", owui.events());
+    server.assert_nothing_left().await;
+}
+
+/// A call that saves two files shows "Saving the result" once, not once per file (a chat keeps
+/// its statuses), and attaches both files.
+#[tokio::test]
+async fn a_call_saving_two_files_shows_each_status_once_and_attaches_both() {
+    let owui = FakeOpenWebUi::start().await;
+    owui.add_chat(CHAT, BOB);
+    let server = TestServer::start(&env(&[("INTERNAL_API_URL", &owui.url)])).await;
+    let code = "open('/work/out/a.txt', 'w').write('a')\nopen('/work/out/b.txt', 'w').write('b')\n";
+    let (is_error, text, _, _) = call_in(&server, CHAT, "run_python", json!({"code": code})).await;
+    assert!(!is_error, "{text}");
+    let seen = wait_for_done(&owui).await;
+    let descriptions: Vec<&str> = seen.iter().map(|(text, _)| text.as_str()).collect();
+    assert_eq!(
+        descriptions,
+        ["Running it in a fresh sandbox", "Saving the result", "Done"],
+        "{seen:?}"
+    );
+    let files = owui
+        .events()
+        .iter()
+        .filter(|(_, _, event)| event["type"] == "files")
+        .count();
+    assert_eq!(files, 2, "{:?}", owui.events());
     server.assert_nothing_left().await;
 }

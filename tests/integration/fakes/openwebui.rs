@@ -51,6 +51,8 @@ struct Inner {
     chats: HashMap<String, String>,
     /// Events accepted: (chat, message, event).
     events: Vec<(String, String, serde_json::Value)>,
+    /// Requests of the event route so far, refused ones included.
+    event_requests: usize,
     /// How the event route answers.
     events_answer: EventsAnswer,
 }
@@ -133,6 +135,11 @@ impl FakeOpenWebUi {
         self.inner.lock().unwrap().events.clone()
     }
 
+    /// Requests of the event route so far, accepted or not.
+    pub fn event_requests(&self) -> usize {
+        self.inner.lock().unwrap().event_requests
+    }
+
     /// How the event route answers from now on.
     pub fn answer_events(&self, answer: EventsAnswer) {
         self.inner.lock().unwrap().events_answer = answer;
@@ -202,6 +209,7 @@ async fn message_event(
     headers: HeaderMap,
     Json(event): Json<serde_json::Value>,
 ) -> Response {
+    fake.inner.lock().unwrap().event_requests += 1;
     let user = match authenticate(&fake, &headers) {
         Ok(user) => user,
         Err(response) => return response,
