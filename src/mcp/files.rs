@@ -1,6 +1,6 @@
 //! Files the MCP way, for clients other than Open WebUI: every output is also a resource
 //! (`file-agent://files/<id>/<name>`) that `resources/read` returns whole and `resources/list`
-//! lists for its owner; a PNG also comes inline as image content; and a stdio client may name
+//! lists for its owner; over stdio a PNG also comes inline as image content; and a stdio client may name
 //! an input by its path, or `file://` URI, under the roots it declares.
 //!
 //! Who may read what: a resource's id is the capability, as for a download link; a caller
@@ -44,10 +44,14 @@ fn parse_uri(uri: &str) -> Option<(&str, String)> {
 }
 
 /// The content a successful call returns: its text, then a resource link for each file it
-/// made and image content for each picture. A stored picture comes inline only when
-/// `inline_stored` (the local store): Open WebUI, which reads the text and ignores resource
-/// links, would store an image item a second time beside the file it already has.
-pub fn content(text: String, made: Vec<Made>, inline_stored: bool) -> Vec<ContentBlock> {
+/// made and, when `inline_images`, image content for each picture.
+///
+/// Pictures come inline over stdio only, where the clients are desktop and editor apps that
+/// draw them. Over HTTP the main client is Open WebUI, which (0.12, seen with a real one) gives
+/// the model the text unchanged and skips resource links, but turns an image item into a second
+/// stored copy and an extra user turn with the picture for the model, which a text-only model
+/// may refuse; an HTTP client reads a picture through its resource link.
+pub fn content(text: String, made: Vec<Made>, inline_images: bool) -> Vec<ContentBlock> {
     let base64 = base64::engine::general_purpose::STANDARD;
     let mut content = vec![ContentBlock::text(text)];
     for made in made {
@@ -58,13 +62,14 @@ pub fn content(text: String, made: Vec<Made>, inline_stored: bool) -> Vec<Conten
                         .with_mime_type(file.content_type.clone())
                         .with_size(file.bytes),
                 ));
-                if let Some(bytes) = image.filter(|_| inline_stored) {
+                if let Some(bytes) = image.filter(|_| inline_images) {
                     content.push(ContentBlock::image(base64.encode(bytes), "image/png"));
                 }
             }
-            Made::Image(bytes) => {
+            Made::Image(bytes) if inline_images => {
                 content.push(ContentBlock::image(base64.encode(bytes), "image/png"));
             }
+            Made::Image(_) => {}
         }
     }
     content

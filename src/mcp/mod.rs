@@ -681,8 +681,9 @@ impl FileAgentServer {
             Ok(output) => {
                 tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
                 {
-                    let inline = self.tools.storage().local().is_some();
-                    CallToolResult::success(files::content(output.text, outputs.taken(), inline))
+                    let over_stdio = context.extensions.get::<http::request::Parts>().is_none();
+                    let content = files::content(output.text, outputs.taken(), over_stdio);
+                    CallToolResult::success(content)
                 }
             }
             Err(error) => {
