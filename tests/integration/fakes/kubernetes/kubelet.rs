@@ -601,7 +601,8 @@ fn container_status(
     status
 }
 
-/// The `terminated` state of an exited container, from `docker inspect`.
+/// The `terminated` state of an exited container, from `docker inspect`; kept in the
+/// cluster's record too ([`super::KubeDouble::terminated_states`]), since the kubelet writes it.
 async fn terminated_state(cluster: &Cluster, id: &str) -> Value {
     let inspected = cluster.docker().inspect_container(id, None).await.ok();
     let state = inspected.and_then(|i| i.state).unwrap_or_default();
@@ -619,13 +620,19 @@ async fn terminated_state(cluster: &Cluster, id: &str) -> Value {
             .map(timestamp)
             .unwrap_or_else(now)
     };
-    json!({"terminated": {
+    let terminated = json!({
         "exitCode": code,
         "reason": reason,
         "startedAt": docker_time(state.started_at),
         "finishedAt": docker_time(state.finished_at),
         "containerID": format!("docker://{id}"),
-    }})
+    });
+    cluster
+        .terminated
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(terminated.clone());
+    json!({ "terminated": terminated })
 }
 
 /// A Kubernetes quantity (`500m`, `1.5`, `256Mi`, `1G`, `129e6`) in base units.

@@ -167,6 +167,9 @@ pub struct Cluster {
     /// Every byte each removed container wrote to stdout and stderr, as a node keeps it under
     /// `/var/log/pods` for log agents to ship.
     node_log: Mutex<Vec<u8>>,
+    /// Every container state the kubelet wrote as `terminated`, in order (a pod and its status
+    /// may be gone before a test polls it).
+    terminated: Mutex<Vec<Value>>,
     /// The Docker network pods join instead of `none` ([`KubeDouble::give_pods_network`]).
     pod_network: Mutex<Option<String>>,
     /// The access modes the default storage class offers ([`KubeDouble::set_storage_modes`]).
@@ -547,6 +550,7 @@ impl KubeDouble {
             attach_protocols: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             node_log: Mutex::new(Vec::new()),
+            terminated: Mutex::new(Vec::new()),
             pod_network: Mutex::new(None),
             storage_modes: Mutex::new(vec!["ReadWriteOnce".to_string()]),
             cuts: broadcast::channel(16).0,
@@ -783,6 +787,15 @@ impl KubeDouble {
     pub fn node_log(&self) -> Vec<u8> {
         self.cluster
             .node_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Every `terminated` container state the kubelet wrote, in order.
+    pub fn terminated_states(&self) -> Vec<Value> {
+        self.cluster
+            .terminated
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
