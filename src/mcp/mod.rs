@@ -29,7 +29,7 @@ use serde::Deserialize;
 use crate::config::Secret;
 use crate::identity::{Identity, SCOPE_SAVED_TOOLS};
 use crate::prompts::Prompts;
-use crate::storage::{Caller, LOCAL_OWNER};
+use crate::storage::Caller;
 use crate::tools::catalog::{SAVED_TOOL_PREFIX, Tool};
 use crate::tools::dynamic::NewTool;
 use crate::tools::progress::{Outputs, Phase};
@@ -574,7 +574,7 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
         Some(_) => identity_of(context)
             .user
             .map(|user| format!("user:{}", user.id)),
-        None => Some(LOCAL_OWNER.to_string()),
+        None => Some(crate::identity::LOCAL_OWNER.to_string()),
     };
     Caller {
         bearer,

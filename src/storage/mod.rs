@@ -25,16 +25,13 @@ pub struct Caller {
     /// user's own token).
     pub bearer: Option<Secret>,
     /// Who the files this call stores belong to, when the caller is known: `user:<id>` for a
-    /// proven or trusted user, [`LOCAL_OWNER`] for the one user of a stdio server. Such a
-    /// caller reads back only its own files by their resource URI.
+    /// proven or trusted user, `local` (`identity::LOCAL_OWNER`) for the one user of a stdio
+    /// server. Such a caller reads back only its own files by their resource URI.
     pub owner: Option<String>,
     /// Files on this machine that the call names by path (a stdio client's, already checked
     /// against its roots): what the caller wrote, and the resolved path.
     pub local_files: Vec<(String, std::path::PathBuf)>,
 }
-
-/// The owner of the files a stdio server's one user makes.
-pub const LOCAL_OWNER: &str = "local";
 
 /// A file fetched from storage.
 #[derive(Debug, Clone)]
