@@ -35,6 +35,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/file-agent-deploy-check.XXXXXX")
 # The compose project and the sandbox instance label of step 4, apart from a real deployment's.
 project=file-agent-check
 instance=deploy-check-compose
+# The sandbox instance label of step 3's server.
+image_instance=deploy-check-image
 compose() {
   if docker compose version >/dev/null 2>&1; then
     set -- docker compose -p "$project" "$@"
@@ -48,6 +50,7 @@ cleanup() {
   set +e
   [ -f "$work/haproxy.pid" ] && kill "$(cat "$work/haproxy.pid")" 2>/dev/null || true
   docker rm -f file-agent-deploy-check >/dev/null 2>&1 || true
+  docker ps -aq --filter "label=io.file-agent.instance=$image_instance" | xargs -r docker rm -f >/dev/null 2>&1 || true
   if [ -f "$work/compose/compose.yaml" ]; then
     compose down -v --remove-orphans >/dev/null 2>&1 || true
     docker ps -aq --filter "label=io.file-agent.instance=$instance" | xargs -r docker rm -f >/dev/null 2>&1 || true
@@ -137,7 +140,7 @@ docker run --rm --read-only file-agent:check --version
 # The server in its image, read-only, reaching the engine only through the proxy above.
 docker run -d --name file-agent-deploy-check --read-only --tmpfs /tmp --network host \
   -e FILE_AGENT_LISTEN=127.0.0.1:28123 -e FILE_AGENT_DATA_DIR=/tmp/data \
-  -e DOCKER_HOST=tcp://127.0.0.1:23751 \
+  -e DOCKER_HOST=tcp://127.0.0.1:23751 -e SANDBOX_INSTANCE="$image_instance" \
   file-agent:check serve >/dev/null
 healthy=no
 for _ in $(seq 1 30); do
@@ -147,8 +150,17 @@ done
 [ "$healthy" = yes ] || { docker logs file-agent-deploy-check >&2; echo "check: the server image never became healthy" >&2; exit 1; }
 "$python" tests/sdk/python_client.py http://127.0.0.1:28123/mcp >"$work/client.txt" 2>&1 || { cat "$work/client.txt" >&2; exit 1; }
 grep -q "result: 4" "$work/client.txt" || { cat "$work/client.txt" >&2; echo "check: run_python through the server image failed" >&2; exit 1; }
-docker rm -f file-agent-deploy-check >/dev/null
-step "   the server image runs read-only as 10002, is healthy, and ran run_python through the proxy"
+# Stopped as a deployment stops it (SIGTERM): it removes its warm containers on the way out.
+# (`docker rm -f` kills it, and its warm containers would stay behind on the engine.)
+docker stop -t 30 file-agent-deploy-check >/dev/null
+docker rm file-agent-deploy-check >/dev/null
+left=$(docker ps -aq --filter "label=io.file-agent.instance=$image_instance")
+if [ -n "$left" ]; then
+  docker ps -a --filter "label=io.file-agent.instance=$image_instance" >&2
+  echo "check: the server image's SIGTERM left sandbox containers behind" >&2
+  exit 1
+fi
+step "   the server image runs read-only as 10002, is healthy, ran run_python through the proxy, and its SIGTERM left no container"
 
 step "4. compose.yaml itself, with local images under its names"
 started=$(date +%s)
