@@ -1019,3 +1019,19 @@ async fn the_official_python_sdk_lists_and_calls_the_tools() {
     );
     server.assert_nothing_left().await;
 }
+
+/// An MCP client that keeps the progress notifications it gets.
+#[derive(Clone, Default)]
+pub struct ProgressRecorder {
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<rmcp::model::ProgressNotificationParam>>>,
+}
+
+impl rmcp::ClientHandler for ProgressRecorder {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.seen.lock().unwrap().push(params);
+    }
+}

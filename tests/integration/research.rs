@@ -3,34 +3,15 @@
 //! fails, one that never finishes, and a provider without the API. The client sends a progress
 //! token and records the notifications.
 
-use std::sync::{Arc, Mutex};
-
+use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
-use rmcp::service::NotificationContext;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 
 use crate::common::with_timeout;
 use crate::fakes::openai::{FakeOpenAi, Poll};
-use crate::mcp_server::{TestServer, env, text_of};
-
-/// An MCP client that keeps the progress notifications it gets.
-#[derive(Clone, Default)]
-struct ProgressRecorder {
-    seen: Arc<Mutex<Vec<ProgressNotificationParam>>>,
-}
-
-impl ClientHandler for ProgressRecorder {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.seen.lock().unwrap().push(params);
-    }
-}
+use crate::mcp_server::{ProgressRecorder, TestServer, env, text_of};
 
 /// Calls `conduct_deep_research`; returns (is_error, text, progress notifications).
 async fn research(

@@ -5,38 +5,21 @@
 //! WebUI that hangs or fails on events changing nothing of the call.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
-use rmcp::service::{NotificationContext, RoleClient};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 
 use crate::common::with_timeout;
 use crate::fakes::openai::{FakeOpenAi, Reply};
 use crate::fakes::openwebui::{BOB, EventsAnswer, FakeOpenWebUi};
-use crate::mcp_server::{TestServer, env, llm_script, text_of};
+use crate::mcp_server::{ProgressRecorder, TestServer, env, llm_script, text_of};
 
 const CHAT: &str = "chat-7";
 const MESSAGE: &str = "message-9";
-
-#[derive(Clone, Default)]
-struct ProgressRecorder {
-    seen: Arc<Mutex<Vec<ProgressNotificationParam>>>,
-}
-
-impl ClientHandler for ProgressRecorder {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.seen.lock().unwrap().push(params);
-    }
-}
 
 /// A server storing in `owui` and a model that fails once (a ZeroDivisionError) and then
 /// writes the workbook.
