@@ -179,13 +179,7 @@ async fn a_full_audit_folder_runs_nothing_until_it_has_room_and_then_says_what_i
     server.stop().await;
 
     let lines = lines(&disk.path, &me);
-    let statuses: Vec<&str> = lines
-        .iter()
-        .map(|l| l["status"].as_str().unwrap())
-        .collect();
-    let mut expected = vec!["ok"; recorded.len()];
-    expected.extend(["audit_restored", "ok"]);
-    assert_eq!(statuses, expected);
+    assert_ok_then_restored(&lines, recorded.len());
     for (line, marker) in lines.iter().zip(&recorded) {
         assert!(line["code"].as_str().unwrap().contains(marker.as_str()));
     }
@@ -249,13 +243,7 @@ async fn with_on_failure_continue_a_full_audit_folder_runs_unaudited_and_says_so
     assert!(!is_error, "{text}");
     server.stop().await;
     let lines = lines(&disk.path, &me);
-    let statuses: Vec<&str> = lines
-        .iter()
-        .map(|l| l["status"].as_str().unwrap())
-        .collect();
-    let mut expected = vec!["ok"; calls - 1];
-    expected.extend(["audit_restored", "ok"]);
-    assert_eq!(statuses, expected);
+    assert_ok_then_restored(&lines, calls - 1);
     let restored = &lines[calls - 1]["unavailable"];
     assert_eq!(restored["lines_lost"], 1, "{restored}");
     assert_eq!(restored["refused_calls"], 0, "{restored}");
@@ -587,4 +575,15 @@ async fn a_model_api_that_hangs_ends_the_call_at_its_timeout_with_a_clear_error(
     assert!(text.contains("FILE_AGENT_CALL_TIMEOUT"), "{text}");
     assert!(took < Duration::from_secs(15), "{took:?}");
     server.assert_nothing_left().await;
+}
+
+/// `lines` are `oks` lines of `ok`, then the `audit_restored` line, then one more `ok`.
+fn assert_ok_then_restored(lines: &[Value], oks: usize) {
+    let statuses: Vec<&str> = lines
+        .iter()
+        .map(|l| l["status"].as_str().unwrap())
+        .collect();
+    let mut expected = vec!["ok"; oks];
+    expected.extend(["audit_restored", "ok"]);
+    assert_eq!(statuses, expected);
 }
