@@ -91,7 +91,7 @@ pub async fn read(
         )
     };
     let (id, name) = parse_uri(uri).ok_or_else(not_ours)?;
-    let download = match storage.read_back(id, caller).await {
+    let download = match storage.fetch(id, caller).await {
         Ok(download) => download,
         Err(StorageError::NotFound { .. } | StorageError::BadId { .. }) => {
             return Err(ErrorData::resource_not_found(

@@ -197,13 +197,27 @@ impl Storage {
         }
     }
 
-    /// Fetches file `id`, within the size and time caps: a file the caller named by path
-    /// from this machine, else from the store.
+    /// Fetches file `id` for `caller` (an input, or MCP's `resources/read`), within the size
+    /// and time caps: a file the caller named by path from this machine, else from the store.
+    /// A store's id is the capability, as for a download link, and a known caller reads only
+    /// its own files and those nobody known made (uploads). Open WebUI decides for its own
+    /// files, by the caller's credential.
     pub async fn fetch(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
         if let Some((_, path)) = caller.local_files.iter().find(|(named, _)| named == id) {
             return local::read_local_input(path, self.max_bytes()).await;
         }
-        self.read_back(id, caller).await
+        match self {
+            Self::OpenWebUi(store) => store.fetch(id, caller).await,
+            Self::Local(store) => {
+                let owner = store.owner_of(id);
+                if let (Some(owner), Some(asking)) = (owner, caller.owner.as_deref())
+                    && owner != asking
+                {
+                    return Err(StorageError::NotFound { id: id.to_string() });
+                }
+                store.fetch(id).await
+            }
+        }
     }
 
     /// Stores a new file; never replaces one.
@@ -225,25 +239,6 @@ impl Storage {
         match self {
             Self::OpenWebUi(store) => store.max_bytes(),
             Self::Local(store) => store.max_bytes(),
-        }
-    }
-
-    /// A stored file, read for `caller` (an input, or MCP's `resources/read`): the id is the
-    /// capability, as for a download link, and a known caller reads only its own files and
-    /// those nobody known made (uploads). Open WebUI decides for its own files, by the
-    /// caller's credential.
-    pub async fn read_back(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
-        match self {
-            Self::OpenWebUi(store) => store.fetch(id, caller).await,
-            Self::Local(store) => {
-                let owner = store.owner_of(id);
-                if let (Some(owner), Some(asking)) = (owner, caller.owner.as_deref())
-                    && owner != asking
-                {
-                    return Err(StorageError::NotFound { id: id.to_string() });
-                }
-                store.fetch(id).await
-            }
         }
     }
 
