@@ -44,14 +44,14 @@ fn parse_uri(uri: &str) -> Option<(&str, String)> {
 }
 
 /// The content a successful call returns: its text, then a resource link for each file it
-/// made and, when `inline_images`, image content for each picture.
+/// made and image content for each picture the call kept (`tools::progress::Outputs`).
 ///
-/// Pictures come inline over stdio only, where the clients are desktop and editor apps that
+/// Pictures are kept over stdio only, where the clients are desktop and editor apps that
 /// draw them. Over HTTP the main client is Open WebUI, which (0.12, seen with a real one) gives
 /// the model the text unchanged and skips resource links, but turns an image item into a second
 /// stored copy and an extra user turn with the picture for the model, which a text-only model
 /// may refuse; an HTTP client reads a picture through its resource link.
-pub fn content(text: String, made: Vec<Made>, inline_images: bool) -> Vec<ContentBlock> {
+pub fn content(text: String, made: Vec<Made>) -> Vec<ContentBlock> {
     let base64 = base64::engine::general_purpose::STANDARD;
     let mut content = vec![ContentBlock::text(text)];
     for made in made {
@@ -62,14 +62,13 @@ pub fn content(text: String, made: Vec<Made>, inline_images: bool) -> Vec<Conten
                         .with_mime_type(file.content_type.clone())
                         .with_size(file.bytes),
                 ));
-                if let Some(bytes) = image.filter(|_| inline_images) {
+                if let Some(bytes) = image {
                     content.push(ContentBlock::image(base64.encode(bytes), "image/png"));
                 }
             }
-            Made::Image(bytes) if inline_images => {
+            Made::Image(bytes) => {
                 content.push(ContentBlock::image(base64.encode(bytes), "image/png"));
             }
-            Made::Image(_) => {}
         }
     }
     content

@@ -625,7 +625,9 @@ impl FileAgentServer {
         let info = call_info(&id, request.clone(), tool, context);
         // The call's phases, shown in the log, as MCP progress and in an Open WebUI chat.
         let (phases, shown) = phases::start(self.phase_views(context), &id, tool);
-        let outputs = Outputs::default();
+        // Pictures come inline over stdio only (files::content says why).
+        let over_stdio = context.extensions.get::<http::request::Parts>().is_none();
+        let outputs = Outputs::with_images(over_stdio);
         let call_context = CallContext {
             info,
             phases: phases.clone(),
@@ -680,11 +682,7 @@ impl FileAgentServer {
         match result {
             Ok(output) => {
                 tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
-                {
-                    let over_stdio = context.extensions.get::<http::request::Parts>().is_none();
-                    let content = files::content(output.text, outputs.taken(), over_stdio);
-                    CallToolResult::success(content)
-                }
+                CallToolResult::success(files::content(output.text, outputs.taken()))
             }
             Err(error) => {
                 let outcome = outcome_name(&error);

@@ -144,14 +144,19 @@ impl Phases {
 }
 
 /// What a call made, in order: the MCP layer returns each file as a resource link and each
-/// picture as image content, beside the text.
+/// picture as image content, beside the text. Pictures are kept only when the call's client
+/// takes them inline ([`Outputs::with_images`]), so no bytes are copied for one that does not.
 #[derive(Debug, Clone, Default)]
-pub struct Outputs(Arc<Mutex<Vec<Made>>>);
+pub struct Outputs {
+    made: Arc<Mutex<Vec<Made>>>,
+    images: bool,
+}
 
 /// One thing a call made.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Made {
-    /// A stored file; a PNG of at most [`INLINE_IMAGE_MAX`] bytes also as its bytes.
+    /// A stored file; a PNG of at most [`INLINE_IMAGE_MAX`] bytes also as its bytes, when the
+    /// call keeps pictures.
     File {
         /// The file.
         file: StoredFile,
@@ -166,19 +171,40 @@ pub enum Made {
 pub const INLINE_IMAGE_MAX: usize = 1024 * 1024;
 
 impl Outputs {
+    /// Outputs that keep pictures (PNGs up to [`INLINE_IMAGE_MAX`]) when `images`.
+    pub fn with_images(images: bool) -> Self {
+        Self {
+            images,
+            ..Self::default()
+        }
+    }
+
     /// Everything recorded so far, in order.
     pub fn taken(&self) -> Vec<Made> {
-        self.0.lock().map(|made| made.clone()).unwrap_or_default()
+        self.made
+            .lock()
+            .map(|made| made.clone())
+            .unwrap_or_default()
     }
 }
 
 /// Records `made` for the call being served on this task, if any.
 pub fn record(made: Made) {
     let _ = super::CALL.try_with(|call| {
-        if let Ok(mut all) = call.outputs.0.lock() {
+        if let Ok(mut all) = call.outputs.made.lock() {
             all.push(made);
         }
     });
+}
+
+/// `bytes`, copied, when the call being served keeps pictures inline and they are a PNG of at
+/// most [`INLINE_IMAGE_MAX`] bytes.
+pub fn inline_image(content_type: &str, bytes: &[u8]) -> Option<Vec<u8>> {
+    let wanted = super::CALL
+        .try_with(|call| call.outputs.images)
+        .unwrap_or(false);
+    (wanted && content_type == "image/png" && bytes.len() <= INLINE_IMAGE_MAX)
+        .then(|| bytes.to_vec())
 }
 
 /// Announces `phase` for the call being served on this task, if any.
@@ -197,8 +223,7 @@ impl<R: Runner> Tools<R> {
         caller: &Caller,
     ) -> Result<Stored, ToolError> {
         announce(Phase::Storing);
-        let image =
-            (content_type == "image/png" && bytes.len() <= INLINE_IMAGE_MAX).then(|| bytes.clone());
+        let image = inline_image(content_type, &bytes);
         let stored = self
             .storage
             .store(name, content_type, bytes, caller)

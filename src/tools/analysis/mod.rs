@@ -229,9 +229,9 @@ impl<R: Runner> Tools<R> {
         let analysis = self.analyze(download, query, cancel).await?;
         // The chart the JSON carries as `plot_image`, also as image content for MCP clients.
         if let Some(chart) = analysis.accepted().charts().first()
-            && chart.bytes.len() <= super::progress::INLINE_IMAGE_MAX
+            && let Some(image) = super::progress::inline_image("image/png", &chart.bytes)
         {
-            super::progress::record(super::progress::Made::Image(chart.bytes.clone()));
+            super::progress::record(super::progress::Made::Image(image));
         }
         Ok(ToolOutput {
             text: report::json(&analysis),
