@@ -7,7 +7,7 @@
 #   deploy/check.sh
 #
 # It builds the release binary; DEPLOY_CHECK_BINARY=target/debug/file-agent takes a built one
-# instead (the README's "Deploying" says when to run which).
+# instead (docs/DEPLOYING.md says when to run which).
 #
 # 1. the Docker API proxy: `haproxy -c` on its config; then a local haproxy with it in front of
 #    the engine, one real sandbox attempt through it (create, attach, start, wait, remove), and
@@ -18,8 +18,8 @@
 #    health check (`file-agent health`) passes;
 # 4. compose.yaml itself, `up -d --no-build` with local images under the names it uses (the
 #    image of 3 as file-agent:local, a Debian haproxy as haproxy:2.8-alpine unless that image is
-#    here, this checkout's sandbox image as file-agent-sandbox:compose) and a .env made as the
-#    README says (from .env.example, with a token): healthy as 10002 and read-only, 401 without
+#    here, this checkout's sandbox image as file-agent-sandbox:compose) and a .env made as
+#    docs/DEPLOYING.md says (from .env.example, with a token): healthy as 10002 and read-only, 401 without
 #    the token, the Host names of .env, run_python through the published port with the token and
 #    its file link, the link still served by a recreated server container (the data is in the
 #    volume), and `down` leaving no container, neither compose's nor a sandbox. It says which
@@ -204,7 +204,7 @@ fi
 mkdir -p "$work/compose/deploy/docker-proxy"
 cp -r compose.yaml Dockerfile sandbox-image "$work/compose/"
 cp deploy/docker-proxy/haproxy.cfg "$work/compose/deploy/docker-proxy/"
-# The README's way: .env from .env.example, with a token. And settings compose must pass on
+# docs/DEPLOYING.md's way: .env from .env.example, with a token. And settings compose must pass on
 # from .env: another published port (not to meet a real deployment on 8000), the links' URL to
 # match it, one more Host name, the instance label leftovers are looked for by.
 port=28124

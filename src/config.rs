@@ -1,7 +1,7 @@
 //! Settings read from the environment, in two phases: [`SandboxConfig::from_lookup`] parses and
 //! validates plain strings with no I/O (so it is unit-tested with a map), and only then does a
 //! caller build clients from the result. Every default is a named constant below, and every
-//! variable is listed in the README's table and in `.env.example`.
+//! variable is listed in the settings table of `docs/OPERATING.md` and in `.env.example`.
 //!
 //! [`Config`] gathers everything `serve` needs: the sandbox part here, the server, model and
 //! storage parts in [`service`], who called in [`identity`], the analysis tools' URL policy and research polling in

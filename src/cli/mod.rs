@@ -23,8 +23,8 @@ use crate::sandbox::{ReapFilter, ReapScope, Sandbox};
 /// Runs model-written Python in single-use, locked-down Docker containers.
 ///
 /// Every setting is read from the environment and from a `.env` file in the working directory
-/// (see the README's table); the flags below override some of them for one command. With no
-/// subcommand, `serve` runs.
+/// (see the settings table in docs/OPERATING.md); the flags below override some of them for one
+/// command. With no subcommand, `serve` runs.
 #[derive(Debug, Parser)]
 #[command(name = "file-agent", version, about, long_about = None)]
 pub struct Cli {
@@ -526,7 +526,7 @@ async fn build_image(
     force: bool,
 ) -> anyhow::Result<ExitCode> {
     // The image is built on the local Docker engine whatever the backend; under Kubernetes it
-    // is then pushed (see the README).
+    // is then pushed (see docs/DEPLOYING.md).
     let config = SandboxConfig {
         backend: crate::config::Backend::Docker,
         ..config

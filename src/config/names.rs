@@ -125,7 +125,7 @@ impl std::fmt::Display for Unknown {
             ),
             None => write!(
                 f,
-                "{} is not a file-agent setting and is ignored (the README's settings table lists them all)",
+                "{} is not a file-agent setting and is ignored (the settings table in docs/OPERATING.md lists them all)",
                 self.name
             ),
         }

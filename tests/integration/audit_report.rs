@@ -569,8 +569,9 @@ async fn the_report_of_a_real_trail_holds_each_ending_each_tool_version_and_host
     server.assert_nothing_left().await;
 }
 
-/// The page's size stays bounded however long the trail; run by hand for the README's
-/// figures: `cargo nextest run -E 'test(/report_of_100000/)' --run-ignored only`.
+/// The page's size stays bounded however long the trail; run by hand for the figures in
+/// `docs/OPERATING.md` ("The review page"):
+/// `cargo nextest run -E 'test(/report_of_100000/)' --run-ignored only`.
 #[tokio::test]
 #[ignore = "a measurement: about a minute in a debug build"]
 async fn a_report_of_100000_lines_is_bounded() {

@@ -5,8 +5,8 @@
 //! context the binary writes and installs what `build-rootfs.sh` installs; and `compose.yaml`
 //! takes the operator's settings from `.env` (`docker compose config`).
 //!
-//! Running the images themselves under compose is `deploy/check.sh`'s (the README's
-//! "Deploying" part), which needs a release build and root.
+//! Running the images themselves under compose is `deploy/check.sh`'s (the "Docker Compose"
+//! part of `docs/DEPLOYING.md`), which needs a release build and root.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

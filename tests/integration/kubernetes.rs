@@ -6,7 +6,7 @@
 //! double down, which asserts that no container of its pods is left.
 //!
 //! `real_cluster_*` runs the same flow against a real cluster when `FILE_AGENT_TEST_KUBECONFIG`
-//! names one (kind or k3d with gVisor; see the README); here it is skipped.
+//! names one (kind or k3d with gVisor; see `docs/DEPLOYING.md`); here it is skipped.
 
 use std::sync::{Arc, Mutex};
 
