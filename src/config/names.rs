@@ -92,6 +92,9 @@ pub const KNOWN: &[&str] = &[
     "SANDBOX_NAMESPACE",
     "POD_NAME",
     "POD_UID",
+    // Read only under `kubernetes` with `POD_NAME` and `POD_UID` set, which the unit test
+    // below does not set.
+    "POD_NAMESPACE",
     "KUBECONFIG",
     // Read by compose.yaml (the address it publishes the port on), whose `env_file: .env`
     // hands the whole file to the server as well.
