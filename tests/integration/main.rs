@@ -12,6 +12,7 @@ mod audit_report;
 mod cli;
 mod common;
 mod deploy;
+mod docs;
 mod fakes;
 mod faults;
 mod front_door;
