@@ -78,7 +78,8 @@ find "$staging" -depth -type d -name tests -exec rm -rf {} +
 mkdir -p "$root$site"
 cp -a "$staging/." "$root$site/"
 
-# The sandbox user, its folders, the runner, the table inspection and the change report scripts.
+# The sandbox user, its folders, the runner, the saved tools' script, the table inspection and
+# the change report.
 echo "sandbox:x:10001:10001:file-agent sandbox:/tmp:/usr/sbin/nologin" >>"$root/etc/passwd"
 echo "sandbox:x:10001:" >>"$root/etc/group"
 # /work and /work/in belong to root: inputs are read-only to the script. /work/out, where a tmpfs
@@ -86,9 +87,12 @@ echo "sandbox:x:10001:" >>"$root/etc/group"
 mkdir -p "$root/work/in" "$root/work/out" "$root/opt/file-agent"
 chown 10001:10001 "$root/work/out"
 install -m 0644 "$context/runner.py" "$root/opt/file-agent/runner.py"
-install -m 0644 "$context/inspect_table.py" "$root/opt/file-agent/inspect_table.py"
-install -m 0644 "$context/change_report.py" "$root/opt/file-agent/change_report.py"
 install -m 0644 "$context/model_tool.py" "$root/opt/file-agent/model_tool.py"
+# The table inspection and the change report are packages (a module per file type), run with
+# runpy.run_module once their jobs have appended /opt/file-agent to sys.path.
+install -d -m 0755 "$root/opt/file-agent/inspect_table" "$root/opt/file-agent/change_report"
+install -m 0644 "$context"/inspect_table/*.py "$root/opt/file-agent/inspect_table/"
+install -m 0644 "$context"/change_report/*.py "$root/opt/file-agent/change_report/"
 # Byte-code for the wheels, the standard library and the runner, compiled by the image's own
 # interpreter: attempts run with -B on a read-only root, so a missing or stale .pyc would mean
 # compiling that module again in every attempt. unchecked-hash .pyc files are used whatever the

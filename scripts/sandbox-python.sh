@@ -2,7 +2,7 @@
 # The sandbox image's Python libraries on this host, for the fast test tier (no Docker): a venv
 # at target/sandbox-python (or $FILE_AGENT_TEST_PYTHON_ENV) holding exactly the wheels of
 # sandbox-image/wheels.txt, checked against their hashes as the image build does. The tests'
-# local runner runs sandbox-image/runner.py, inspect_table.py and change_report.py with it.
+# local runner runs sandbox-image/runner.py, inspect_table/ and change_report/ with it.
 # Needs python3 (3.11, the image's version) with the venv module. Quick when done: the venv is
 # rebuilt only when wheels.txt changes.
 set -euo pipefail

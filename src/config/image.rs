@@ -8,37 +8,36 @@ use sha2::{Digest, Sha256};
 /// The repository part of every sandbox image tag.
 pub const IMAGE_REPOSITORY: &str = "file-agent-sandbox";
 
-/// The files of `sandbox-image/`, compiled in. A unit test checks that none is missing.
-pub const CONTEXT: [(&str, &[u8]); 8] = [
-    (
-        "Dockerfile",
-        include_bytes!("../../sandbox-image/Dockerfile"),
-    ),
-    (
-        "build-rootfs.sh",
-        include_bytes!("../../sandbox-image/build-rootfs.sh"),
-    ),
-    (
-        "change_report.py",
-        include_bytes!("../../sandbox-image/change_report.py"),
-    ),
-    (
-        "inspect_table.py",
-        include_bytes!("../../sandbox-image/inspect_table.py"),
-    ),
-    (
-        "model_tool.py",
-        include_bytes!("../../sandbox-image/model_tool.py"),
-    ),
-    (
-        "packages.txt",
-        include_bytes!("../../sandbox-image/packages.txt"),
-    ),
-    ("runner.py", include_bytes!("../../sandbox-image/runner.py")),
-    (
-        "wheels.txt",
-        include_bytes!("../../sandbox-image/wheels.txt"),
-    ),
+/// `(name, bytes)` of files of `sandbox-image/`, each named by its path in the folder.
+macro_rules! context {
+    ($($name:literal),* $(,)?) => {
+        [$(($name, include_bytes!(concat!("../../sandbox-image/", $name)) as &[u8])),*]
+    };
+}
+
+/// The files of `sandbox-image/`, compiled in, by their path in the folder (`/` between
+/// folder and file), sorted. A unit test checks that none is missing.
+pub const CONTEXT: [(&str, &[u8]); 20] = context![
+    "Dockerfile",
+    "build-rootfs.sh",
+    "change_report/__init__.py",
+    "change_report/__main__.py",
+    "change_report/core.py",
+    "change_report/deck.py",
+    "change_report/document.py",
+    "change_report/sequences.py",
+    "change_report/workbook.py",
+    "inspect_table/__init__.py",
+    "inspect_table/__main__.py",
+    "inspect_table/core.py",
+    "inspect_table/delimited.py",
+    "inspect_table/describe.py",
+    "inspect_table/excel.py",
+    "inspect_table/header.py",
+    "model_tool.py",
+    "packages.txt",
+    "runner.py",
+    "wheels.txt",
 ];
 
 /// The hex SHA-256 of the build context (names and contents, in order).

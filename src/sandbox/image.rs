@@ -83,7 +83,11 @@ pub async fn build(method: BuildMethod, tag: &str) -> Result<Built, ImageBuildEr
         .prefix("file-agent-image-")
         .tempdir()?;
     for (name, content) in CONTEXT {
-        std::fs::write(context.path().join(name), content)?;
+        let path = context.path().join(name);
+        if let Some(folder) = path.parent() {
+            std::fs::create_dir_all(folder)?;
+        }
+        std::fs::write(path, content)?;
     }
     let (command, hint, mut process) = match method {
         BuildMethod::Rootfs => {
@@ -200,17 +204,31 @@ impl super::Sandbox {
 mod tests {
     use super::*;
 
+    /// The files under `folder`, by their path from it (`/` between the parts), leaving out
+    /// hidden ones and Python's byte-code caches (a manual run writes them).
+    fn files_under(folder: &Path, prefix: &str, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(folder).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || name == "__pycache__" {
+                continue;
+            }
+            if entry.file_type().unwrap().is_dir() {
+                files_under(&entry.path(), &format!("{prefix}{name}/"), found);
+            } else {
+                found.push(format!("{prefix}{name}"));
+            }
+        }
+    }
+
     #[test]
     fn every_file_of_the_folder_is_compiled_in() {
         let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-image");
-        let mut on_disk: Vec<String> = std::fs::read_dir(folder)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|name| !name.starts_with('.') && name != "__pycache__")
-            .collect();
+        let mut on_disk = Vec::new();
+        files_under(&folder, "", &mut on_disk);
         on_disk.sort();
         let compiled: Vec<String> = CONTEXT.iter().map(|(n, _)| n.to_string()).collect();
-        assert_eq!(on_disk, compiled, "add new files to image::CONTEXT");
+        assert_eq!(on_disk, compiled, "add new files to image::CONTEXT, sorted");
     }
 
     #[test]

@@ -101,18 +101,35 @@ pub struct Job {
 impl Job {
     /// A job that runs the image's fixed script `/opt/file-agent/<name>` as `__main__`, with
     /// `globals` preset as Python strings (quoted, so a hostile file name stays a string), on
-    /// `inputs`; `input_file_path` is the first of them. Used for file-agent's own scripts (the
-    /// table inspection, the change report), never for model-written code.
+    /// `inputs`; `input_file_path` is the first of them. Used for file-agent's own one-file
+    /// script (`model_tool.py`), never for a script the model wrote.
     pub fn image_script(name: &str, globals: &[(&str, &str)], inputs: Vec<Input>) -> Self {
-        let globals: Vec<String> = globals
-            .iter()
-            .map(|(key, value)| format!("{}: {}", python_string(key), python_string(value)))
-            .collect();
         let script = format!(
-            "import runpy\nrunpy.run_path({}, init_globals={{{}}}, run_name=\"__main__\")\n",
+            "import runpy\nrunpy.run_path({}, init_globals={}, run_name=\"__main__\")\n",
             python_string(&format!("{IMAGE_SCRIPTS}/{name}")),
-            globals.join(", ")
+            python_dict(globals)
         );
+        Self::for_image(script, inputs)
+    }
+
+    /// A job that runs the `__main__.py` of the image's fixed package `/opt/file-agent/<name>/`
+    /// as `__main__`, with `globals` and `inputs` as for [`Job::image_script`]. Used for
+    /// file-agent's own scripts of a module per file type (the table inspection, the change
+    /// report). `python3 -I` leaves the scripts' folder off `sys.path`, so the job appends it
+    /// (appends: nothing in the folder comes before a library of the image).
+    pub fn image_package(name: &str, globals: &[(&str, &str)], inputs: Vec<Input>) -> Self {
+        let script = format!(
+            "import runpy\nimport sys\nsys.path.append({})\n\
+             runpy.run_module({}, init_globals={}, run_name=\"__main__\")\n",
+            python_string(&format!("{IMAGE_SCRIPTS}/")),
+            python_string(name),
+            python_dict(globals)
+        );
+        Self::for_image(script, inputs)
+    }
+
+    /// A job of one of the image's scripts: `input_file_path` is the first input, if any.
+    fn for_image(script: String, inputs: Vec<Input>) -> Self {
         let input_file_path = inputs
             .first()
             .map(|input| format!("/work/in/{}", String::from_utf8_lossy(&input.name)));
@@ -131,6 +148,15 @@ const IMAGE_SCRIPTS: &str = "/opt/file-agent";
 /// A Python string literal for `text` (JSON's escapes are valid Python).
 fn python_string(text: &str) -> String {
     serde_json::Value::String(text.to_string()).to_string()
+}
+
+/// A Python dict literal of string keys and values.
+fn python_dict(entries: &[(&str, &str)]) -> String {
+    let entries: Vec<String> = entries
+        .iter()
+        .map(|(key, value)| format!("{}: {}", python_string(key), python_string(value)))
+        .collect();
+    format!("{{{}}}", entries.join(", "))
 }
 
 /// A way to run jobs. The server's is [`Sandbox`] (Docker); the tests add one that runs the

@@ -2,7 +2,7 @@
 //! computed by file-agent, never taken from the model's word.
 //!
 //! Both files are untrusted, so they are compared inside the sandbox by a fixed script of the
-//! image (`sandbox-image/change_report.py`, like the table inspection). This module builds that
+//! image (the package `sandbox-image/change_report/`, like the table inspection). This module builds that
 //! job and judges how it ended; the JSON it prints is read and rendered by
 //! [`untrusted::change_report`](crate::untrusted::change_report).
 
@@ -11,8 +11,8 @@ use crate::text::excerpt;
 pub use crate::untrusted::change_report::ChangeReport;
 use crate::untrusted::filetype::FileType;
 
-/// The comparison script, in the image's folder of file-agent's own scripts.
-const REPORT_SCRIPT: &str = "change_report.py";
+/// The comparison package, in the image's folder of file-agent's own scripts.
+const REPORT_PACKAGE: &str = "change_report";
 
 /// How a comparison ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,8 +62,8 @@ pub fn report_job(kind: FileType, original: InputSource, result: Vec<u8>) -> Job
         name: format!("{side}.{extension}").into_bytes(),
         source,
     };
-    Job::image_script(
-        REPORT_SCRIPT,
+    Job::image_package(
+        REPORT_PACKAGE,
         &[
             ("KIND", extension),
             ("BEFORE", &format!("/work/in/original.{extension}")),
@@ -131,8 +131,10 @@ mod tests {
         );
         assert!(job.script.contains(r#""AFTER": "/work/in/result.pptx""#));
         assert!(
-            job.script
-                .starts_with("import runpy\nrunpy.run_path(\"/opt/file-agent/change_report.py\""),
+            job.script.starts_with(
+                "import runpy\nimport sys\nsys.path.append(\"/opt/file-agent/\")\n\
+                 runpy.run_module(\"change_report\""
+            ),
             "{}",
             job.script
         );

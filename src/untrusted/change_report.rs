@@ -1,5 +1,5 @@
 //! The change report of a `modify_file` as the comparison script prints it: one JSON object
-//! (`sandbox-image/change_report.py`, run in the sandbox on the two untrusted files), read into
+//! (`sandbox-image/change_report/`, run in the sandbox on the two untrusted files), read into
 //! [`ChangeReport`] and rendered as a short Markdown list for the tool's answer.
 //!
 //! The JSON is written inside the sandbox, so it is hostile: at most the sandbox's stdout cap

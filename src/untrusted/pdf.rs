@@ -372,36 +372,16 @@ fn count_pages(document: &Document) -> Result<usize, PdfError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
+mod fixture;
 
-    /// A PDF whose objects are `objects` (numbered from 1, object 1 the catalog), with a
-    /// correct cross-reference table.
-    fn pdf_with(objects: &[&str]) -> Vec<u8> {
-        let mut out = b"%PDF-1.4\n".to_vec();
-        let mut offsets = Vec::new();
-        for (index, body) in objects.iter().enumerate() {
-            offsets.push(out.len());
-            out.extend(format!("{} 0 obj\n{body}\nendobj\n", index + 1).as_bytes());
-        }
-        let xref = out.len();
-        out.extend(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
-        for offset in offsets {
-            out.extend(format!("{offset:010} 00000 n \n").as_bytes());
-        }
-        out.extend(
-            format!(
-                "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-                objects.len() + 1
-            )
-            .as_bytes(),
-        );
-        out
-    }
+#[cfg(test)]
+mod tests {
+    use super::fixture::pdf_of;
+    use super::*;
 
     #[test]
     fn a_pdf_with_pages_passes_and_counts_them() {
-        let two = pdf_with(&[
+        let two = pdf_of(&[
             "<< /Type /Catalog /Pages 2 0 R >>",
             "<< /Type /Pages /Kids [3 0 R 4 0 R] /Count 2 >>",
             "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>",
@@ -412,19 +392,19 @@ mod tests {
 
     #[test]
     fn empty_cyclic_and_foreign_files_are_refused() {
-        let none = pdf_with(&[
+        let none = pdf_of(&[
             "<< /Type /Catalog /Pages 2 0 R >>",
             "<< /Type /Pages /Kids [] /Count 0 >>",
         ]);
         assert_eq!(check(&none), Err(PdfError::NoPages));
         // Kids that point back at their parent: visited once, so the walk ends.
-        let cycle = pdf_with(&[
+        let cycle = pdf_of(&[
             "<< /Type /Catalog /Pages 2 0 R >>",
             "<< /Type /Pages /Kids [2 0 R 3 0 R 3 0 R] /Count 1 >>",
             "<< /Type /Pages /Kids [2 0 R 3 0 R] /Count 1 >>",
         ]);
         assert_eq!(check(&cycle), Err(PdfError::NoPages));
-        let no_pages = pdf_with(&["<< /Type /Catalog >>"]);
+        let no_pages = pdf_of(&["<< /Type /Catalog >>"]);
         assert!(matches!(check(&no_pages), Err(PdfError::PageTree(_))));
         assert_eq!(check(b"PK\x03\x04 not a pdf"), Err(PdfError::NotPdf));
         assert!(matches!(
@@ -436,7 +416,7 @@ mod tests {
         std::io::Write::write_all(&mut deflater, &vec![b' '; MAX_INFLATED_STREAM_BYTES + 1])
             .unwrap();
         let packed = deflater.finish().unwrap();
-        let mut bomb = pdf_with(&[
+        let mut bomb = pdf_of(&[
             "<< /Type /Catalog /Pages 2 0 R >>",
             "<< /Type /Pages /Kids [] /Count 0 >>",
         ]);

@@ -225,15 +225,17 @@ fn the_server_image_build_stage_compiles_from_what_it_copies() {
     std::fs::remove_dir_all(&folder).unwrap();
 }
 
-/// The `install`/`cp` targets under /opt/file-agent in `build-rootfs.sh`, by file name.
+/// The `install`/`cp` targets under /opt/file-agent in `build-rootfs.sh`, by file or folder
+/// name (`install -d` only makes the folders that others fill).
 fn rootfs_opt_files(script: &str) -> Vec<String> {
     let mut files: Vec<String> = script
         .lines()
         .map(str::trim)
         .filter(|line| line.starts_with("install ") || line.starts_with("cp "))
+        .filter(|line| !line.starts_with("install -d "))
         .filter_map(|line| line.split_whitespace().last())
         .filter_map(|target| target.strip_prefix("\"$root/opt/file-agent/"))
-        .map(|name| name.trim_end_matches('"').to_string())
+        .map(|name| name.trim_end_matches('"').trim_end_matches('/').to_string())
         .collect();
     files.sort();
     files
@@ -259,13 +261,16 @@ fn the_sandbox_image_dockerfile_copies_what_its_context_and_the_rootfs_build_hol
                 continue;
             }
             for source in &copy.sources {
+                // A file of the context, or a folder of them.
+                let folder = format!("{}/", source.trim_end_matches('/'));
                 assert!(
-                    context.contains(&source.as_str()),
+                    context.contains(&source.as_str())
+                        || context.iter().any(|name| name.starts_with(&folder)),
                     "sandbox-image/Dockerfile copies {source}, which the build context \
                      (config::image::CONTEXT) does not hold"
                 );
                 if copy.destination.starts_with("/opt/file-agent/") {
-                    to_opt.push(source.clone());
+                    to_opt.push(source.trim_end_matches('/').to_string());
                 }
             }
         }

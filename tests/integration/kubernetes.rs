@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::common::{fixture_path, with_timeout};
+use crate::common::with_timeout;
 use crate::fakes::kubernetes::KubeDouble;
-use crate::mcp_server::{TestServer, env, first_link};
+use crate::mcp_server::{TestServer, env, first_link, run_python_two_files_in_and_out};
 
 pub(crate) const NAMESPACE: &str = "file-agent-sandbox";
 const SERVER_POD: &str = "file-agent-server-0";
@@ -139,31 +139,7 @@ async fn run_python_runs_in_a_verified_pod_with_files_in_and_out_and_leaves_noth
     let seen = created.clone();
     double.mutate_pods(move |pod| seen.lock().unwrap().push(pod.clone()));
     let server = TestServer::start(&vars).await;
-    let a = server.upload("a.csv", b"amount\n1\n2\n".to_vec()).await;
-    let b = server.upload("b.csv", b"amount\n40\n".to_vec()).await;
-    let code = std::fs::read_to_string(fixture_path("two_inputs_two_outputs.py")).unwrap();
-    let (is_error, text) = server
-        .call(
-            None,
-            "run_python",
-            json!({"code": code, "file_ids": [a, b]}),
-        )
-        .await;
-    assert!(!is_error, "{text}");
-    assert!(text.contains("inputs: a.csv,b.csv"), "{text}");
-    assert!(text.contains("total: 43"), "{text}");
-    let total = text.lines().find(|l| l.contains("total.txt")).unwrap();
-    assert_eq!(server.download(&first_link(total)).await, b"43");
-
-    let (is_error, text) = server
-        .call(
-            None,
-            "run_python",
-            json!({"code": "raise SystemExit('bad input')"}),
-        )
-        .await;
-    assert!(is_error);
-    assert!(text.contains("bad input"), "{text}");
+    run_python_two_files_in_and_out(&server).await;
 
     let pods = created.lock().unwrap().clone();
     assert_eq!(pods.len(), 2, "one pod per attempt");

@@ -249,6 +249,38 @@ pub fn first_link(text: &str) -> String {
     text[start..end].to_string()
 }
 
+/// What `run_python` does on every backend: two uploads in and two files out
+/// (`two_inputs_two_outputs.py`: the inputs' names, their total, `total.txt`), then a script that
+/// fails and says why. Returns the first call's answer for the caller's own checks.
+pub async fn run_python_two_files_in_and_out(server: &TestServer) -> String {
+    let a = server.upload("a.csv", b"amount\n1\n2\n".to_vec()).await;
+    let b = server.upload("b.csv", b"amount\n40\n".to_vec()).await;
+    let code = crate::common::fixture_script("two_inputs_two_outputs.py");
+    let (is_error, text) = server
+        .call(
+            None,
+            "run_python",
+            json!({"code": code, "file_ids": [a, b]}),
+        )
+        .await;
+    assert!(!is_error, "{text}");
+    assert!(text.contains("inputs: a.csv,b.csv"), "{text}");
+    assert!(text.contains("total: 43"), "{text}");
+    let total = text.lines().find(|l| l.contains("total.txt")).unwrap();
+    assert_eq!(server.download(&first_link(total)).await, b"43");
+
+    let (is_error, failed) = server
+        .call(
+            None,
+            "run_python",
+            json!({"code": "raise SystemExit('bad input')"}),
+        )
+        .await;
+    assert!(is_error);
+    assert!(failed.contains("bad input"), "{failed}");
+    text
+}
+
 /// The file id quoted in a tool's answer.
 pub fn file_id(text: &str) -> String {
     let start = text.find("file id `").expect("a file id") + "file id `".len();
@@ -485,39 +517,14 @@ async fn modify_docx_in_the_local_store_keeps_the_original() {
 #[tokio::test]
 async fn run_python_with_two_inputs_and_two_outputs_needs_no_key() {
     let server = TestServer::start(&[]).await;
-    let a = server.upload("a.csv", b"amount\n1\n2\n".to_vec()).await;
-    let b = server.upload("b.csv", b"amount\n40\n".to_vec()).await;
-    let code =
-        std::fs::read_to_string(crate::common::fixture_path("two_inputs_two_outputs.py")).unwrap();
-    let (is_error, text) = server
-        .call(
-            None,
-            "run_python",
-            json!({"code": code, "file_ids": [a, b]}),
-        )
-        .await;
-    assert!(!is_error, "{text}");
-    assert!(text.contains("inputs: a.csv,b.csv"), "{text}");
-    assert!(text.contains("total: 43"), "{text}");
+    let text = run_python_two_files_in_and_out(&server).await;
     let links: Vec<&str> = text.lines().filter(|l| l.starts_with("- [")).collect();
     assert_eq!(links.len(), 2, "{text}");
-    let total = links.iter().find(|l| l.contains("total.txt")).unwrap();
-    assert_eq!(server.download(&first_link(total)).await, b"43");
     let summary = links
         .iter()
         .find(|l| l.contains("charts_summary.csv"))
         .unwrap();
     assert_eq!(server.download(&first_link(summary)).await, b"total\n43\n");
-
-    let (is_error, text) = server
-        .call(
-            None,
-            "run_python",
-            json!({"code": "raise SystemExit('bad input')"}),
-        )
-        .await;
-    assert!(is_error);
-    assert!(text.contains("bad input"), "{text}");
 
     let (is_error, text) = server
         .call(

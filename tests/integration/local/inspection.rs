@@ -1,4 +1,4 @@
-//! The table inspection's heuristics (`sandbox-image/inspect_table.py`), run as file-agent runs
+//! The table inspection's heuristics (`sandbox-image/inspect_table/`), run as file-agent runs
 //! it (the same job, through the local runner) on small tables made here: where the header is,
 //! what is above it, how the file must be loaded, and the notes that keep a model from misreading
 //! it. An edit of the script is tested here in seconds, without an image rebuild.

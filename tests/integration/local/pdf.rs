@@ -8,6 +8,11 @@ use file_agent::untrusted::pdf::{self, Checker, PdfError};
 
 use crate::common::{memory, with_timeout};
 
+/// The PDF builder of `untrusted::pdf`'s unit tests, shared by its path.
+#[path = "../../../src/untrusted/pdf/fixture.rs"]
+mod fixture;
+use fixture::pdf_of;
+
 /// How much this process's peak memory may grow while the child checks a file.
 const GROWTH_LIMIT: u64 = 64 * 1024 * 1024;
 
@@ -37,32 +42,6 @@ pub fn repeated_offset_pdf(ids: usize, arrays: usize) -> Vec<u8> {
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>".to_vec(),
         stream,
     ])
-}
-
-/// A PDF whose objects are `objects` (numbered from 1, object 1 the catalog), with a correct
-/// cross-reference table.
-pub fn pdf_of(objects: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = b"%PDF-1.5\n".to_vec();
-    let mut offsets = Vec::new();
-    for (index, body) in objects.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend(format!("{} 0 obj\n", index + 1).as_bytes());
-        out.extend(body);
-        out.extend(b"\nendobj\n");
-    }
-    let xref = out.len();
-    out.extend(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
-    for offset in offsets {
-        out.extend(format!("{offset:010} 00000 n \n").as_bytes());
-    }
-    out.extend(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            objects.len() + 1
-        )
-        .as_bytes(),
-    );
-    out
 }
 
 fn checker() -> Checker {
