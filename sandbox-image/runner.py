@@ -14,13 +14,21 @@ Two processes, forked before any request arrives:
 
 A container is either *cold* (created for an attempt that is already waiting) or *warm* (created
 ahead by file-agent's pool: ``--warm``). A warm worker first imports what nearly every attempt
-needs (``PRELOAD``), then tells PID 1, which writes ``READY`` on stdout; file-agent reads that line
-and keeps the container until an attempt takes it. While it waits untaken for
-``IDLE_PRELOAD_AFTER_S``, the worker also imports what many attempts need (``IDLE_PRELOAD``), one
-module at a time, looking between them for the script: on a quiet server every warm container
-has them, while under load (containers taken as soon as they are ready) no CPU goes to imports an
-attempt may not use. A cold worker imports nothing ahead. Either way the container serves exactly
-one attempt and is then removed: nothing here loops.
+needs (``PRELOAD``) and primes it (writes a small workbook in memory, so that the lazy imports and
+first-use caches of a script's first ``to_excel`` are paid already), then tells PID 1, which
+writes ``READY`` on stdout; file-agent reads that line and keeps the container until an attempt
+takes it. While it waits untaken for ``IDLE_PRELOAD_AFTER_S``, the worker also imports and primes
+what many attempts need (``IDLE_PRELOAD``: a workbook read back, a Word document, a presentation,
+a chart, a PDF, each in memory), one library at a time, looking between them for the script: on
+a quiet server every warm container has them, while under load (containers taken as soon as they
+are ready) no CPU goes to work an attempt may not use. Priming is file-agent's code in a process
+that has run no script yet, and leaves nothing a script can see (no file, no folder change, no
+setting). A cold worker imports nothing ahead. Either way the container serves exactly one
+attempt and is then removed: nothing here loops.
+
+When the script has ended, the worker writes its exit code on its status pipe before exiting:
+PID 1 sends the result while the kernel tears down the worker's memory (tens of milliseconds
+with pandas loaded) instead of after.
 
 Everything that belongs to the attempt arrives on stdin, never through the container's
 environment or labels (so a warm container was created knowing nothing of the attempt):
@@ -103,11 +111,13 @@ DISCARD_PREFIX = "_file_agent_ignored_"
 # What a warm worker imports before it says READY: what nearly every attempt needs (pandas'
 # Excel formatting is imported on the first to_excel, by most attempts).
 PRELOAD = ("numpy", "pandas", "pandas.io.formats.excel", "xlsxwriter")
-# What it imports while it waits untaken: what many attempts need (reading and changing
-# workbooks, Word documents, charts).
-IDLE_PRELOAD = ("openpyxl", "docx", "matplotlib", "matplotlib.pyplot")
+# What it imports while it waits untaken, and primes (see ``_PRIMERS``): what many attempts need
+# (reading and changing workbooks, Word and PowerPoint documents, PDFs, charts).
+IDLE_PRELOAD = ("openpyxl", "docx", "pptx", "matplotlib.pyplot", "reportlab.platypus")
 IDLE_PRELOAD_AFTER_S = 3.0
 READY = b"--file-agent-ready--\n"
+# What the worker writes on its status pipe once the script has ended, before its exit code.
+DONE = "done "
 HEADER_MAX_BYTES = 64 * 1024
 # The largest payload of one frame; file-agent refuses a longer one.
 FRAME_MAX_BYTES = 64 * 1024
@@ -203,17 +213,94 @@ def _freeze():
     gc.freeze()
 
 
-def _exercise():
-    """Writes a small DataFrame to a workbook in memory, once: the lazy imports and caches of
-    a script's first ``to_excel`` are then paid before READY, not by the attempt."""
-    try:
-        import pandas
+# Priming: each function below is file-agent's own small workload for one library, run by a
+# warm worker after importing it, in memory only (no file, no change of folder, environment or
+# global setting a script could see). A fresh interpreter's first use of a library pays for
+# modules imported lazily and caches filled on first use; priming pays that before the request.
 
-        frame = pandas.DataFrame({"number": [1, 2], "text": ["a", "b"]})
-        with pandas.ExcelWriter(io.BytesIO(), engine="xlsxwriter") as writer:
-            frame.to_excel(writer, sheet_name="warm-up", index=False)
+
+def _prime_excel_writing():
+    """A small DataFrame written with xlsxwriter, as most attempts do (before READY)."""
+    import pandas
+
+    frame = pandas.DataFrame({"number": [1, 2], "text": ["a", "b"], "share": [0.5, 1.5]})
+    with pandas.ExcelWriter(io.BytesIO(), engine="xlsxwriter") as writer:
+        frame.to_excel(writer, sheet_name="warm-up", index=False)
+
+
+def _prime_openpyxl():
+    """A workbook written and read back with openpyxl, and read by pandas."""
+    import openpyxl
+    import pandas
+
+    book = openpyxl.Workbook()
+    book.active.append(["number", "text"])
+    book.active.append([1, "a"])
+    data = io.BytesIO()
+    book.save(data)
+    openpyxl.load_workbook(io.BytesIO(data.getvalue()))
+    pandas.read_excel(io.BytesIO(data.getvalue()))
+
+
+def _prime_docx():
+    """A Word document with a heading, a paragraph and a table, saved and opened again."""
+    import docx
+
+    document = docx.Document()
+    document.add_heading("warm-up", level=1)
+    document.add_paragraph("text")
+    document.add_table(rows=1, cols=2).cell(0, 0).text = "cell"
+    data = io.BytesIO()
+    document.save(data)
+    docx.Document(io.BytesIO(data.getvalue()))
+
+
+def _prime_pptx():
+    """A presentation with a title slide, saved and opened again."""
+    import pptx
+
+    deck = pptx.Presentation()
+    deck.slides.add_slide(deck.slide_layouts[1]).shapes.title.text = "warm-up"
+    data = io.BytesIO()
+    deck.save(data)
+    pptx.Presentation(io.BytesIO(data.getvalue()))
+
+
+def _prime_pyplot():
+    """A bar chart rendered to PNG, then closed: no figure is left open."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots()
+    axes.bar(["a", "b"], [1, 2])
+    axes.set_title("warm-up")
+    figure.savefig(io.BytesIO(), format="png")
+    plt.close("all")
+
+
+def _prime_pdf():
+    """A PDF with a paragraph and a table, built with reportlab's Platypus."""
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Table
+
+    story = [Paragraph("warm-up", getSampleStyleSheet()["Title"]), Table([["a", "b"]])]
+    SimpleDocTemplate(io.BytesIO()).build(story)
+
+
+_PRIMERS = {
+    "openpyxl": _prime_openpyxl,
+    "docx": _prime_docx,
+    "pptx": _prime_pptx,
+    "matplotlib.pyplot": _prime_pyplot,
+    "reportlab.platypus": _prime_pdf,
+}
+
+
+def _prime(primer):
+    """Runs one primer; a failure is reported and skipped (priming only saves time)."""
+    try:
+        primer()
     except Exception as error:  # noqa: BLE001 - only an optimisation
-        print(f"file-agent: the warm-up failed: {error}", file=sys.stderr, flush=True)
+        print(f"file-agent: priming ({primer.__name__}) failed: {error}", file=sys.stderr, flush=True)
 
 
 def _preload_while_idle(control):
@@ -223,6 +310,9 @@ def _preload_while_idle(control):
         return
     for name in IDLE_PRELOAD:
         _import(name)
+        if _readable([control], 0):
+            break
+        _prime(_PRIMERS[name])
         if _readable([control], 0):
             break
     _freeze()
@@ -395,12 +485,11 @@ def _worker(warm, fds):
         if warm:
             for name in PRELOAD:
                 _import(name)
-            _exercise()
+            _prime(_prime_excel_writing)
             _freeze()
             _flush_standard_streams()
             _write_all(fds["status"], b"ready\n")
             _preload_while_idle(fds["control"])
-        os.close(fds["status"])
         job = _read_job(fds["control"])
         os.close(fds["control"])
         if job is not None:
@@ -410,7 +499,21 @@ def _worker(warm, fds):
     except BaseException:  # noqa: BLE001 - whatever happens, the worker must exit here
         traceback.print_exc()
     _flush_standard_streams()
+    _report_done(fds["status"], code & 0xFF)
     os._exit(code & 0xFF)
+
+
+def _report_done(status, code):
+    """Tells PID 1 the script's exit code before the worker exits: the kernel's teardown of an
+    interpreter with pandas loaded (10 to 50 ms measured, more under gVisor) then overlaps PID
+    1's sending of the result instead of preceding it. stdout and stderr are closed first, so
+    PID 1 sees them end without waiting for the exit."""
+    try:
+        os.close(1)
+        os.close(2)
+        _write_all(status, f"{DONE}{code}\n".encode())
+    except OSError:
+        pass  # PID 1 then learns the end from waitpid, as for a worker that died
 
 
 # ---------------------------------------------------------------------------------------------
@@ -594,6 +697,8 @@ class _Worker:
         signal.set_wakeup_fd(self.wakeup[1])
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.ended = None
+        # How the script ended: (exit code, signal or None), once known.
+        self.exit = None
 
     def reap(self):
         """Reaps every child that has ended (PID 1 inherits the script's orphans); the
@@ -665,24 +770,50 @@ class _Worker:
         return True
 
     def relay(self, frames, deadline):
-        """Relays the worker's output until it has ended (its wait status), ``deadline``
-        passes ("deadline") or stdin ends ("server gone")."""
+        """Relays the worker's output until the script has ended ("ended": ``exit`` then holds
+        its exit code and signal), ``deadline`` passes ("deadline") or stdin ends ("server
+        gone"). The end is the worker's own report (``DONE``) or, when it died without one, its
+        wait status."""
         watched = {self.stdout: FRAME_STDOUT, self.stderr: FRAME_STDERR}
+        status = [self.status]
         while True:
             if self.reap() is not None:
-                return self.ended
+                self.exit = _exit_of(self.ended)
+                return "ended"
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "deadline"
-            ready = _readable([*watched, self.wakeup[0], 0], remaining)
+            ready = _readable([*watched, *status, self.wakeup[0], 0], remaining)
             for fd in [fd for fd in watched if fd in ready]:
                 data = os.read(fd, 1 << 16)
                 if data:
                     frames.relay(watched[fd], data)
                 else:
                     del watched[fd]
+            if self.status in ready and self.status in status:
+                self.exit = self._read_done()
+                if self.exit is not None:
+                    return "ended"
+                status.clear()
             if 0 in ready and not os.read(0, 4096):
                 return "server gone"
+
+    def _read_done(self):
+        """The worker's report on its status pipe: (exit code, None); None at its end or when
+        it is not one (the script can write there too: it gains nothing, since it could as
+        well have exited with the code it writes)."""
+        line = b""
+        while not line.endswith(b"\n") and len(line) < 64:
+            chunk = os.read(self.status, 64 - len(line))
+            if not chunk:
+                return None
+            line += chunk
+        text = line.decode("ascii", "replace").strip()
+        if text.startswith(DONE.strip()) and text[len(DONE) - 1 :].strip().isdigit():
+            code = int(text[len(DONE) - 1 :])
+            if code <= 0xFF:
+                return code, None
+        return None
 
     def drain(self, frames):
         """Relays what is left in the pipes, once everything that could write them has been
@@ -717,12 +848,20 @@ class _Worker:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        if self.ended is None:
+        if self.ended is None and self.exit is None:
             try:
                 _, self.ended = os.waitpid(self.pid, 0)
             except ChildProcessError:
                 pass
         self.reap()
+
+
+def _exit_of(wait_status):
+    """(exit code, signal or None) of a wait status; a signal's code is 128 + its number."""
+    code = os.waitstatus_to_exitcode(wait_status)
+    if code < 0:
+        return 128 - code, -code
+    return code, None
 
 
 def _group_members():
@@ -955,10 +1094,7 @@ def _attempt(worker, frames, script, request):
         frames.report("deadline", duration=duration)
         frames.write(FRAME_END)
         return EXIT_DEADLINE
-    code = os.waitstatus_to_exitcode(ended)
-    signal_number = -code if code < 0 else None
-    if signal_number is not None:
-        code = 128 + signal_number
+    code, signal_number = worker.exit
     oom_kills_after = _oom_kills()
     oom_killed = None
     if oom_kills_before is not None and oom_kills_after is not None:

@@ -70,6 +70,38 @@ async fn a_warm_container_left_idle_also_has_the_libraries_many_attempts_need() 
     sandbox.assert_nothing_left().await;
 }
 
+/// Priming (the warm worker's own small workbook, document, presentation, chart and PDF, before
+/// READY and while idle) leaves nothing a script can see: the same files in /tmp and /work, the
+/// same folder, environment, umask, open descriptors, warning filters and chart settings, and
+/// no figure open, as in a cold container that imported the same libraries.
+#[tokio::test]
+async fn priming_leaves_nothing_a_script_can_see() {
+    let look = fixture_script("what_a_script_sees.py");
+    let cold = TestSandbox::new(|_| {}).await;
+    let in_cold = run_script(&cold, &look).await;
+    assert_eq!(in_cold.status, Status::Ok, "{in_cold:?}");
+    assert!(!in_cold.warm);
+
+    let warm = TestSandbox::warm(1, IDLE, |_| {}).await;
+    // Past the runner's idle delay (3 s), the idle imports and their priming.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let in_warm = run_script(&warm, &look).await;
+    assert_eq!(in_warm.status, Status::Ok, "{in_warm:?}");
+    assert!(in_warm.warm);
+
+    let seen = |outcome: &file_agent::sandbox::Outcome| -> serde_json::Value {
+        serde_json::from_str(outcome.stdout.text().trim()).unwrap()
+    };
+    let (cold_view, warm_view) = (seen(&in_cold), seen(&in_warm));
+    assert_eq!(warm_view["modules_primed"], true, "{warm_view}");
+    assert_eq!(warm_view["figures"], serde_json::json!([]), "{warm_view}");
+    assert_eq!(cold_view, warm_view);
+    for sandbox in [cold, warm] {
+        with_timeout(sandbox.shutdown()).await;
+        sandbox.assert_nothing_left().await;
+    }
+}
+
 #[tokio::test]
 async fn two_attempts_at_once_from_a_pool_of_one_each_get_their_own_container() {
     let sandbox = TestSandbox::warm(1, IDLE, |_| {}).await;
