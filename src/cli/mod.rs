@@ -88,9 +88,12 @@ enum Command {
     /// Measure attempts, cold and warm, beside `docker run --rm`, a plain python3 subprocess
     /// and the script's body alone; throughput; and `run_python` over MCP. All in one run.
     Bench {
-        /// Latency samples of each kind.
+        /// Rounds of latency samples of each kind.
         #[arg(long, default_value_t = 10)]
         runs: usize,
+        /// Further rounds of a warm attempt and the limit only (for warm / limit).
+        #[arg(long, default_value_t = 20)]
+        pairs: usize,
         /// Attempts in each throughput run (0 skips throughput).
         #[arg(long, default_value_t = 20)]
         throughput: usize,
@@ -361,12 +364,14 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench {
             runs,
+            pairs,
             throughput,
             concurrency,
             no_mcp,
         } => {
             let args = bench::BenchArgs {
                 runs: runs.max(1),
+                pairs,
                 throughput,
                 concurrency: concurrency.unwrap_or_else(bench::cpus).max(1),
                 mcp: !no_mcp,

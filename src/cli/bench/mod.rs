@@ -2,18 +2,26 @@
 //! run on one machine so that every figure sees the same load. All on one script (pandas and
 //! xlsxwriter writing 1,000 rows, as a typical `generate_file` attempt does):
 //!
-//! - latency, medians of `--runs`, each kind in turn and each alone (the pool is refilled
+//! - latency, in rounds (`--runs`): each round runs each kind once, alone (the pool is refilled
 //!   before every measurement): a cold attempt (phase by phase), a warm attempt, `docker run
 //!   --rm`, a plain `python3` subprocess (the architecture file-agent replaces) and the limit
-//!   (the body in an interpreter that has already imported the libraries);
+//!   (the body in an interpreter that has already imported the libraries). Then `--pairs`
+//!   rounds of a warm attempt and the limit only;
+//! - warm / limit as the median of the rounds' own ratios (each round's two figures are taken
+//!   seconds apart, so they see the same load), with its spread; a spread too wide to tell a
+//!   change from the machine's noise is said so;
+//! - the warm pool's cost: a warm container's memory when it is ready and once idle priming is
+//!   done, and the refill time (from an attempt's end until the pool is full again);
 //! - throughput: `--throughput` attempts, `--concurrency` at a time, cold and warm, and as
 //!   plain subprocesses: attempts per second and host CPU seconds per attempt. The warm run
 //!   starts with a full pool and ends when the pool is full again, so every container it used
 //!   was made inside the window;
 //! - `run_python` over MCP through a real server in this process, without and with the pool.
 
+mod idle;
 mod mcp;
 mod probe;
+mod report;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::SandboxConfig;
 use crate::sandbox::{Job, Runner, Sandbox, Status, Timings};
+use idle::IdleCost;
 use probe::Probe;
 
 /// The script measured: pandas and xlsxwriter writing 1,000 rows, as a typical attempt does.
@@ -34,14 +43,25 @@ const BENCH_MAX_IDLE: Duration = Duration::from_secs(3600);
 /// What to measure.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct BenchArgs {
-    /// Latency samples of each kind.
+    /// Rounds of every kind of latency sample.
     pub runs: usize,
+    /// Further rounds of a warm attempt and the limit only.
+    pub pairs: usize,
     /// Attempts in each throughput run (0: none).
     pub throughput: usize,
     /// Attempts at once in the throughput runs (and warm containers kept).
     pub concurrency: usize,
     /// Whether to measure `run_python` over MCP.
     pub mcp: bool,
+}
+
+/// Everything one run measured, for the report.
+#[derive(Debug, Default)]
+struct Measured {
+    samples: Samples,
+    idle: Option<IdleCost>,
+    rates: Vec<(&'static str, Rate)>,
+    mcp: (Vec<Duration>, Vec<Duration>),
 }
 
 pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -59,77 +79,140 @@ pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Res
         .await?
         .with_warm_pool(1, BENCH_MAX_IDLE);
     let runtime = config.runtime.as_deref();
-    let mut probe = Probe::start(&image, runtime, &instance, args.concurrency, SCRIPT).await?;
-    let cancel = CancellationToken::new();
     eprintln!(
-        "file-agent bench: {} runs of each, image {image}, runtime {}, {} CPUs",
+        "file-agent bench: {} rounds of each and {} of warm and limit, image {image}, runtime {}, {} CPUs",
         args.runs,
+        args.pairs,
         runtime.unwrap_or("default"),
         cpus()
     );
-
-    // One of each first, not counted: the first start pays for page-cache misses.
-    settle(&warm).await;
-    attempt(&cold, &cancel).await?;
-    settle(&warm).await;
-    attempt(&warm, &cancel).await?;
-    probe::docker_run(&image, runtime, SCRIPT).await?;
-    let mut samples = Samples::default();
-    for _ in 0..args.runs {
-        settle(&warm).await;
-        samples.cold.push(attempt(&cold, &cancel).await?);
-        settle(&warm).await;
-        samples.warm.push(attempt(&warm, &cancel).await?);
-        samples
-            .docker_run
-            .push(probe::docker_run(&image, runtime, SCRIPT).await?);
-        samples.subprocess.push(probe.subprocess().await?);
-        samples.limit.push(probe.limit().await?);
-    }
+    let mut measured = Measured {
+        // Before the probe starts: the only containers of this instance are the pool's.
+        idle: Some(idle::measure(&warm, &instance).await?),
+        ..Measured::default()
+    };
+    let mut probe = Probe::start(&image, runtime, &instance, args.concurrency, SCRIPT).await?;
+    let cancel = CancellationToken::new();
+    let kit = Kit {
+        cold: &cold,
+        warm: &warm,
+        image: &image,
+        runtime,
+        cancel: &cancel,
+    };
+    latency(&kit, &mut probe, args, &mut measured.samples).await?;
     warm.shutdown().await;
 
-    let mut rates = Vec::new();
     if args.throughput > 0 {
-        eprintln!(
-            "file-agent bench: throughput, {} attempts each",
-            args.throughput
-        );
-        rates.push(("cold attempts", throughput(&cold, args, &cancel).await?));
-        let pooled = Sandbox::connect(config.clone())
-            .await?
-            .with_warm_pool(args.concurrency, BENCH_MAX_IDLE);
-        rates.push(("warm attempts", throughput(&pooled, args, &cancel).await?));
-        pooled.shutdown().await;
-        let before = CpuClock::now();
-        let wall = probe.throughput(args.throughput, args.concurrency).await?;
-        rates.push((
-            "plain subprocesses",
-            Rate::of(args.throughput, wall, before),
-        ));
+        measured.rates = rates(&cold, &config, &mut probe, args, &cancel).await?;
     }
     probe.stop().await;
     cold.shutdown().await;
-
-    let mut mcp_samples = (Vec::new(), Vec::new());
     if args.mcp {
-        eprintln!("file-agent bench: run_python over MCP");
-        let cold_server = mcp::McpServer::start(&format!("{instance}-mcp-cold"), 0).await?;
-        let warm_server = mcp::McpServer::start(&format!("{instance}-mcp-warm"), 1).await?;
-        warm_server.settle().await;
-        cold_server.run_python(SCRIPT).await?;
-        warm_server.settle().await;
-        warm_server.run_python(SCRIPT).await?;
-        for _ in 0..args.runs {
-            warm_server.settle().await;
-            mcp_samples.0.push(cold_server.run_python(SCRIPT).await?);
-            warm_server.settle().await;
-            mcp_samples.1.push(warm_server.run_python(SCRIPT).await?);
-        }
-        cold_server.stop().await;
-        warm_server.stop().await;
+        measured.mcp = mcp_calls(&instance, args.runs).await?;
     }
-    report(&samples, &rates, &mcp_samples, args);
+    report::print(&measured, args);
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the latency rounds run on.
+struct Kit<'a> {
+    cold: &'a Sandbox,
+    warm: &'a Sandbox,
+    image: &'a str,
+    runtime: Option<&'a str>,
+    cancel: &'a CancellationToken,
+}
+
+/// `args.runs` rounds of every kind, then `args.pairs` rounds of a warm attempt and the limit,
+/// after one of each that is not counted (the first start pays for page-cache misses).
+async fn latency(
+    kit: &Kit<'_>,
+    probe: &mut Probe,
+    args: BenchArgs,
+    samples: &mut Samples,
+) -> anyhow::Result<()> {
+    settle(kit.warm).await;
+    attempt(kit.cold, kit.cancel).await?;
+    settle(kit.warm).await;
+    attempt(kit.warm, kit.cancel).await?;
+    probe::docker_run(kit.image, kit.runtime, SCRIPT).await?;
+    for _ in 0..args.runs {
+        settle(kit.warm).await;
+        samples.cold.push(attempt(kit.cold, kit.cancel).await?);
+        warm_round(kit, probe, samples).await?;
+        samples
+            .docker_run
+            .push(probe::docker_run(kit.image, kit.runtime, SCRIPT).await?);
+        samples.subprocess.push(probe.subprocess().await?);
+    }
+    for _ in 0..args.pairs {
+        warm_round(kit, probe, samples).await?;
+    }
+    settle(kit.warm).await;
+    Ok(())
+}
+
+/// A warm attempt from a full pool, the time until the pool is full again, and the limit right
+/// after: one round's ratio.
+async fn warm_round(kit: &Kit<'_>, probe: &mut Probe, samples: &mut Samples) -> anyhow::Result<()> {
+    settle(kit.warm).await;
+    let warm = attempt(kit.warm, kit.cancel).await?;
+    samples.refill.push(idle::refill(kit.warm).await);
+    let limit = probe.limit().await?;
+    samples.rounds.push(ratio(warm.total, limit));
+    samples.warm.push(warm);
+    samples.limit.push(limit);
+    Ok(())
+}
+
+/// The throughput runs: cold attempts, warm attempts from a pool of `args.concurrency`, and
+/// plain subprocesses in the probe.
+async fn rates(
+    cold: &Sandbox,
+    config: &SandboxConfig,
+    probe: &mut Probe,
+    args: BenchArgs,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Vec<(&'static str, Rate)>> {
+    eprintln!(
+        "file-agent bench: throughput, {} attempts each",
+        args.throughput
+    );
+    let mut rates = vec![("cold attempts", throughput(cold, args, cancel).await?)];
+    let pooled = Sandbox::connect(config.clone())
+        .await?
+        .with_warm_pool(args.concurrency, BENCH_MAX_IDLE);
+    rates.push(("warm attempts", throughput(&pooled, args, cancel).await?));
+    pooled.shutdown().await;
+    let before = CpuClock::now();
+    let wall = probe.throughput(args.throughput, args.concurrency).await?;
+    rates.push((
+        "plain subprocesses",
+        Rate::of(args.throughput, wall, before),
+    ));
+    Ok(rates)
+}
+
+/// `run_python` over MCP, `runs` times each without and with the pool.
+async fn mcp_calls(instance: &str, runs: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    eprintln!("file-agent bench: run_python over MCP");
+    let cold_server = mcp::McpServer::start(&format!("{instance}-mcp-cold"), 0).await?;
+    let warm_server = mcp::McpServer::start(&format!("{instance}-mcp-warm"), 1).await?;
+    warm_server.settle().await;
+    cold_server.run_python(SCRIPT).await?;
+    warm_server.settle().await;
+    warm_server.run_python(SCRIPT).await?;
+    let mut calls = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        warm_server.settle().await;
+        calls.0.push(cold_server.run_python(SCRIPT).await?);
+        warm_server.settle().await;
+        calls.1.push(warm_server.run_python(SCRIPT).await?);
+    }
+    cold_server.stop().await;
+    warm_server.stop().await;
+    Ok(calls)
 }
 
 /// Latency samples, one list per kind.
@@ -140,6 +223,10 @@ struct Samples {
     docker_run: Vec<Duration>,
     subprocess: Vec<Duration>,
     limit: Vec<Duration>,
+    /// Each round's warm attempt over its limit.
+    rounds: Vec<f64>,
+    /// From a warm attempt's end until the pool was full again.
+    refill: Vec<Duration>,
 }
 
 /// One throughput run.
@@ -261,113 +348,6 @@ pub(super) fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn median(mut values: Vec<Duration>) -> Duration {
-    values.sort();
-    values.get(values.len() / 2).copied().unwrap_or_default()
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
 fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(1e-9)
-}
-
-fn report(
-    samples: &Samples,
-    rates: &[(&str, Rate)],
-    mcp: &(Vec<Duration>, Vec<Duration>),
-    args: BenchArgs,
-) {
-    let phases =
-        |list: &[Timings], pick: fn(&Timings) -> Duration| median(list.iter().map(pick).collect());
-    println!(
-        "file-agent bench: {} runs, medians (ms); script: pandas + xlsxwriter, 1,000 rows to one .xlsx\n",
-        args.runs
-    );
-    println!("{:<34}{:>10}{:>10}", "phase of an attempt", "cold", "warm");
-    type Pick = fn(&Timings) -> Duration;
-    let rows: [(&str, Pick); 7] = [
-        ("create + verify", |t| t.create),
-        ("attach + start", |t| t.start),
-        ("send the request", |t| t.copy_in),
-        ("request sent to script end", |t| t.run),
-        ("logs after exit", |t| t.logs),
-        ("copy out", |t| t.copy_out),
-        ("whole attempt (removal follows)", |t| t.total),
-    ];
-    for (name, pick) in rows {
-        println!(
-            "{name:<34}{:>10.1}{:>10.1}",
-            ms(phases(&samples.cold, pick)),
-            ms(phases(&samples.warm, pick))
-        );
-    }
-    let cold = phases(&samples.cold, |t| t.total);
-    let warm = phases(&samples.warm, |t| t.total);
-    let docker_run = median(samples.docker_run.clone());
-    let subprocess = median(samples.subprocess.clone());
-    let limit = median(samples.limit.clone());
-    println!();
-    for (name, value) in [
-        ("cold attempt", cold),
-        ("warm attempt", warm),
-        ("docker run --rm (CLI)", docker_run),
-        ("plain python3 subprocess", subprocess),
-        ("the limit (body, libraries loaded)", limit),
-    ] {
-        println!("{name:<38}{:>10.1}", ms(value));
-    }
-    println!("\nratios (below 1: the first is faster)");
-    for (name, a, b) in [
-        ("warm attempt / the limit", warm, limit),
-        ("warm attempt / plain subprocess", warm, subprocess),
-        ("cold attempt / plain subprocess", cold, subprocess),
-        ("warm attempt / docker run --rm", warm, docker_run),
-        ("cold attempt / docker run --rm", cold, docker_run),
-    ] {
-        println!("{name:<38}{:>10.2}", ratio(a, b));
-    }
-    if !rates.is_empty() {
-        println!(
-            "\nthroughput: {} attempts, {} at a time, on {} CPUs",
-            args.throughput,
-            args.concurrency,
-            cpus()
-        );
-        println!("{:<24}{:>14}{:>22}", "", "attempts/s", "host CPU s/attempt");
-        for (name, rate) in rates {
-            println!(
-                "{name:<24}{:>14.2}{:>22.2}",
-                rate.per_second,
-                rate.cpu_per_attempt.as_secs_f64()
-            );
-        }
-        let find = |name: &str| rates.iter().find(|(n, _)| *n == name).map(|(_, r)| *r);
-        if let (Some(cold), Some(warm), Some(plain)) = (
-            find("cold attempts"),
-            find("warm attempts"),
-            find("plain subprocesses"),
-        ) {
-            println!(
-                "warm / cold: {:.2}x; warm / plain subprocess: {:.2}x; cold / plain subprocess: {:.2}x",
-                warm.per_second / cold.per_second,
-                warm.per_second / plain.per_second,
-                cold.per_second / plain.per_second
-            );
-        }
-    }
-    if !mcp.0.is_empty() {
-        let (cold_call, warm_call) = (median(mcp.0.clone()), median(mcp.1.clone()));
-        println!("\nrun_python over MCP (rmcp client, real server, local store)");
-        println!("{:<38}{:>10.1}", "pool off (cold)", ms(cold_call));
-        println!("{:<38}{:>10.1}", "pool on (warm)", ms(warm_call));
-        println!(
-            "warm call / docker run --rm: {:.2}; warm call / plain subprocess: {:.2}; cold call / plain subprocess: {:.2}",
-            ratio(warm_call, docker_run),
-            ratio(warm_call, subprocess),
-            ratio(cold_call, subprocess)
-        );
-    }
 }
