@@ -98,12 +98,33 @@ pub async fn check_jsonrpc(request: Request, next: Next) -> Response {
         return json_errors(next.run(request).await, Value::Null).await;
     }
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, super::MAX_MCP_BODY_BYTES).await {
+    let bytes = match read_body(body).await {
         Ok(bytes) => bytes,
-        Err(error) => {
+        Err(refusal) => return refusal,
+    };
+    let id = match check(&bytes) {
+        Ok(id) => id,
+        Err(refusal) => return refusal,
+    };
+    if draining && method_of(&bytes).as_deref() == Some("tools/call") {
+        return shutting_down(id);
+    }
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    json_errors(response, id).await
+}
+
+/// The whole body, up to [`super::MAX_MCP_BODY_BYTES`]; a JSON-RPC error (413 past it, 400
+/// when it cannot be read) otherwise.
+#[allow(clippy::result_large_err)]
+async fn read_body(body: Body) -> Result<axum::body::Bytes, Response> {
+    axum::body::to_bytes(body, super::MAX_MCP_BODY_BYTES)
+        .await
+        .map_err(|error| {
             let too_large = std::error::Error::source(&error)
                 .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-            return if too_large {
+            if too_large {
                 jsonrpc_error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     Value::Null,
@@ -120,29 +141,23 @@ pub async fn check_jsonrpc(request: Request, next: Next) -> Response {
                     INVALID_REQUEST,
                     &format!("the request body could not be read: {error}"),
                 )
-            };
-        }
-    };
-    let id = match check(&bytes) {
-        Ok(id) => id,
-        Err(refusal) => return refusal,
-    };
-    if draining && method_of(&bytes).as_deref() == Some("tools/call") {
-        let mut response = jsonrpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            id,
-            SHUTTING_DOWN,
-            "file-agent is shutting down and started nothing of this call; send it again (another replica, or this one once restarted, will answer)",
-        );
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-        return response;
-    }
-    let response = next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await;
-    json_errors(response, id).await
+            }
+        })
+}
+
+/// 503 with `Retry-After` to a tool call that comes while the server drains: nothing of it
+/// started, so the client may send it again.
+fn shutting_down(id: Value) -> Response {
+    let mut response = jsonrpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        id,
+        SHUTTING_DOWN,
+        "file-agent is shutting down and started nothing of this call; send it again (another replica, or this one once restarted, will answer)",
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
 }
 
 /// The message's id (null for a notification or a response) when `body` is one well-formed
@@ -192,6 +207,19 @@ fn check(body: &[u8]) -> Result<Value, Response> {
     let Some(method) = method.as_str() else {
         return Err(invalid("\"method\" must be a string"));
     };
+    check_params(object, method, &id)?;
+    Ok(id)
+}
+
+/// The params of a request with `method`: an object when present, and for `tools/call` a
+/// tool name and an object of arguments; an `INVALID_PARAMS` error naming what is wrong
+/// otherwise.
+#[allow(clippy::result_large_err)]
+fn check_params(
+    object: &serde_json::Map<String, Value>,
+    method: &str,
+    id: &Value,
+) -> Result<(), Response> {
     let invalid_params =
         |message: &str| jsonrpc_error(StatusCode::OK, id.clone(), INVALID_PARAMS, message);
     let params = match object.get("params") {
@@ -219,7 +247,7 @@ fn check(body: &[u8]) -> Result<Value, Response> {
             ));
         }
     }
-    Ok(id)
+    Ok(())
 }
 
 /// The `method` of a message that [`check`] passed.
