@@ -388,32 +388,7 @@ impl ServerHandler for FileAgentServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let identity = identity_of(&context);
-        // The tools that change saved tools are listed only where saved tools are on and the
-        // caller may change them.
-        let changes_saved = self.tools.saved_tools_on() && identity.allows(SCOPE_SAVED_TOOLS);
-        let mut tools: Vec<rmcp::model::Tool> = self
-            .tool_router
-            .list_all()
-            .into_iter()
-            .filter(|tool| match Tool::named(&tool.name) {
-                Some(Tool::ListTools) => self.tools.saved_tools_on(),
-                Some(tool) if tool.manages_saved_tools() => changes_saved,
-                _ => true,
-            })
-            .collect();
-        tools.extend(
-            self.tools
-                .saved_tools_for(&identity)
-                .into_iter()
-                .map(|tool| {
-                    rmcp::model::Tool::new(
-                        tool.listed_name(),
-                        crate::tools::dynamic::description_for(&tool, &identity),
-                        std::sync::Arc::new(tool.input_schema),
-                    )
-                }),
-        );
+        let tools = self.tools_for(&identity_of(&context));
         // The list depends on the caller: a client may cache it for itself only.
         let hints = context
             .protocol_version()
@@ -633,23 +608,10 @@ impl FileAgentServer {
             phases: phases.clone(),
             outputs: outputs.clone(),
         };
-        // A request whose plain header contradicts its proven user runs nothing. (Decided
-        // here rather than by wrapping `call` in one more future: in a debug build every
-        // wrapper copies the whole call's state on the stack.)
-        // A call that would run attempts while the sandbox may run no code (the network canary
-        // reached the network) or the audit trail cannot be written (unless the operator chose
-        // FILE_AGENT_AUDIT_ON_FAILURE=continue) runs nothing: refused before the model is
-        // asked, not after.
-        let runs_attempts =
-            Tool::named(tool).map_or(tool.starts_with(SAVED_TOOL_PREFIX), Tool::runs_attempts);
-        let refused = if runs_attempts {
-            self.tools
-                .refusal()
-                .or_else(|| self.tools.audit_gate().err())
-        } else {
-            None
-        };
-        let result = match (identity_of(context).conflict, refused) {
+        // A request whose plain header contradicts its proven user runs nothing, nor does one
+        // `refusal` refuses. (Decided here rather than by wrapping `call` in one more future:
+        // in a debug build every wrapper copies the whole call's state on the stack.)
+        let result = match (identity_of(context).conflict, self.refusal(tool)) {
             (Some(conflict), _) => {
                 Err(CALL.sync_scope(call_context, || self.tools.refuse_identity(conflict)))
             }
@@ -670,29 +632,56 @@ impl FileAgentServer {
         // The last progress notifications go out before the answer, which ends the exchange.
         drop(phases);
         let _ = tokio::time::timeout(PROGRESS_FLUSH, shown).await;
-        let duration_ms = started.elapsed().as_millis() as u64;
-        // Saved tools share one label: their names are the callers' to choose.
-        let label = if tool.starts_with(SAVED_TOOL_PREFIX) {
-            "saved_tool"
-        } else {
-            tool
-        };
-        crate::metrics::metrics()
-            .tool_call(label, result.as_ref().map_or_else(outcome_name, |_| "ok"));
-        match result {
-            Ok(output) => {
-                tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
-                CallToolResult::success(files::content(output.text, outputs.taken()))
+        answer(tool, &id, &request, started, result, &outputs)
+    }
+
+    /// Why `tool` may run nothing now: a call that would run attempts while the sandbox may
+    /// run no code (the network canary reached the network) or the audit trail cannot be
+    /// written (unless the operator chose FILE_AGENT_AUDIT_ON_FAILURE=continue) is refused
+    /// before the model is asked, not after.
+    fn refusal(&self, tool: &str) -> Option<ToolError> {
+        let runs_attempts =
+            Tool::named(tool).map_or(tool.starts_with(SAVED_TOOL_PREFIX), Tool::runs_attempts);
+        if !runs_attempts {
+            return None;
+        }
+        self.tools
+            .refusal()
+            .or_else(|| self.tools.audit_gate().err())
+    }
+}
+
+/// A call's answer, counted in `/metrics` and logged in one line (an infrastructure fault with
+/// its whole chain): the output and its files, or the error as an `isError` result.
+fn answer(
+    tool: &str,
+    id: &str,
+    request: &serde_json::Value,
+    started: Instant,
+    result: Result<ToolOutput, ToolError>,
+    outputs: &Outputs,
+) -> CallToolResult {
+    let duration_ms = started.elapsed().as_millis() as u64;
+    // Saved tools share one label: their names are the callers' to choose.
+    let label = if tool.starts_with(SAVED_TOOL_PREFIX) {
+        "saved_tool"
+    } else {
+        tool
+    };
+    crate::metrics::metrics().tool_call(label, result.as_ref().map_or_else(outcome_name, |_| "ok"));
+    match result {
+        Ok(output) => {
+            tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
+            CallToolResult::success(files::content(output.text, outputs.taken()))
+        }
+        Err(error) => {
+            let outcome = outcome_name(&error);
+            if error.is_infrastructure() {
+                tracing::error!(call = %id, %request, tool, outcome, duration_ms, error = %crate::error_chain(&error), "tool call");
+            } else {
+                tracing::info!(call = %id, %request, tool, outcome, duration_ms, error = %error, "tool call");
             }
-            Err(error) => {
-                let outcome = outcome_name(&error);
-                if error.is_infrastructure() {
-                    tracing::error!(call = %id, %request, tool, outcome, duration_ms, error = %crate::error_chain(&error), "tool call");
-                } else {
-                    tracing::info!(call = %id, %request, tool, outcome, duration_ms, error = %error, "tool call");
-                }
-                CallToolResult::error(vec![ContentBlock::text(format!("{tool} failed: {error}"))])
-            }
+            CallToolResult::error(vec![ContentBlock::text(format!("{tool} failed: {error}"))])
         }
     }
 }
@@ -701,6 +690,37 @@ impl FileAgentServer {
 const PROGRESS_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl FileAgentServer {
+    /// The tools `identity` sees: the built-in ones it may use, then its saved tools
+    /// (`my_<name>`).
+    fn tools_for(&self, identity: &Identity) -> Vec<rmcp::model::Tool> {
+        // The tools that change saved tools are listed only where saved tools are on and the
+        // caller may change them.
+        let changes_saved = self.tools.saved_tools_on() && identity.allows(SCOPE_SAVED_TOOLS);
+        let mut tools: Vec<rmcp::model::Tool> = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .filter(|tool| match Tool::named(&tool.name) {
+                Some(Tool::ListTools) => self.tools.saved_tools_on(),
+                Some(tool) if tool.manages_saved_tools() => changes_saved,
+                _ => true,
+            })
+            .collect();
+        tools.extend(
+            self.tools
+                .saved_tools_for(identity)
+                .into_iter()
+                .map(|tool| {
+                    rmcp::model::Tool::new(
+                        tool.listed_name(),
+                        crate::tools::dynamic::description_for(&tool, identity),
+                        std::sync::Arc::new(tool.input_schema),
+                    )
+                }),
+        );
+        tools
+    }
+
     /// Where this call's phases are shown besides the log: MCP progress when the request has
     /// a progress token; status events when it names an Open WebUI chat (one it saves: not a
     /// temporary chat or a channel's) and message and the files go to that Open WebUI (with
