@@ -317,16 +317,26 @@ impl AuditLog {
             _lock: lock,
         };
         if let Some((recovered, problem)) = cut {
-            log.append(Record {
-                time: crate::time::rfc3339_now(),
-                author: "file-agent".into(),
-                status: recovery::RECOVERED_STATUS.into(),
-                recovered: Some(recovered),
-                error: problem,
-                ..Record::default()
-            })?;
+            log.append_recovered(recovered, problem)?;
         }
         Ok(log)
+    }
+
+    /// The `recovered` line: what start-up cut, and why its bytes were not kept if they
+    /// were not.
+    fn append_recovered(
+        &self,
+        recovered: recovery::Recovered,
+        problem: Option<String>,
+    ) -> Result<(), AuditError> {
+        self.append(Record {
+            time: crate::time::rfc3339_now(),
+            author: "file-agent".into(),
+            status: recovery::RECOVERED_STATUS.into(),
+            recovered: Some(recovered),
+            error: problem,
+            ..Record::default()
+        })
     }
 
     /// Whether the code itself goes into each line.

@@ -239,15 +239,7 @@ pub fn main() -> ExitCode {
         return crate::untrusted::pdf::child_main(memory);
     }
     // Before any thread exists: `.env` fills in variables the environment does not set.
-    match dotenvy::from_path(".env") {
-        Ok(()) => {}
-        Err(error) if error.not_found() => {}
-        Err(error) => {
-            eprintln!("file-agent: cannot read .env in the working directory: {error}");
-            return ExitCode::from(2);
-        }
-    }
-    let format = match LogFormat::from_env() {
+    let format = match load_dotenv().and_then(|()| LogFormat::from_env()) {
         Ok(format) => format,
         Err(message) => {
             eprintln!("file-agent: {message}");
@@ -268,6 +260,17 @@ pub fn main() -> ExitCode {
             format.last_word(&error);
             ExitCode::from(2)
         }
+    }
+}
+
+/// Loads `.env` from the working directory, if there is one.
+fn load_dotenv() -> Result<(), String> {
+    match dotenvy::from_path(".env") {
+        Ok(()) => Ok(()),
+        Err(error) if error.not_found() => Ok(()),
+        Err(error) => Err(format!(
+            "cannot read .env in the working directory: {error}"
+        )),
     }
 }
 

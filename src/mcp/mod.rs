@@ -597,17 +597,8 @@ impl FileAgentServer {
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         // The JSON-RPC id as JSON: a number stays a number, a string a string.
         let request = serde_json::to_value(&context.id).unwrap_or_default();
-        let info = call_info(&id, request.clone(), tool, context);
-        // The call's phases, shown in the log, as MCP progress and in an Open WebUI chat.
-        let (phases, shown) = phases::start(self.phase_views(context), &id, tool);
-        // Pictures come inline over stdio only (files::content says why).
-        let over_stdio = context.extensions.get::<http::request::Parts>().is_none();
-        let outputs = Outputs::with_images(over_stdio);
-        let call_context = CallContext {
-            info,
-            phases: phases.clone(),
-            outputs: outputs.clone(),
-        };
+        let (call_context, shown) = self.call_context(&id, &request, tool, context);
+        let (phases, outputs) = (call_context.phases.clone(), call_context.outputs.clone());
         // A request whose plain header contradicts its proven user runs nothing, nor does one
         // `refusal` refuses. (Decided here rather than by wrapping `call` in one more future:
         // in a debug build every wrapper copies the whole call's state on the stack.)
@@ -633,6 +624,29 @@ impl FileAgentServer {
         drop(phases);
         let _ = tokio::time::timeout(PROGRESS_FLUSH, shown).await;
         answer(tool, &id, &request, started, result, &outputs)
+    }
+
+    /// What the flows of call `id` read from their task: the caller for the audit trail, where
+    /// the phases go (and the task showing them), and where the outputs are recorded.
+    fn call_context(
+        &self,
+        id: &str,
+        request: &serde_json::Value,
+        tool: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> (CallContext, tokio::task::JoinHandle<()>) {
+        let info = call_info(id, request.clone(), tool, context);
+        // The call's phases, shown in the log, as MCP progress and in an Open WebUI chat.
+        let (phases, shown) = phases::start(self.phase_views(context), id, tool);
+        // Pictures come inline over stdio only (files::content says why).
+        let over_stdio = context.extensions.get::<http::request::Parts>().is_none();
+        let outputs = Outputs::with_images(over_stdio);
+        let call_context = CallContext {
+            info,
+            phases,
+            outputs,
+        };
+        (call_context, shown)
     }
 
     /// Why `tool` may run nothing now: a call that would run attempts while the sandbox may
