@@ -164,6 +164,34 @@ fn shutting_down(id: Value) -> Response {
 /// JSON-RPC message; else `Err` with the answer.
 #[allow(clippy::result_large_err)]
 fn check(body: &[u8]) -> Result<Value, Response> {
+    let object = one_object(body)?;
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid_request("the message lacks \"jsonrpc\": \"2.0\""));
+    }
+    let id = object.get("id").cloned().unwrap_or(Value::Null);
+    if !matches!(id, Value::Null | Value::String(_) | Value::Number(_)) {
+        return Err(invalid_request("\"id\" must be a string or a number"));
+    }
+    let Some(method) = object.get("method") else {
+        // A response to a server's request (it has a result or an error).
+        return if object.contains_key("result") || object.contains_key("error") {
+            Ok(Value::Null)
+        } else {
+            Err(invalid_request(
+                "the message has no \"method\": a request needs one (e.g. \"tools/call\")",
+            ))
+        };
+    };
+    let Some(method) = method.as_str() else {
+        return Err(invalid_request("\"method\" must be a string"));
+    };
+    check_params(&object, method, &id)?;
+    Ok(id)
+}
+
+/// `body` as one JSON object: not something else, not a batch.
+#[allow(clippy::result_large_err)]
+fn one_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Response> {
     let message: Value = serde_json::from_slice(body).map_err(|error| {
         jsonrpc_error(
             StatusCode::BAD_REQUEST,
@@ -172,43 +200,25 @@ fn check(body: &[u8]) -> Result<Value, Response> {
             &format!("the body is not JSON ({error}); send one JSON-RPC 2.0 message"),
         )
     })?;
-    let invalid = |message: &str| {
-        jsonrpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            INVALID_REQUEST,
-            message,
-        )
-    };
-    let Some(object) = message.as_object() else {
-        return Err(invalid(if message.is_array() {
-            "JSON-RPC batches are not supported (MCP sends one message per request)"
-        } else {
-            "the body is not a JSON-RPC message: send an object with \"jsonrpc\": \"2.0\" and a \"method\""
-        }));
-    };
-    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(invalid("the message lacks \"jsonrpc\": \"2.0\""));
+    match message {
+        Value::Object(object) => Ok(object),
+        Value::Array(_) => Err(invalid_request(
+            "JSON-RPC batches are not supported (MCP sends one message per request)",
+        )),
+        _ => Err(invalid_request(
+            "the body is not a JSON-RPC message: send an object with \"jsonrpc\": \"2.0\" and a \"method\"",
+        )),
     }
-    let id = object.get("id").cloned().unwrap_or(Value::Null);
-    if !matches!(id, Value::Null | Value::String(_) | Value::Number(_)) {
-        return Err(invalid("\"id\" must be a string or a number"));
-    }
-    let Some(method) = object.get("method") else {
-        // A response to a server's request (it has a result or an error).
-        return if object.contains_key("result") || object.contains_key("error") {
-            Ok(Value::Null)
-        } else {
-            Err(invalid(
-                "the message has no \"method\": a request needs one (e.g. \"tools/call\")",
-            ))
-        };
-    };
-    let Some(method) = method.as_str() else {
-        return Err(invalid("\"method\" must be a string"));
-    };
-    check_params(object, method, &id)?;
-    Ok(id)
+}
+
+/// 400 with `INVALID_REQUEST`, `message` saying why the body is no valid JSON-RPC message.
+fn invalid_request(message: &str) -> Response {
+    jsonrpc_error(
+        StatusCode::BAD_REQUEST,
+        Value::Null,
+        INVALID_REQUEST,
+        message,
+    )
 }
 
 /// The params of a request with `method`: an object when present, and for `tools/call` a
