@@ -226,42 +226,8 @@ impl SandboxConfig {
     }
 
     pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
-        let limits = Limits {
-            timeout: vars.seconds("SCRIPT_TIMEOUT", DEFAULT_TIMEOUT_SECS, 1..=3600)?,
-            memory_bytes: vars.mib("SANDBOX_MEMORY_MIB", DEFAULT_MEMORY_MIB, 64..=65536)?,
-            cpus: parse_cpus(vars.get("SANDBOX_CPUS"))?,
-            pids: vars.count("SANDBOX_PIDS", DEFAULT_PIDS, 16..=4096)?,
-            nofile: vars.count("SANDBOX_NOFILE", DEFAULT_NOFILE, 64..=65536)?,
-            tmp_bytes: vars.mib("SANDBOX_TMP_MIB", DEFAULT_TMP_MIB, 1..=4096)?,
-            stdio_max_bytes: vars.number(
-                "SANDBOX_STDIO_MAX_BYTES",
-                DEFAULT_STDIO_MAX_BYTES,
-                1024..=64 * 1024 * 1024,
-                "bytes",
-            )?,
-            output_max_bytes: vars.mib(
-                "SANDBOX_OUTPUT_MAX_MIB",
-                DEFAULT_OUTPUT_MAX_MIB,
-                1..=16384,
-            )?,
-            output_max_files: vars.count(
-                "SANDBOX_OUTPUT_MAX_FILES",
-                DEFAULT_OUTPUT_MAX_FILES,
-                1..=100_000,
-            )?,
-        };
-        let image = match vars.get("SANDBOX_IMAGE") {
-            Some(image) if image.chars().any(char::is_whitespace) => {
-                return Err(ConfigError {
-                    var: "SANDBOX_IMAGE",
-                    value: image,
-                    expected: "an image reference without spaces, e.g. file-agent-sandbox:<hash>"
-                        .into(),
-                });
-            }
-            Some(image) => image,
-            None => image::default_tag(),
-        };
+        let limits = Limits::from_vars(vars)?;
+        let image = image_reference(vars)?;
         let runtime = parse_name(
             vars,
             "SANDBOX_RUNTIME",
@@ -296,6 +262,52 @@ impl SandboxConfig {
             backend: Backend::from_vars(vars)?,
         })
     }
+}
+
+impl Limits {
+    /// The `SCRIPT_TIMEOUT` and `SANDBOX_*` limits of every attempt.
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            timeout: vars.seconds("SCRIPT_TIMEOUT", DEFAULT_TIMEOUT_SECS, 1..=3600)?,
+            memory_bytes: vars.mib("SANDBOX_MEMORY_MIB", DEFAULT_MEMORY_MIB, 64..=65536)?,
+            cpus: parse_cpus(vars.get("SANDBOX_CPUS"))?,
+            pids: vars.count("SANDBOX_PIDS", DEFAULT_PIDS, 16..=4096)?,
+            nofile: vars.count("SANDBOX_NOFILE", DEFAULT_NOFILE, 64..=65536)?,
+            tmp_bytes: vars.mib("SANDBOX_TMP_MIB", DEFAULT_TMP_MIB, 1..=4096)?,
+            stdio_max_bytes: vars.number(
+                "SANDBOX_STDIO_MAX_BYTES",
+                DEFAULT_STDIO_MAX_BYTES,
+                1024..=64 * 1024 * 1024,
+                "bytes",
+            )?,
+            output_max_bytes: vars.mib(
+                "SANDBOX_OUTPUT_MAX_MIB",
+                DEFAULT_OUTPUT_MAX_MIB,
+                1..=16384,
+            )?,
+            output_max_files: vars.count(
+                "SANDBOX_OUTPUT_MAX_FILES",
+                DEFAULT_OUTPUT_MAX_FILES,
+                1..=100_000,
+            )?,
+        })
+    }
+}
+
+/// `SANDBOX_IMAGE`, else the tag of the image `file-agent image build` builds.
+fn image_reference(vars: &Vars<'_>) -> Result<String, ConfigError> {
+    Ok(match vars.get("SANDBOX_IMAGE") {
+        Some(image) if image.chars().any(char::is_whitespace) => {
+            return Err(ConfigError {
+                var: "SANDBOX_IMAGE",
+                value: image,
+                expected: "an image reference without spaces, e.g. file-agent-sandbox:<hash>"
+                    .into(),
+            });
+        }
+        Some(image) => image,
+        None => image::default_tag(),
+    })
 }
 
 fn parse_int<T>(

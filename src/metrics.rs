@@ -144,6 +144,22 @@ impl Metrics {
             gauges.backend,
             gauges.runtime.escape_debug()
         );
+        self.write_counters(&mut out);
+        self.write_histograms(&mut out);
+        for (name, kind, help, value) in self.plain_rows(gauges) {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
+        if let Some(verdict) = gauges.canary {
+            write_canary(&mut out, verdict);
+        }
+        out
+    }
+
+    /// The counters with labels: tool calls, identities refused.
+    fn write_counters(&self, out: &mut String) {
         out.push_str("# HELP file_agent_tool_calls_total Tool calls by tool and outcome.\n");
         out.push_str("# TYPE file_agent_tool_calls_total counter\n");
         for ((tool, outcome), count) in lock(&self.tool_calls).iter() {
@@ -160,11 +176,15 @@ impl Metrics {
                 "file_agent_identity_refused_total{{source=\"{source}\",reason=\"{reason}\"}} {count}"
             );
         }
+    }
+
+    /// The histograms: attempts, sandbox phases, model requests.
+    fn write_histograms(&self, out: &mut String) {
         out.push_str("# HELP file_agent_attempt_duration_seconds Sandbox attempts, from asking for a slot to removal, by tool and status.\n");
         out.push_str("# TYPE file_agent_attempt_duration_seconds histogram\n");
         for ((tool, status), histogram) in lock(&self.attempts).iter() {
             histogram.write(
-                &mut out,
+                out,
                 "file_agent_attempt_duration_seconds",
                 &format!("tool=\"{tool}\",status=\"{status}\""),
             );
@@ -173,7 +193,7 @@ impl Metrics {
         out.push_str("# TYPE file_agent_sandbox_phase_seconds histogram\n");
         for (phase, histogram) in lock(&self.phases).iter() {
             histogram.write(
-                &mut out,
+                out,
                 "file_agent_sandbox_phase_seconds",
                 &format!("phase=\"{phase}\""),
             );
@@ -184,12 +204,17 @@ impl Metrics {
         out.push_str("# TYPE file_agent_llm_request_seconds histogram\n");
         for (outcome, histogram) in lock(&self.llm).iter() {
             histogram.write(
-                &mut out,
+                out,
                 "file_agent_llm_request_seconds",
                 &format!("outcome=\"{outcome}\""),
             );
         }
-        for (name, kind, help, value) in [
+    }
+
+    /// The metrics without labels: retries, the queue, the slots, the containers, the warm
+    /// pool and the audit trail.
+    fn plain_rows(&self, gauges: &Gauges) -> Vec<PlainRow> {
+        [
             (
                 "file_agent_llm_retries_total",
                 "counter",
@@ -230,28 +255,27 @@ impl Metrics {
         .into_iter()
         .chain(pool_rows(gauges.pool.as_ref()))
         .chain(audit_rows(gauges.audit.as_ref()))
-        {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        }
-        if let Some(verdict) = gauges.canary {
-            out.push_str("# HELP file_agent_network_canary The network canary's last verdict (1 for the current one): reached means a sandbox pod reached the network and no code runs.\n# TYPE file_agent_network_canary gauge\n");
-            for state in ["pending", "isolated", "reached", "failed"] {
-                let _ = writeln!(
-                    out,
-                    "file_agent_network_canary{{verdict=\"{state}\"}} {}",
-                    u8::from(state == verdict)
-                );
-            }
-        }
-        out
+        .collect()
+    }
+}
+
+/// A metric without labels: name, type, help, value.
+type PlainRow = (&'static str, &'static str, &'static str, usize);
+
+/// The network canary's last verdict, one row per verdict.
+fn write_canary(out: &mut String, verdict: &str) {
+    out.push_str("# HELP file_agent_network_canary The network canary's last verdict (1 for the current one): reached means a sandbox pod reached the network and no code runs.\n# TYPE file_agent_network_canary gauge\n");
+    for state in ["pending", "isolated", "reached", "failed"] {
+        let _ = writeln!(
+            out,
+            "file_agent_network_canary{{verdict=\"{state}\"}} {}",
+            u8::from(state == verdict)
+        );
     }
 }
 
 /// The warm pool's rows (none when the pool is off): its size now, and what happened to it.
-fn pool_rows(pool: Option<&PoolStats>) -> Vec<(&'static str, &'static str, &'static str, usize)> {
+fn pool_rows(pool: Option<&PoolStats>) -> Vec<PlainRow> {
     let Some(pool) = pool else {
         return Vec::new();
     };
@@ -296,9 +320,7 @@ fn pool_rows(pool: Option<&PoolStats>) -> Vec<(&'static str, &'static str, &'sta
 }
 
 /// The audit trail's rows (none when the trail is off).
-fn audit_rows(
-    audit: Option<&AuditGauges>,
-) -> Vec<(&'static str, &'static str, &'static str, usize)> {
+fn audit_rows(audit: Option<&AuditGauges>) -> Vec<PlainRow> {
     let Some(audit) = audit else {
         return Vec::new();
     };

@@ -208,28 +208,7 @@ impl AuditLog {
         let (Ok(offset), Ok(length)) = (i64::try_from(writer.size), i64::try_from(room)) else {
             return Err(error(std::io::Error::other("the file is too large")));
         };
-        use nix::fcntl::{FallocateFlags, fallocate};
-        match fallocate(
-            &writer.file,
-            FallocateFlags::FALLOC_FL_KEEP_SIZE,
-            offset,
-            length,
-        ) {
-            Ok(()) => Ok(()),
-            Err(nix::errno::Errno::EOPNOTSUPP) => {
-                let stat = nix::sys::statvfs::fstatvfs(&writer.file)
-                    .map_err(|errno| error(errno.into()))?;
-                let free = stat.blocks_available().saturating_mul(stat.fragment_size());
-                if free >= room {
-                    Ok(())
-                } else {
-                    Err(error(std::io::Error::from_raw_os_error(
-                        nix::errno::Errno::ENOSPC as i32,
-                    )))
-                }
-            }
-            Err(errno) => Err(error(errno.into())),
-        }
+        reserve_room(&writer.file, offset, length, room).map_err(error)
     }
 
     /// Marks the trail unwritable from now, for `error` (if it was not already).
@@ -277,6 +256,27 @@ impl AuditLog {
         writer.outage = None;
         tracing::warn!(%unavailable, "the audit trail can be written again");
         Ok(())
+    }
+}
+
+/// Sets `length` bytes aside at `offset` of `file` without changing its size; on a file
+/// system that cannot, checks that `room` bytes are free at least.
+fn reserve_room(file: &std::fs::File, offset: i64, length: i64, room: u64) -> std::io::Result<()> {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    match fallocate(file, FallocateFlags::FALLOC_FL_KEEP_SIZE, offset, length) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EOPNOTSUPP) => {
+            let stat = nix::sys::statvfs::fstatvfs(file)?;
+            let free = stat.blocks_available().saturating_mul(stat.fragment_size());
+            if free >= room {
+                Ok(())
+            } else {
+                Err(std::io::Error::from_raw_os_error(
+                    nix::errno::Errno::ENOSPC as i32,
+                ))
+            }
+        }
+        Err(errno) => Err(errno.into()),
     }
 }
 

@@ -232,6 +232,23 @@ struct Writer {
     outage: Option<availability::Outage>,
 }
 
+impl Writer {
+    /// A writer appending to `file`, `size` bytes long, whose last line has hash `last_hash`
+    /// and number `seq`.
+    fn at_end(file: File, size: u64, last_hash: String, seq: u64) -> Self {
+        Self {
+            file,
+            size,
+            last_hash,
+            seq,
+            unclean: false,
+            reserved: 0,
+            unwritable: None,
+            outage: None,
+        }
+    }
+}
+
 /// The open trail.
 pub struct AuditLog {
     path: PathBuf,
@@ -293,32 +310,33 @@ impl AuditLog {
         let log = Self {
             path: path.to_path_buf(),
             config,
-            writer: Mutex::new(Writer {
-                file,
-                size,
-                last_hash,
-                seq,
-                unclean: false,
-                reserved: 0,
-                unwritable: None,
-                outage: None,
-            }),
+            writer: Mutex::new(Writer::at_end(file, size, last_hash, seq)),
             writable: AtomicBool::new(true),
             refused_total: AtomicU64::new(0),
             lost_total: AtomicU64::new(0),
             _lock: lock,
         };
         if let Some((recovered, problem)) = cut {
-            log.append(Record {
-                time: crate::time::rfc3339_now(),
-                author: "file-agent".into(),
-                status: recovery::RECOVERED_STATUS.into(),
-                recovered: Some(recovered),
-                error: problem,
-                ..Record::default()
-            })?;
+            log.append_recovered(recovered, problem)?;
         }
         Ok(log)
+    }
+
+    /// The `recovered` line: what start-up cut, and why its bytes were not kept if they
+    /// were not.
+    fn append_recovered(
+        &self,
+        recovered: recovery::Recovered,
+        problem: Option<String>,
+    ) -> Result<(), AuditError> {
+        self.append(Record {
+            time: crate::time::rfc3339_now(),
+            author: "file-agent".into(),
+            status: recovery::RECOVERED_STATUS.into(),
+            recovered: Some(recovered),
+            error: problem,
+            ..Record::default()
+        })
     }
 
     /// Whether the code itself goes into each line.
@@ -374,21 +392,7 @@ impl AuditLog {
         if writer.size > 0 && writer.size + line.len() as u64 + 1 > self.config.max_bytes {
             self.rotate(writer)?;
         }
-        let start = writer.size;
-        let written = writer
-            .file
-            .write_all(format!("{line}\n").as_bytes())
-            .and_then(|()| writer.file.sync_data());
-        if let Err(source) = written {
-            // Not synced, so never acknowledged: not a line. Cut back what of it reached the
-            // file (a full disk takes part of it), so that the next line starts clean instead
-            // of fused to a fragment.
-            if let Err(cut) = cut_back(&writer.file, start) {
-                tracing::error!(file = %self.path.display(), error = %cut, "audit trail: a failed line could not be cut off; it will be before the next line is written");
-                writer.unclean = true;
-            }
-            return Err(error("written")(source));
-        }
+        self.write_synced(writer, &line)?;
         writer.size += line.len() as u64 + 1;
         writer.last_hash = hash_line(&line);
         writer.seq = record.seq;
@@ -397,6 +401,27 @@ impl AuditLog {
             println!("{line}");
         }
         Ok(())
+    }
+
+    /// Writes `line` and its newline at the end of the file and syncs it; on failure, cuts
+    /// back what of it was written.
+    fn write_synced(&self, writer: &mut Writer, line: &str) -> Result<(), AuditError> {
+        let start = writer.size;
+        let written = writer
+            .file
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| writer.file.sync_data());
+        let Err(source) = written else {
+            return Ok(());
+        };
+        // Not synced, so never acknowledged: not a line. Cut back what of it reached the
+        // file (a full disk takes part of it), so that the next line starts clean instead
+        // of fused to a fragment.
+        if let Err(cut) = cut_back(&writer.file, start) {
+            tracing::error!(file = %self.path.display(), error = %cut, "audit trail: a failed line could not be cut off; it will be before the next line is written");
+            writer.unclean = true;
+        }
+        Err(failed(&self.path, "written")(source))
     }
 
     /// Renames the full file after its last line's `seq` and goes on in a new one.
@@ -576,108 +601,154 @@ pub fn verify(files: &[PathBuf]) -> Result<Verified, Broken> {
 /// [`verify`], handing every line that parses to `visit` on the way, those after a break too
 /// (the verdict names the first break), so that one read both checks and uses the chain.
 pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<Verified, Broken> {
-    let mut previous: Option<(String, u64)> = None;
-    let mut continues_from = None;
-    let mut lines = 0;
-    let mut crash_traces = Vec::new();
-    let mut first_break: Option<Broken> = None;
+    let mut verifier = Verifier::default();
     for path in files {
+        verifier.read_file(path, &mut visit);
+    }
+    verifier.verdict()
+}
+
+/// What reading one line of a chain file gave.
+enum LineRead<'a> {
+    /// The end of the file.
+    End,
+    /// A last line without its newline, of this many bytes.
+    Unfinished(u64),
+    /// An error reading, or a line that is not UTF-8.
+    Unreadable(String),
+    /// A line, without its line break.
+    Line(&'a str),
+}
+
+/// Reads the next line of `reader` into `bytes`.
+fn read_line<'a>(reader: &mut impl BufRead, bytes: &'a mut Vec<u8>) -> LineRead<'a> {
+    bytes.clear();
+    match reader.read_until(b'\n', bytes) {
+        Ok(0) => return LineRead::End,
+        Ok(_) => {}
+        Err(e) => return LineRead::Unreadable(e.to_string()),
+    }
+    if bytes.last() != Some(&b'\n') {
+        // At the end of the file, as nothing follows a read without its newline.
+        return LineRead::Unfinished(bytes.len() as u64);
+    }
+    bytes.pop();
+    if bytes.last() == Some(&b'\r') {
+        bytes.pop();
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(line) => LineRead::Line(line),
+        Err(e) => LineRead::Unreadable(e.to_string()),
+    }
+}
+
+/// What [`verify_each`] knows so far, line after line.
+#[derive(Debug, Default)]
+struct Verifier {
+    /// The hash and `seq` of the last line checked.
+    previous: Option<(String, u64)>,
+    continues_from: Option<String>,
+    lines: u64,
+    crash_traces: Vec<CrashTrace>,
+    /// Once set, lines are still read and visited but no longer checked.
+    first_break: Option<Broken>,
+}
+
+impl Verifier {
+    /// Reads the lines of one file of the chain, up to its end or a line that cannot be read.
+    fn read_file(&mut self, path: &Path, visit: &mut impl FnMut(Record)) {
         let file_name = path.display().to_string();
-        let broken = |line: u64, problem: String| Broken {
-            file: file_name.clone(),
-            line,
-            problem,
-        };
         let file = match File::open(path) {
             Ok(file) => file,
-            Err(e) => {
-                first_break.get_or_insert(broken(0, format!("cannot be read: {e}")));
-                continue;
-            }
+            Err(e) => return self.break_at(&file_name, 0, format!("cannot be read: {e}")),
         };
         let mut reader = BufReader::new(file);
         let mut bytes = Vec::new();
         for number in 1.. {
-            bytes.clear();
-            match reader.read_until(b'\n', &mut bytes) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) => {
-                    first_break.get_or_insert(broken(number, format!("cannot be read: {e}")));
+            let line = match read_line(&mut reader, &mut bytes) {
+                LineRead::End => break,
+                LineRead::Unfinished(length) => {
+                    self.crash_traces.push(CrashTrace::Unfinished {
+                        file: file_name.clone(),
+                        line: number,
+                        bytes: length,
+                    });
                     break;
                 }
-            }
-            if bytes.last() != Some(&b'\n') {
-                // At the end of the file, as nothing follows a read without its newline.
-                crash_traces.push(CrashTrace::Unfinished {
-                    file: file_name.clone(),
-                    line: number,
-                    bytes: bytes.len() as u64,
-                });
-                break;
-            }
-            bytes.pop();
-            if bytes.last() == Some(&b'\r') {
-                bytes.pop();
-            }
-            let line = match std::str::from_utf8(&bytes) {
-                Ok(line) => line,
-                Err(e) => {
-                    first_break.get_or_insert(broken(number, format!("cannot be read: {e}")));
+                LineRead::Unreadable(problem) => {
+                    self.break_at(&file_name, number, format!("cannot be read: {problem}"));
                     break;
                 }
+                LineRead::Line(line) => line,
             };
-            let record: Record = match serde_json::from_str(line) {
-                Ok(record) => record,
-                Err(e) => {
-                    first_break
-                        .get_or_insert(broken(number, format!("is not an audit record ({e})")));
-                    continue;
+            match serde_json::from_str::<Record>(line) {
+                Ok(record) => {
+                    if self.first_break.is_none() {
+                        self.check(&record, line, &file_name, number);
+                    }
+                    visit(record);
                 }
-            };
-            if first_break.is_none() {
-                let problem = match &previous {
-                    None if record.prev != GENESIS => {
-                        continues_from = Some(record.prev.clone());
-                        None
-                    }
-                    None => None,
-                    Some((hash, _)) if &record.prev != hash => Some(
-                        "its prev is not the hash of the line before: that line, or this one, was changed, removed or inserted".to_string(),
-                    ),
-                    Some((_, seq)) if record.seq != seq + 1 => Some(format!(
-                        "its seq is {} where {} was due",
-                        record.seq,
-                        seq + 1
-                    )),
-                    Some(_) => None,
-                };
-                match problem {
-                    Some(problem) => first_break = Some(broken(number, problem)),
-                    None => {
-                        previous = Some((hash_line(line), record.seq));
-                        lines += 1;
-                        if let Some(cut) = &record.recovered {
-                            crash_traces.push(CrashTrace::Recovered {
-                                file: file_name.clone(),
-                                line: number,
-                                cut: cut.clone(),
-                            });
-                        }
-                    }
+                Err(e) => {
+                    self.break_at(&file_name, number, format!("is not an audit record ({e})"));
                 }
             }
-            visit(record);
         }
     }
-    match first_break {
-        Some(broken) => Err(broken),
-        None => Ok(Verified {
-            lines,
-            continues_from,
-            head: previous.map_or_else(|| GENESIS.to_string(), |(hash, _)| hash),
-            crash_traces,
-        }),
+
+    /// Keeps the break at line `line` of `file` when it is the first.
+    fn break_at(&mut self, file: &str, line: u64, problem: String) {
+        self.first_break.get_or_insert(Broken {
+            file: file.to_string(),
+            line,
+            problem,
+        });
+    }
+
+    /// Checks line `number` of `file` (`record`, parsed from `line`) against the one before.
+    fn check(&mut self, record: &Record, line: &str, file: &str, number: u64) {
+        let problem = match &self.previous {
+            None if record.prev != GENESIS => {
+                self.continues_from = Some(record.prev.clone());
+                None
+            }
+            None => None,
+            Some((hash, _)) if &record.prev != hash => Some(
+                "its prev is not the hash of the line before: that line, or this one, was changed, removed or inserted".to_string(),
+            ),
+            Some((_, seq)) if record.seq != seq + 1 => Some(format!(
+                "its seq is {} where {} was due",
+                record.seq,
+                seq + 1
+            )),
+            Some(_) => None,
+        };
+        if let Some(problem) = problem {
+            return self.break_at(file, number, problem);
+        }
+        self.previous = Some((hash_line(line), record.seq));
+        self.lines += 1;
+        if let Some(cut) = &record.recovered {
+            self.crash_traces.push(CrashTrace::Recovered {
+                file: file.to_string(),
+                line: number,
+                cut: cut.clone(),
+            });
+        }
+    }
+
+    /// The verdict once every file is read: the first break, or the chain's head.
+    fn verdict(self) -> Result<Verified, Broken> {
+        match self.first_break {
+            Some(broken) => Err(broken),
+            None => Ok(Verified {
+                lines: self.lines,
+                continues_from: self.continues_from,
+                head: self
+                    .previous
+                    .map_or_else(|| GENESIS.to_string(), |(hash, _)| hash),
+                crash_traces: self.crash_traces,
+            }),
+        }
     }
 }
 
@@ -685,39 +756,40 @@ pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<V
 /// or a model could have chosen goes through [`printable`], so a line can neither carry
 /// terminal escape sequences nor forge a line of its own.
 pub fn describe(record: &Record) -> String {
+    let mut text = headline(record);
+    describe_container(&mut text, record);
+    if let Some(tool) = &record.saved_tool {
+        describe_saved_tool(&mut text, tool);
+    }
+    if let Some(pruned) = &record.pruned {
+        describe_pruned(&mut text, pruned);
+    }
+    if let Some(cut) = &record.recovered {
+        text.push_str(&format!("\n  recovered at start-up: {cut}"));
+    }
+    if let Some(outage) = &record.unavailable {
+        text.push_str(&format!("\n  {}", printable(&outage.to_string())));
+    }
+    if !record.inputs.is_empty() {
+        text.push_str(&format!("\n  in: {}", describe_files(&record.inputs)));
+    }
+    if !record.outputs.is_empty() {
+        text.push_str(&format!("\n  out: {}", describe_files(&record.outputs)));
+    }
+    if let Some(error) = &record.error {
+        text.push_str(&format!(
+            "\n  error: {}",
+            printable(&crate::text::excerpt(error, 300))
+        ));
+    }
+    text
+}
+
+/// A record's first two lines: what ended how and when, then the call and who made it.
+fn headline(record: &Record) -> String {
     let caller = &record.caller;
-    let who = [
-        caller
-            .client
-            .as_deref()
-            .map(|c| format!("client {}", printable(c))),
-        caller
-            .user
-            .as_deref()
-            .map(|u| format!("user {}", printable(u))),
-        caller
-            .chat
-            .as_deref()
-            .map(|c| format!("chat {}", printable(c))),
-    ]
-    .into_iter()
-    .flatten()
-    .collect::<Vec<_>>()
-    .join(", ");
-    let files = |list: &[FileDigest]| {
-        list.iter()
-            .map(|f| {
-                format!(
-                    "{} ({} bytes, sha256 {}…)",
-                    printable(&f.name),
-                    f.bytes,
-                    printable(f.sha256.get(..12).unwrap_or(&f.sha256))
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    let mut text = format!(
+    let who = who(caller);
+    format!(
         "#{} {} {} {} in {} ms{}\n  call {} request {}{}",
         record.seq,
         printable(&record.time),
@@ -735,7 +807,34 @@ pub fn describe(record: &Record) -> String {
         } else {
             format!(", {who}")
         },
-    );
+    )
+}
+
+/// "client .., user .., chat ..", as far as the call says.
+fn who(caller: &CallInfo) -> String {
+    [
+        caller
+            .client
+            .as_deref()
+            .map(|c| format!("client {}", printable(c))),
+        caller
+            .user
+            .as_deref()
+            .map(|u| format!("user {}", printable(u))),
+        caller
+            .chat
+            .as_deref()
+            .map(|c| format!("chat {}", printable(c))),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
+/// Which code a record ran, and where: its hash and author, its image, runtime and container,
+/// and the container's kind.
+fn describe_container(text: &mut String, record: &Record) {
     // A saved tool's creation or deletion ran no code in no container: such a line holds
     // neither, and shows neither.
     if !record.code_sha256.is_empty() {
@@ -768,62 +867,62 @@ pub fn describe(record: &Record) -> String {
             record.container_created.as_deref().unwrap_or("?")
         ));
     }
-    if let Some(tool) = &record.saved_tool {
+}
+
+/// The saved tool a record concerns, what was done to it and which version.
+fn describe_saved_tool(text: &mut String, tool: &ToolMark) {
+    text.push_str(&format!(
+        "\n  saved tool {} {}, version {}…{}",
+        printable(&tool.name),
+        printable(&tool.action),
+        printable(tool.version.get(..12).unwrap_or(&tool.version)),
+        tool.owner
+            .as_deref()
+            .map(|owner| format!(", saved by {}", printable(owner)))
+            .unwrap_or_default()
+    ));
+}
+
+/// What a retention line deleted: stored files, audit files, and each audit file's last line.
+fn describe_pruned(text: &mut String, pruned: &retention::Pruned) {
+    if let Some(before) = &pruned.files_before {
         text.push_str(&format!(
-            "\n  saved tool {} {}, version {}…{}",
-            printable(&tool.name),
-            printable(&tool.action),
-            printable(tool.version.get(..12).unwrap_or(&tool.version)),
-            tool.owner
-                .as_deref()
-                .map(|owner| format!(", saved by {}", printable(owner)))
-                .unwrap_or_default()
+            "\n  retention: {} stored file(s) written before {} deleted",
+            pruned.stored_files,
+            printable(before)
         ));
     }
-    if let Some(pruned) = &record.pruned {
-        if let Some(before) = &pruned.files_before {
-            text.push_str(&format!(
-                "\n  retention: {} stored file(s) written before {} deleted",
-                pruned.stored_files,
-                printable(before)
-            ));
-        }
-        if let Some(before) = &pruned.audit_before {
-            text.push_str(&format!(
-                "\n  retention: audit files whose last line is before {} deleted: {}",
-                printable(before),
-                pruned.audit_files.len()
-            ));
-        }
-        for dropped in &pruned.audit_files {
-            text.push_str(&format!(
-                "\n  audit file {} deleted whole (last line #{} of {}, sha256 {}…)",
-                printable(&dropped.file),
-                dropped.last_seq,
-                printable(&dropped.last_time),
-                printable(dropped.last_hash.get(..12).unwrap_or(&dropped.last_hash))
-            ));
-        }
-    }
-    if let Some(cut) = &record.recovered {
-        text.push_str(&format!("\n  recovered at start-up: {cut}"));
-    }
-    if let Some(outage) = &record.unavailable {
-        text.push_str(&format!("\n  {}", printable(&outage.to_string())));
-    }
-    if !record.inputs.is_empty() {
-        text.push_str(&format!("\n  in: {}", files(&record.inputs)));
-    }
-    if !record.outputs.is_empty() {
-        text.push_str(&format!("\n  out: {}", files(&record.outputs)));
-    }
-    if let Some(error) = &record.error {
+    if let Some(before) = &pruned.audit_before {
         text.push_str(&format!(
-            "\n  error: {}",
-            printable(&crate::text::excerpt(error, 300))
+            "\n  retention: audit files whose last line is before {} deleted: {}",
+            printable(before),
+            pruned.audit_files.len()
         ));
     }
-    text
+    for dropped in &pruned.audit_files {
+        text.push_str(&format!(
+            "\n  audit file {} deleted whole (last line #{} of {}, sha256 {}…)",
+            printable(&dropped.file),
+            dropped.last_seq,
+            printable(&dropped.last_time),
+            printable(dropped.last_hash.get(..12).unwrap_or(&dropped.last_hash))
+        ));
+    }
+}
+
+/// Files in one line: name, size and the start of the hash of each.
+fn describe_files(list: &[FileDigest]) -> String {
+    list.iter()
+        .map(|f| {
+            format!(
+                "{} ({} bytes, sha256 {}…)",
+                printable(&f.name),
+                f.bytes,
+                printable(f.sha256.get(..12).unwrap_or(&f.sha256))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `text` with every control character (C0, DEL, C1: terminal escapes, line breaks) and every

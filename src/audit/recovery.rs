@@ -107,6 +107,25 @@ pub fn last_line(file: &File) -> std::io::Result<Option<Vec<u8>>> {
     Ok(None)
 }
 
+/// Notes in `recovered` the side file that keeps the cut bytes; when they could not be kept,
+/// logs it and returns the problem for the `recovered` line.
+fn note_kept(
+    recovered: &mut Recovered,
+    kept: std::io::Result<PathBuf>,
+    path: &Path,
+) -> Option<String> {
+    match kept {
+        Ok(side) => {
+            recovered.kept = Some(super::file_name(&side));
+            None
+        }
+        Err(error) => {
+            tracing::warn!(file = %path.display(), %error, "audit trail: the unfinished line's bytes could not be kept beside it; its size and hash are recorded");
+            Some(format!("the cut bytes could not be kept: {error}"))
+        }
+    }
+}
+
 /// Cuts the unfinished line at the end of `file` (the chain file at `path`), if there is one:
 /// its bytes are copied to a new side file `<path>.torn-<seq>` (`seq` being the one the cut
 /// line would have had) and synced, then the file is cut back to its last newline and synced,
@@ -131,16 +150,7 @@ pub fn cut_unfinished(
     };
     let (sha256, kept) = keep(file, offset, size, path, seq)?;
     recovered.sha256 = sha256;
-    let error = match kept {
-        Ok(side) => {
-            recovered.kept = Some(super::file_name(&side));
-            None
-        }
-        Err(error) => {
-            tracing::warn!(file = %path.display(), %error, "audit trail: the unfinished line's bytes could not be kept beside it; its size and hash are recorded");
-            Some(format!("the cut bytes could not be kept: {error}"))
-        }
-    };
+    let error = note_kept(&mut recovered, kept, path);
     file.set_len(offset)?;
     file.sync_all()?;
     sync_folder(path)?;

@@ -113,34 +113,26 @@ fn prune_chain(chain: &Chain, own: Option<&Path>, cutoff: SystemTime, out: &mut 
         .last()
         .filter(|f| f.to_string_lossy().ends_with(CHAIN_SUFFIX));
     let rotated = chain.files.iter().filter(|f| Some(*f) != live);
-    let mut all_rotated_gone = true;
     for file in rotated {
         match aged(file, cutoff) {
-            Some(mut dropped) => match std::fs::remove_file(file) {
-                Ok(()) => {
-                    dropped.file = file_name(file);
-                    out.push(dropped);
-                }
-                // Another server pruning the same folder took it first.
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => {
-                    tracing::error!(file = %file.display(), %error, "retention: cannot delete an audit file");
+            Some(dropped) => {
+                if delete(file, dropped, out).is_err() {
                     return;
                 }
-            },
-            None => {
-                all_rotated_gone = false;
-                break;
             }
+            // The rest are newer: the chain keeps them, and its live file.
+            None => return,
         }
     }
     let Some(live) = live else { return };
-    let is_own = own.is_some_and(|own| same_file(own, live));
-    if !all_rotated_gone || is_own {
-        return;
+    if !own.is_some_and(|own| same_file(own, live)) {
+        prune_idle_live(live, cutoff, out);
     }
-    // The live file of a chain nobody writes: take its lock so that no server starts writing
-    // it while it goes, then delete it whole if it has aged out.
+}
+
+/// The live file of a chain nobody writes: take its lock so that no server starts writing
+/// it while it goes, then delete it whole if it has aged out.
+fn prune_idle_live(live: &Path, cutoff: SystemTime, out: &mut Vec<DroppedFile>) {
     let lock_path = lock_path(live);
     let Ok(lock) = std::fs::OpenOptions::new().write(true).open(&lock_path) else {
         return; // no lock file: a trail from before locks (`audit.jsonl`) is left alone
@@ -148,17 +140,27 @@ fn prune_chain(chain: &Chain, own: Option<&Path>, cutoff: SystemTime, out: &mut 
     if lock.try_lock().is_err() {
         return; // a server writes it
     }
-    if let Some(mut dropped) = aged(live, cutoff) {
-        match std::fs::remove_file(live) {
-            Ok(()) => {
-                dropped.file = file_name(live);
-                out.push(dropped);
-                let _ = std::fs::remove_file(&lock_path);
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => {
-                tracing::error!(file = %live.display(), %error, "retention: cannot delete an audit file")
-            }
+    if let Some(dropped) = aged(live, cutoff)
+        && let Ok(true) = delete(live, dropped, out)
+    {
+        let _ = std::fs::remove_file(&lock_path);
+    }
+}
+
+/// Deletes `file` and adds it to `out`: `Ok(true)` when deleted here, `Ok(false)` when it was
+/// gone already (another server pruning the same folder took it first), `Err` (logged) when
+/// it could not be deleted.
+fn delete(file: &Path, mut dropped: DroppedFile, out: &mut Vec<DroppedFile>) -> Result<bool, ()> {
+    match std::fs::remove_file(file) {
+        Ok(()) => {
+            dropped.file = file_name(file);
+            out.push(dropped);
+            Ok(true)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(error) => {
+            tracing::error!(file = %file.display(), %error, "retention: cannot delete an audit file");
+            Err(())
         }
     }
 }

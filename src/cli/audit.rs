@@ -70,32 +70,35 @@ fn verify_folder(folder: &Path) -> anyhow::Result<ExitCode> {
         println!("broken: {broken} of {} chains", checks.len());
     }
     for check in &checks {
-        match &check.result {
-            Ok(verified) => {
-                println!(
-                    "  {}: ok, {} lines in {} files; head {}",
-                    check.chain.name,
-                    verified.lines,
-                    check.chain.files.len(),
-                    verified.head
-                );
-                if let Some(prev) = &verified.continues_from {
-                    println!(
-                        "    note: its first file continues an earlier one no longer here (prev {prev})"
-                    );
-                }
-                for trace in &verified.crash_traces {
-                    println!("    crash: {trace}");
-                }
-            }
-            Err(error) => println!("  {}: broken: {error}", check.chain.name),
-        }
+        print_chain_check(check);
     }
     Ok(if broken == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// One chain's verdict: its lines, files and head, what it continues, what crashes left; or
+/// where it breaks.
+fn print_chain_check(check: &chain::ChainCheck) {
+    let verified = match &check.result {
+        Ok(verified) => verified,
+        Err(error) => return println!("  {}: broken: {error}", check.chain.name),
+    };
+    println!(
+        "  {}: ok, {} lines in {} files; head {}",
+        check.chain.name,
+        verified.lines,
+        check.chain.files.len(),
+        verified.head
+    );
+    if let Some(prev) = &verified.continues_from {
+        println!("    note: its first file continues an earlier one no longer here (prev {prev})");
+    }
+    for trace in &verified.crash_traces {
+        println!("    crash: {trace}");
+    }
 }
 
 /// Prints the last `tail` records under `path` that pass `filter`, oldest first, readably
@@ -105,7 +108,29 @@ pub fn show(path: &Path, tail: usize, json: bool, filter: &Filter) -> anyhow::Re
     let chains: Vec<Chain> =
         chain::chains(path).with_context(|| format!("cannot read {}", path.display()))?;
     let many = chains.len() > 1;
-    // (time, chain, line) of the newest `tail` lines that pass, kept bounded.
+    for (_, index, _, line) in newest_lines(&chains, tail, filter)? {
+        if json {
+            println!("{line}");
+            continue;
+        }
+        if many {
+            println!("[{}]", chains[index].name);
+        }
+        match serde_json::from_str::<Record>(&line) {
+            Ok(record) => println!("{}\n", audit::describe(&record)),
+            Err(error) => println!("(not an audit record: {error})\n"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// (time, chain, line number, line) of the newest `tail` lines of `chains` that pass
+/// `filter`, oldest first; memory holds `tail` lines, never the trail.
+fn newest_lines(
+    chains: &[Chain],
+    tail: usize,
+    filter: &Filter,
+) -> anyhow::Result<std::collections::BTreeSet<(String, usize, u64, String)>> {
     let mut kept: std::collections::BTreeSet<(String, usize, u64, String)> = Default::default();
     for (index, chain) in chains.iter().enumerate() {
         let mut number = 0;
@@ -134,20 +159,30 @@ pub fn show(path: &Path, tail: usize, json: bool, filter: &Filter) -> anyhow::Re
             }
         }
     }
-    for (_, index, _, line) in kept {
-        if json {
-            println!("{line}");
-            continue;
-        }
-        if many {
-            println!("[{}]", chains[index].name);
-        }
-        match serde_json::from_str::<Record>(&line) {
-            Ok(record) => println!("{}\n", audit::describe(&record)),
-            Err(error) => println!("(not an audit record: {error})\n"),
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(kept)
+}
+
+/// The report as HTML, written to `out` (and a line saying so) or printed.
+fn write_page(
+    report: &report::Report,
+    out: Option<&Path>,
+    started: std::time::Instant,
+) -> anyhow::Result<()> {
+    let page = report::html::render(report);
+    let Some(out) = out else {
+        print!("{page}");
+        return Ok(());
+    };
+    std::fs::write(out, &page).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!(
+        "file-agent: wrote {} ({} KiB, {} attempts, {} chains) in {:.1} s",
+        out.display(),
+        page.len() / 1024,
+        report.summary.attempts,
+        report.integrity.chains.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn filter_set(filter: &Filter) -> bool {
@@ -171,22 +206,7 @@ pub fn report(
         serde_json::to_writer(std::io::stdout().lock(), &report)?;
         println!();
     } else {
-        let page = report::html::render(&report);
-        match out {
-            Some(out) => {
-                std::fs::write(out, &page)
-                    .with_context(|| format!("cannot write {}", out.display()))?;
-                eprintln!(
-                    "file-agent: wrote {} ({} KiB, {} attempts, {} chains) in {:.1} s",
-                    out.display(),
-                    page.len() / 1024,
-                    report.summary.attempts,
-                    report.integrity.chains.len(),
-                    started.elapsed().as_secs_f64()
-                );
-            }
-            None => print!("{page}"),
-        }
+        write_page(&report, out, started)?;
     }
     if report.integrity.intact {
         Ok(ExitCode::SUCCESS)

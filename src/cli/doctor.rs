@@ -8,25 +8,22 @@ use std::time::Duration;
 
 use crate::config::{Config, StorageConfig};
 use crate::sandbox::Sandbox;
+use crate::sandbox::kubernetes::Cluster;
 
 /// How long doctor waits for the model API or Open WebUI.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Prints one line per check; exits 1 when something must be fixed.
 pub(super) async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
-    let mut problems = 0;
+    let mut checks = Checks::default();
     for unknown in crate::config::names::unknown_in_env() {
-        problems += 1;
-        println!("settings FAIL  {unknown}");
+        checks.line(Some(false), "settings", unknown.to_string());
     }
     match crate::server::auth::AccessTokens::load(&config.server) {
-        Err(error) => {
-            problems += 1;
-            println!("tokens   FAIL  {error}");
-        }
-        Ok(tokens) => problems += front_door(&config, &tokens),
+        Err(error) => checks.line(Some(false), "tokens", error.to_string()),
+        Ok(tokens) => checks.problems += front_door(&config, &tokens),
     }
-    problems += probe_services(&config).await;
+    checks.problems += probe_services(&config).await;
     let config = config.sandbox;
     let limits = config.limits.clone();
     let image = config.image.clone();
@@ -41,35 +38,96 @@ pub(super) async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
         }
     };
     if let Some(cluster) = sandbox.cluster() {
-        return kubernetes_checks(&sandbox, cluster, runtime.as_deref(), problems).await;
+        kubernetes_checks(&mut checks, &sandbox, cluster, runtime.as_deref()).await;
+    } else {
+        docker_checks(&mut checks, &sandbox, &image, runtime.as_deref()).await?;
+        limit_lines(&limits);
     }
+    Ok(checks.exit_code())
+}
+
+/// The checks' verdicts so far: each prints its line, and a failure counts.
+#[derive(Debug, Default)]
+struct Checks {
+    /// Checks that failed.
+    problems: usize,
+}
+
+impl Checks {
+    /// Prints `what`, the verdict (`ok`, `FAIL`, or `?` when it could not be told) and `text`.
+    fn line(&mut self, ok: Option<bool>, what: &str, text: String) {
+        let verdict = match ok {
+            Some(true) => "ok   ",
+            Some(false) => {
+                self.problems += 1;
+                "FAIL "
+            }
+            None => "?    ",
+        };
+        println!("{what:<9}{verdict} {text}");
+    }
+
+    /// 1 when something must be fixed.
+    fn exit_code(&self) -> ExitCode {
+        if self.problems == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `doctor` with Docker: the engine, the image and the runtime.
+async fn docker_checks(
+    checks: &mut Checks,
+    sandbox: &Sandbox,
+    image: &str,
+    runtime: Option<&str>,
+) -> anyhow::Result<()> {
     let diagnosis = sandbox.diagnose().await?;
-    println!(
-        "docker   ok    engine {}, API {} (negotiated), cgroup v{}",
-        diagnosis.engine_version, diagnosis.api_version, diagnosis.cgroup_version
-    );
-    match &diagnosis.image {
-        Some((id, size)) => println!(
-            "image    ok    {image} ({}, {:.0} MB)",
-            id.trim_start_matches("sha256:").get(..12).unwrap_or(id),
-            *size as f64 / 1e6
+    checks.line(
+        Some(true),
+        "docker",
+        format!(
+            "engine {}, API {} (negotiated), cgroup v{}",
+            diagnosis.engine_version, diagnosis.api_version, diagnosis.cgroup_version
         ),
-        None if image == crate::sandbox::image::default_tag() => {
-            problems += 1;
-            println!("image    FAIL  {image} is missing; build it with `file-agent image build`");
-        }
-        None => {
-            problems += 1;
-            println!(
-                "image    FAIL  {image} (SANDBOX_IMAGE) is missing; build or pull it, or unset SANDBOX_IMAGE to use the one `file-agent image build` builds"
-            );
-        }
+    );
+    image_check(checks, image, diagnosis.image.as_ref());
+    let (ok, line) = runtime_line(runtime, &diagnosis.runtimes);
+    checks.line(Some(ok), "runtime", line);
+    Ok(())
+}
+
+/// Whether the sandbox image is on the engine: its id and size, or how to get it.
+fn image_check(checks: &mut Checks, image: &str, found: Option<&(String, i64)>) {
+    match found {
+        Some((id, size)) => checks.line(
+            Some(true),
+            "image",
+            format!(
+                "{image} ({}, {:.0} MB)",
+                id.trim_start_matches("sha256:").get(..12).unwrap_or(id),
+                *size as f64 / 1e6
+            ),
+        ),
+        None if image == crate::sandbox::image::default_tag() => checks.line(
+            Some(false),
+            "image",
+            format!("{image} is missing; build it with `file-agent image build`"),
+        ),
+        None => checks.line(
+            Some(false),
+            "image",
+            format!(
+                "{image} (SANDBOX_IMAGE) is missing; build or pull it, or unset SANDBOX_IMAGE to use the one `file-agent image build` builds"
+            ),
+        ),
     }
-    let (ok, line) = runtime_line(runtime.as_deref(), &diagnosis.runtimes);
-    if !ok {
-        problems += 1;
-    }
-    println!("runtime  {} {line}", if ok { "ok   " } else { "FAIL " });
+}
+
+/// What every attempt is held to: the limits, the outputs kept, the container's policy.
+fn limit_lines(limits: &crate::config::Limits) {
     println!(
         "limits   ok    timeout {} s, memory {} MiB (no swap), {} CPU, {} pids, {} open files, /tmp {} MiB",
         limits.timeout.as_secs(),
@@ -88,11 +146,6 @@ pub(super) async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
     println!(
         "policy   ok    network none, read-only root, all capabilities dropped, no-new-privileges, user 10001, checked after every create"
     );
-    Ok(if problems == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
 
 /// Asks the model API (`GET /models` with the key) and Open WebUI (`GET /health`) whether they
@@ -128,7 +181,22 @@ async fn probe_services(config: &Config) -> usize {
 /// Who can call (and from where), the data folder's modes, the connection cap against the
 /// descriptor limit.
 fn front_door(config: &Config, tokens: &crate::server::auth::AccessTokens) -> usize {
-    let mut problems = 0;
+    let problems = access_check(config, tokens) + data_check(config);
+    let descriptors = crate::server::connections::raise_descriptor_limit();
+    let cap = crate::server::connections::effective_cap(config.server.max_connections, descriptors);
+    println!(
+        "clients  ok    {cap} connections at once (FILE_AGENT_MAX_CONNECTIONS {}, descriptor limit {descriptors}), headers and idle within {} s, bodies silent at most {} s, {} uploads at once",
+        config.server.max_connections,
+        config.server.header_timeout.as_secs(),
+        config.server.body_timeout.as_secs(),
+        config.server.max_uploads
+    );
+    problems
+}
+
+/// Who can call, from where and with which credential; 1 when a non-loopback address asks
+/// for none.
+fn access_check(config: &Config, tokens: &crate::server::auth::AccessTokens) -> usize {
     let listen = config.server.listen;
     let mut credentials = Vec::new();
     if tokens.enabled() {
@@ -142,8 +210,8 @@ fn front_door(config: &Config, tokens: &crate::server::auth::AccessTokens) -> us
         credentials.is_empty(),
     ) {
         (Err(error), _) => {
-            problems += 1;
             println!("access   FAIL  {error}");
+            return 1;
         }
         (Ok(()), true) => println!(
             "access   ok    {listen} is loopback only: every program on this host may call, no credential is asked"
@@ -153,44 +221,39 @@ fn front_door(config: &Config, tokens: &crate::server::auth::AccessTokens) -> us
             credentials.join(" or ")
         ),
     }
-    match crate::server::private::inspect(config) {
+    0
+}
+
+/// The data folder's modes: what other users could read; 1 when they cannot be read.
+fn data_check(config: &Config) -> usize {
+    let found = match crate::server::private::inspect(config) {
         Err(error) => {
-            problems += 1;
             println!("data     FAIL  {error}");
+            return 1;
         }
-        Ok(found) => {
-            let open: Vec<String> = found
-                .iter()
-                .filter(|checked| checked.verdict != "private")
-                .map(|checked| {
-                    format!(
-                        "{} {:04o} ({})",
-                        checked.path.display(),
-                        checked.mode,
-                        checked.verdict
-                    )
-                })
-                .collect();
-            if open.is_empty() {
-                println!(
-                    "data     ok    {} and what is in it: no access for other users (serve creates folders 0700, files 0600)",
-                    config.data_dir.display()
-                );
-            } else {
-                println!("data     ok    {}", open.join("; "));
-            }
-        }
+        Ok(found) => found,
+    };
+    let open: Vec<String> = found
+        .iter()
+        .filter(|checked| checked.verdict != "private")
+        .map(|checked| {
+            format!(
+                "{} {:04o} ({})",
+                checked.path.display(),
+                checked.mode,
+                checked.verdict
+            )
+        })
+        .collect();
+    if open.is_empty() {
+        println!(
+            "data     ok    {} and what is in it: no access for other users (serve creates folders 0700, files 0600)",
+            config.data_dir.display()
+        );
+    } else {
+        println!("data     ok    {}", open.join("; "));
     }
-    let descriptors = crate::server::connections::raise_descriptor_limit();
-    let cap = crate::server::connections::effective_cap(config.server.max_connections, descriptors);
-    println!(
-        "clients  ok    {cap} connections at once (FILE_AGENT_MAX_CONNECTIONS {}, descriptor limit {descriptors}), headers and idle within {} s, bodies silent at most {} s, {} uploads at once",
-        config.server.max_connections,
-        config.server.header_timeout.as_secs(),
-        config.server.body_timeout.as_secs(),
-        config.server.max_uploads
-    );
-    problems
+    0
 }
 
 /// Who can be named a user, and each OAuth issuer's metadata and keys, fetched now.
@@ -204,9 +267,14 @@ async fn identity_checks(config: &Config) -> usize {
             "identity ok    Open WebUI's users are named by plain X-OpenWebUI-User-Id headers, which prove nothing; for per-user set-ups set FILE_AGENT_OPENWEBUI_USER_JWT_SECRET (and FORWARD_USER_INFO_HEADER_JWT_SECRET in Open WebUI)"
         ),
     }
-    let Some(oauth) = &config.identity.oauth else {
-        return 0;
-    };
+    match &config.identity.oauth {
+        Some(oauth) => oauth_checks(config, oauth).await,
+        None => 0,
+    }
+}
+
+/// Each OAuth issuer's metadata and signing keys, fetched now; returns how many failed.
+async fn oauth_checks(config: &Config, oauth: &crate::config::OAuthConfig) -> usize {
     let public_url = config.server.public_url.trim_end_matches('/');
     let verifier = match crate::identity::oauth::OAuth::new(oauth, &format!("{public_url}/mcp")) {
         Ok(verifier) => verifier,
@@ -222,29 +290,38 @@ async fn identity_checks(config: &Config) -> usize {
     );
     let mut problems = 0;
     for check in verifier.check().await {
-        match (&check.metadata, &check.keys) {
-            (Ok((metadata, _)), Ok(keys)) if !keys.is_empty() => println!(
+        problems += usize::from(!issuer_check(&check));
+    }
+    problems
+}
+
+/// One issuer's metadata and keys: whether file-agent can check its tokens (the line says
+/// why not).
+fn issuer_check(check: &crate::identity::oauth::IssuerCheck) -> bool {
+    match (&check.metadata, &check.keys) {
+        (Ok((metadata, _)), Ok(keys)) if !keys.is_empty() => {
+            println!(
                 "oauth    ok    {}: metadata at {metadata}, signing keys {}",
                 check.issuer,
                 keys.join(", ")
-            ),
-            (Ok((_, jwks)), Ok(_)) => {
-                problems += 1;
-                println!(
-                    "oauth    FAIL  {}: its key set {jwks} holds no key file-agent can use (RS256, PS256, ES256, EdDSA)",
-                    check.issuer
-                );
-            }
-            (Err(error), _) | (_, Err(error)) => {
-                problems += 1;
-                println!(
-                    "oauth    FAIL  {}: {error}; check FILE_AGENT_OAUTH_ISSUER (exactly as the issuer writes `iss`)",
-                    check.issuer
-                );
-            }
+            );
+            true
+        }
+        (Ok((_, jwks)), Ok(_)) => {
+            println!(
+                "oauth    FAIL  {}: its key set {jwks} holds no key file-agent can use (RS256, PS256, ES256, EdDSA)",
+                check.issuer
+            );
+            false
+        }
+        (Err(error), _) | (_, Err(error)) => {
+            println!(
+                "oauth    FAIL  {}: {error}; check FILE_AGENT_OAUTH_ISSUER (exactly as the issuer writes `iss`)",
+                check.issuer
+            );
+            false
         }
     }
-    problems
 }
 
 /// Whether a probe of `url` answered with success, and the line saying so (or which
@@ -281,126 +358,135 @@ const KUBERNETES_VERBS: [(&str, &str, &str); 9] = [
 ];
 
 /// `doctor` under `SANDBOX_BACKEND=kubernetes`: the API, the namespace, the RuntimeClass, the
-/// NetworkPolicy and every RBAC verb (by SelfSubjectAccessReview).
+/// NetworkPolicy, the network canary, the data claim and every RBAC verb (by
+/// SelfSubjectAccessReview).
 async fn kubernetes_checks(
+    checks: &mut Checks,
     sandbox: &Sandbox,
-    cluster: &crate::sandbox::kubernetes::Cluster,
+    cluster: &Cluster,
     runtime: Option<&str>,
-    mut problems: usize,
-) -> anyhow::Result<ExitCode> {
-    let mut line = |ok: Option<bool>, what: &str, text: String| {
-        let verdict = match ok {
-            Some(true) => "ok   ",
-            Some(false) => {
-                problems += 1;
-                "FAIL "
-            }
-            None => "?    ",
-        };
-        println!("{what:<9}{verdict} {text}");
-    };
+) {
     match sandbox.diagnose().await {
-        Ok(found) => line(
+        Ok(found) => checks.line(
             Some(true),
             "api",
             format!("API server {}", found.engine_version),
         ),
-        Err(error) => line(Some(false), "api", error.to_string()),
+        Err(error) => checks.line(Some(false), "api", error.to_string()),
     }
-    let namespace = cluster.namespace().to_string();
-    match cluster.namespace_exists().await {
-        Ok(Some(true)) => line(Some(true), "namespace", namespace.clone()),
-        Ok(Some(false)) => line(
-            Some(false),
-            "namespace",
-            format!(
-                "{namespace} does not exist; kubectl apply -k deploy/kubernetes (or set SANDBOX_NAMESPACE)"
-            ),
-        ),
-        Ok(None) => line(
-            None,
-            "namespace",
-            format!(
-                "{namespace}: not allowed to read namespaces (not needed to run); pod creation fails if it is missing"
-            ),
-        ),
-        Err(error) => line(Some(false), "namespace", error.to_string()),
+    namespace_check(checks, cluster).await;
+    runtime_class_check(checks, cluster, runtime).await;
+    isolation_check(checks, sandbox, cluster).await;
+    if let Some(report) = sandbox.probe_network().await {
+        canary_check(checks, report);
     }
-    match runtime {
-        None => line(Some(true), "runtime", "the cluster's default; for users you do not trust, install gVisor on the nodes and set SANDBOX_RUNTIME=gvisor (deploy/kubernetes/runtimeclass.yaml)".into()),
-        Some(name) => match cluster.runtime_class_exists(name).await {
-            Ok(Some(true)) => line(Some(true), "runtime", format!("RuntimeClass {name}")),
-            Ok(Some(false)) => line(Some(false), "runtime", format!("RuntimeClass {name} does not exist; apply deploy/kubernetes/runtimeclass.yaml or unset SANDBOX_RUNTIME")),
-            Ok(None) => line(None, "runtime", format!("RuntimeClass {name}: not allowed to read RuntimeClasses; pod creation fails if it is missing")),
-            Err(error) => line(Some(false), "runtime", error.to_string()),
-        },
+    match cluster.data_claim().await {
+        Ok(check) => {
+            let (ok, text) = check.line();
+            checks.line(ok, "storage", text);
+        }
+        Err(error) => checks.line(Some(false), "storage", error.to_string()),
     }
+    rbac_checks(checks, cluster).await;
+    println!(
+        "policy   ok    Pod Security restricted, uid 10001, read-only root, no service-account token, limits = requests, checked after every create"
+    );
+}
+
+/// Whether a NetworkPolicy denies the sandbox pods all traffic.
+async fn isolation_check(checks: &mut Checks, sandbox: &Sandbox, cluster: &Cluster) {
+    let namespace = cluster.namespace();
     match sandbox.check_isolation().await {
-        Ok(()) => line(
+        Ok(()) => checks.line(
             Some(true),
             "network",
             format!(
                 "a NetworkPolicy in {namespace} denies all ingress and egress to the sandbox pods (the CNI must enforce it)"
             ),
         ),
-        Err(error) => line(Some(false), "network", error.to_string()),
+        Err(error) => checks.line(Some(false), "network", error.to_string()),
     }
-    match sandbox.probe_network().await {
-        None => {}
-        Some(report) => {
-            use crate::sandbox::Verdict;
-            let targets = report.targets.join(", ");
-            match report.verdict {
-                Verdict::Isolated => line(
-                    Some(true),
-                    "canary",
-                    format!("a pod made like an attempt's reached none of {targets}"),
-                ),
-                Verdict::Reached(reached) => line(
-                    Some(false),
-                    "canary",
-                    format!(
-                        "a pod made like an attempt's reached {}: the sandbox pods have network, and the server runs no code while its canary says so; fix the NetworkPolicy, the CNI's enforcement or a cluster-wide policy",
-                        reached.join(", ")
-                    ),
-                ),
-                Verdict::Failed(error) => line(
-                    Some(false),
-                    "canary",
-                    format!("the network canary could not run: {error}"),
-                ),
-                Verdict::Pending => line(None, "canary", "no verdict".into()),
-            }
-        }
+}
+
+/// Whether the sandbox's namespace exists (when doctor may read namespaces).
+async fn namespace_check(checks: &mut Checks, cluster: &Cluster) {
+    let namespace = cluster.namespace().to_string();
+    match cluster.namespace_exists().await {
+        Ok(Some(true)) => checks.line(Some(true), "namespace", namespace),
+        Ok(Some(false)) => checks.line(
+            Some(false),
+            "namespace",
+            format!(
+                "{namespace} does not exist; kubectl apply -k deploy/kubernetes (or set SANDBOX_NAMESPACE)"
+            ),
+        ),
+        Ok(None) => checks.line(
+            None,
+            "namespace",
+            format!(
+                "{namespace}: not allowed to read namespaces (not needed to run); pod creation fails if it is missing"
+            ),
+        ),
+        Err(error) => checks.line(Some(false), "namespace", error.to_string()),
     }
-    match cluster.data_claim().await {
-        Ok(check) => {
-            let (ok, text) = check.line();
-            line(ok, "storage", text);
-        }
-        Err(error) => line(Some(false), "storage", error.to_string()),
+}
+
+/// Whether the RuntimeClass asked for exists, or what the cluster's default means.
+async fn runtime_class_check(checks: &mut Checks, cluster: &Cluster, runtime: Option<&str>) {
+    let Some(name) = runtime else {
+        return checks.line(Some(true), "runtime", "the cluster's default; for users you do not trust, install gVisor on the nodes and set SANDBOX_RUNTIME=gvisor (deploy/kubernetes/runtimeclass.yaml)".into());
+    };
+    match cluster.runtime_class_exists(name).await {
+        Ok(Some(true)) => checks.line(Some(true), "runtime", format!("RuntimeClass {name}")),
+        Ok(Some(false)) => checks.line(Some(false), "runtime", format!("RuntimeClass {name} does not exist; apply deploy/kubernetes/runtimeclass.yaml or unset SANDBOX_RUNTIME")),
+        Ok(None) => checks.line(None, "runtime", format!("RuntimeClass {name}: not allowed to read RuntimeClasses; pod creation fails if it is missing")),
+        Err(error) => checks.line(Some(false), "runtime", error.to_string()),
     }
+}
+
+/// The network canary's verdict: whether a pod made like an attempt's reached the network.
+fn canary_check(checks: &mut Checks, report: crate::sandbox::CanaryReport) {
+    use crate::sandbox::Verdict;
+    let targets = report.targets.join(", ");
+    match report.verdict {
+        Verdict::Isolated => checks.line(
+            Some(true),
+            "canary",
+            format!("a pod made like an attempt's reached none of {targets}"),
+        ),
+        Verdict::Reached(reached) => checks.line(
+            Some(false),
+            "canary",
+            format!(
+                "a pod made like an attempt's reached {}: the sandbox pods have network, and the server runs no code while its canary says so; fix the NetworkPolicy, the CNI's enforcement or a cluster-wide policy",
+                reached.join(", ")
+            ),
+        ),
+        Verdict::Failed(error) => checks.line(
+            Some(false),
+            "canary",
+            format!("the network canary could not run: {error}"),
+        ),
+        Verdict::Pending => checks.line(None, "canary", "no verdict".into()),
+    }
+}
+
+/// Whether the server's service account may do each of [`KUBERNETES_VERBS`].
+async fn rbac_checks(checks: &mut Checks, cluster: &Cluster) {
+    let namespace = cluster.namespace();
     for (verb, group, resource) in KUBERNETES_VERBS {
         match cluster.may(verb, group, resource).await {
-            Ok(true) => line(Some(true), "rbac", format!("{verb} {resource}")),
-            Ok(false) => line(
+            Ok(true) => checks.line(Some(true), "rbac", format!("{verb} {resource}")),
+            Ok(false) => checks.line(
                 Some(false),
                 "rbac",
                 format!(
                     "{verb} {resource} is not allowed in {namespace}; grant it in the Role (deploy/kubernetes/rbac.yaml)"
                 ),
             ),
-            Err(error) => line(Some(false), "rbac", error.to_string()),
+            Err(error) => checks.line(Some(false), "rbac", error.to_string()),
         }
     }
-    println!(
-        "policy   ok    Pod Security restricted, uid 10001, read-only root, no service-account token, limits = requests, checked after every create"
-    );
-    Ok(if problems == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
 
 /// The runtime line: whether the configured runtime can run, and what to do about it.

@@ -242,29 +242,14 @@ pub fn main() -> ExitCode {
         return crate::untrusted::pdf::child_main(memory);
     }
     // Before any thread exists: `.env` fills in variables the environment does not set.
-    match dotenvy::from_path(".env") {
-        Ok(()) => {}
-        Err(error) if error.not_found() => {}
-        Err(error) => {
-            eprintln!("file-agent: cannot read .env in the working directory: {error}");
-            return ExitCode::from(2);
-        }
-    }
-    // Serving logs one line per tool call (info); the one-shot commands only warnings.
-    let default_filter = match cli.command {
-        None | Some(Command::Serve(_)) => "warn,file_agent=info",
-        // The bench starts servers of its own; their start-up warnings are not news.
-        Some(Command::Bench { .. }) => "error",
-        _ => "warn",
-    };
-    let format = match LogFormat::from_env() {
+    let format = match load_dotenv().and_then(|()| LogFormat::from_env()) {
         Ok(format) => format,
         Err(message) => {
             eprintln!("file-agent: {message}");
             return ExitCode::from(2);
         }
     };
-    format.init(default_filter);
+    format.init(default_log_filter(cli.command.as_ref()));
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -275,15 +260,31 @@ pub fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(error) => {
-            // A log collector reads JSON lines only: the last word goes there too.
-            match format {
-                LogFormat::Json => {
-                    tracing::error!(error = format!("{error:#}"), "file-agent stopped")
-                }
-                LogFormat::Text => eprintln!("file-agent: {error:#}"),
-            }
+            format.last_word(&error);
             ExitCode::from(2)
         }
+    }
+}
+
+/// Loads `.env` from the working directory, if there is one.
+fn load_dotenv() -> Result<(), String> {
+    match dotenvy::from_path(".env") {
+        Ok(()) => Ok(()),
+        Err(error) if error.not_found() => Ok(()),
+        Err(error) => Err(format!(
+            "cannot read .env in the working directory: {error}"
+        )),
+    }
+}
+
+/// What is logged unless `FILE_AGENT_LOG` says otherwise: serving logs one line per tool call
+/// (info); the one-shot commands only warnings.
+fn default_log_filter(command: Option<&Command>) -> &'static str {
+    match command {
+        None | Some(Command::Serve(_)) => "warn,file_agent=info",
+        // The bench starts servers of its own; their start-up warnings are not news.
+        Some(Command::Bench { .. }) => "error",
+        _ => "warn",
     }
 }
 
@@ -300,23 +301,32 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         return doctor::doctor(crate::config::Config::from_env()?).await;
     }
     if let Command::Audit(command) = command {
-        return match command {
-            AuditCommand::Verify { files } => audit::verify(&files),
-            AuditCommand::Show {
-                file,
-                tail,
-                json,
-                filter,
-            } => audit::show(&file, tail, json, &filter.parse()?),
-            AuditCommand::Report {
-                folder,
-                out,
-                json,
-                filter,
-            } => audit::report(&folder, &filter.parse()?, out.as_deref(), json),
-        };
+        return audit_command(command);
     }
-    let config = SandboxConfig::from_env()?;
+    sandbox_command(command, SandboxConfig::from_env()?).await
+}
+
+/// `file-agent audit ...`: reads the trail, needs no configuration.
+fn audit_command(command: AuditCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        AuditCommand::Verify { files } => audit::verify(&files),
+        AuditCommand::Show {
+            file,
+            tail,
+            json,
+            filter,
+        } => audit::show(&file, tail, json, &filter.parse()?),
+        AuditCommand::Report {
+            folder,
+            out,
+            json,
+            filter,
+        } => audit::report(&folder, &filter.parse()?, out.as_deref(), json),
+    }
+}
+
+/// The commands that need the sandbox's settings only: run, reap, image, bench.
+async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(_)
         | Command::Audit(_)
@@ -331,37 +341,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             older_than,
             instance,
         } => reap(config, all, older_than, instance).await,
-        Command::Image(ImageCommand::Tag) => {
-            println!("{}", config.image);
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Image(ImageCommand::Build { method, force }) => {
-            build_image(config, method, force).await
-        }
-        Command::Image(ImageCommand::Prune { repository }) => {
-            let keep = config.image.clone();
-            // Like `image build`: the images are on the local engine whatever the backend.
-            let config = SandboxConfig {
-                backend: crate::config::Backend::Docker,
-                ..config
-            };
-            let pruned = Sandbox::connect(config)
-                .await?
-                .prune_images(&repository, &keep)
-                .await?;
-            for tag in &pruned.removed {
-                println!("removed {tag}");
-            }
-            for tag in &pruned.in_use {
-                println!("kept {tag}: a container uses it");
-            }
-            println!(
-                "removed {} old image tag(s); kept {keep} and {} in use",
-                pruned.removed.len(),
-                pruned.in_use.len()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Image(command) => image_command(command, config).await,
         Command::Bench {
             runs,
             pairs,
@@ -409,6 +389,17 @@ impl LogFormat {
     }
 
     /// Installs the global subscriber: `FILE_AGENT_LOG` as the filter, else `default_filter`.
+    /// Says why the command stopped, where the log goes: a log collector reads JSON lines
+    /// only, so the last word goes there too.
+    fn last_word(self, error: &anyhow::Error) {
+        match self {
+            LogFormat::Json => {
+                tracing::error!(error = format!("{error:#}"), "file-agent stopped")
+            }
+            LogFormat::Text => eprintln!("file-agent: {error:#}"),
+        }
+    }
+
     fn init(self, default_filter: &str) {
         let mut filter = tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
@@ -454,6 +445,45 @@ fn escaped_fields() -> impl for<'writer> tracing_subscriber::fmt::FormatFields<'
     .delimited(" ")
 }
 
+/// `file-agent image tag`, `image build` and `image prune`.
+async fn image_command(command: ImageCommand, config: SandboxConfig) -> anyhow::Result<ExitCode> {
+    match command {
+        ImageCommand::Tag => {
+            println!("{}", config.image);
+            Ok(ExitCode::SUCCESS)
+        }
+        ImageCommand::Build { method, force } => build_image(config, method, force).await,
+        ImageCommand::Prune { repository } => prune_images(config, &repository).await,
+    }
+}
+
+/// `file-agent image prune`: removes the old tags of `repository`, keeping the configured
+/// image and those a container uses.
+async fn prune_images(config: SandboxConfig, repository: &str) -> anyhow::Result<ExitCode> {
+    let keep = config.image.clone();
+    // Like `image build`: the images are on the local engine whatever the backend.
+    let config = SandboxConfig {
+        backend: crate::config::Backend::Docker,
+        ..config
+    };
+    let pruned = Sandbox::connect(config)
+        .await?
+        .prune_images(repository, &keep)
+        .await?;
+    for tag in &pruned.removed {
+        println!("removed {tag}");
+    }
+    for tag in &pruned.in_use {
+        println!("kept {tag}: a container uses it");
+    }
+    println!(
+        "removed {} old image tag(s); kept {keep} and {} in use",
+        pruned.removed.len(),
+        pruned.in_use.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn reap(
     config: SandboxConfig,
     all: bool,
@@ -475,6 +505,13 @@ async fn reap(
     };
     let report = sandbox.reap(&ReapFilter { scope, instance }).await?;
     println!("removed {} container(s)", report.containers);
+    say_what_reap_left(&report, longest_life, &all);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What reap left alone and why: running containers (`all` removes them too) and those
+/// stopped too recently.
+fn say_what_reap_left(report: &crate::sandbox::ReapReport, longest_life: Duration, all: &str) {
     let running = report.left_warm + report.left_running;
     if running > 0 {
         println!(
@@ -491,7 +528,6 @@ async fn reap(
             crate::sandbox::STOPPED_GRACE.as_secs()
         );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 async fn health(url: Option<String>) -> anyhow::Result<ExitCode> {

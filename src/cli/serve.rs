@@ -30,22 +30,40 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
     }
     let shutdown = super::shutdown_token();
     if stdio {
-        // stdout carries the protocol.
-        config.audit.stdout = false;
-        // No server answers a link here: unless FILE_AGENT_PUBLIC_URL names one that serves
-        // this data folder, an output's link is its path on this machine.
-        if !config.server.pinned.public_url
-            && let StorageConfig::Local(local) = &mut config.storage
-        {
-            local.public_url = String::new();
-        }
-        let tools = server::build_tools(&config).await?;
-        server::retention::spawn(&tools, &config, shutdown.clone());
-        tracing::info!("serving MCP on stdio");
-        let roots = config.server.local_roots.clone();
-        server::serve_stdio(tools, roots, shutdown).await?;
-        return Ok(ExitCode::SUCCESS);
+        serve_stdio(config, shutdown).await
+    } else {
+        serve_http(config, shutdown).await
     }
+}
+
+/// Serves MCP on stdin and stdout, whose client is the user: no links to a server, no line
+/// on stdout but the protocol.
+async fn serve_stdio(
+    mut config: Config,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<ExitCode> {
+    // stdout carries the protocol.
+    config.audit.stdout = false;
+    // No server answers a link here: unless FILE_AGENT_PUBLIC_URL names one that serves
+    // this data folder, an output's link is its path on this machine.
+    if !config.server.pinned.public_url
+        && let StorageConfig::Local(local) = &mut config.storage
+    {
+        local.public_url = String::new();
+    }
+    let tools = server::build_tools(&config).await?;
+    server::retention::spawn(&tools, &config, shutdown.clone());
+    tracing::info!("serving MCP on stdio");
+    let roots = config.server.local_roots.clone();
+    server::serve_stdio(tools, roots, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Binds the configured address and serves MCP, health, metrics and files over HTTP.
+async fn serve_http(
+    mut config: Config,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| {

@@ -51,7 +51,18 @@ pub struct OAuthConfig {
 
 impl IdentityConfig {
     pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
-        let openwebui_jwt = match vars.get("FILE_AGENT_OPENWEBUI_USER_JWT_SECRET") {
+        Ok(Self {
+            openwebui_jwt: OpenWebUiJwtConfig::from_vars(vars)?,
+            oauth: OAuthConfig::from_vars(vars)?,
+        })
+    }
+}
+
+impl OpenWebUiJwtConfig {
+    /// `FILE_AGENT_OPENWEBUI_USER_JWT_SECRET` and the header that carries the token, when the
+    /// secret is set.
+    fn from_vars(vars: &Vars<'_>) -> Result<Option<Self>, ConfigError> {
+        Ok(match vars.get("FILE_AGENT_OPENWEBUI_USER_JWT_SECRET") {
             None => None,
             // Open WebUI strips the secret before it signs with it.
             Some(secret) if secret.trim().len() < MIN_JWT_SECRET_BYTES => {
@@ -67,8 +78,14 @@ impl IdentityConfig {
                 secret: Secret::new(secret.trim()),
                 header: header_name(vars)?,
             }),
-        };
-        let oauth = match vars.get("FILE_AGENT_OAUTH_ISSUER") {
+        })
+    }
+}
+
+impl OAuthConfig {
+    /// `FILE_AGENT_OAUTH_*`, when an issuer is set.
+    fn from_vars(vars: &Vars<'_>) -> Result<Option<Self>, ConfigError> {
+        Ok(match vars.get("FILE_AGENT_OAUTH_ISSUER") {
             None => None,
             Some(value) => Some(OAuthConfig {
                 issuers: issuers(&value)?,
@@ -82,10 +99,6 @@ impl IdentityConfig {
                     1..=60,
                 )?,
             }),
-        };
-        Ok(Self {
-            openwebui_jwt,
-            oauth,
         })
     }
 }

@@ -110,28 +110,7 @@ impl KubernetesConfig {
     fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
         let namespace =
             dns_label(vars, "SANDBOX_NAMESPACE")?.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
-        let name = vars.get("POD_NAME").map(|v| v.trim().to_string());
-        let uid = vars.get("POD_UID").map(|v| v.trim().to_string());
-        let owner = match (name, uid) {
-            (None, None) => None,
-            (Some(name), Some(uid)) => Some(OwnerPod {
-                name,
-                uid,
-                namespace: dns_label(vars, "POD_NAMESPACE")?,
-            }),
-            (name, _) => {
-                let (var, value) = if name.is_none() {
-                    ("POD_NAME", String::new())
-                } else {
-                    ("POD_UID", String::new())
-                };
-                return Err(ConfigError {
-                    var,
-                    value,
-                    expected: "POD_NAME and POD_UID set together, from the downward API (metadata.name, metadata.uid): see deploy/kubernetes/deployment.yaml".into(),
-                });
-            }
-        };
+        let owner = OwnerPod::from_vars(vars)?;
         let server_namespace = owner
             .as_ref()
             .and_then(|owner| owner.namespace.clone())
@@ -158,6 +137,35 @@ impl KubernetesConfig {
                 DEFAULT_POD_START_TIMEOUT_SECS,
                 1..=3600,
             )?,
+        })
+    }
+}
+
+impl OwnerPod {
+    /// `POD_NAME`, `POD_UID` and `POD_NAMESPACE` from the downward API: the pod this server
+    /// runs in, when it runs in one; the first two come together or not at all.
+    fn from_vars(vars: &Vars<'_>) -> Result<Option<Self>, ConfigError> {
+        let name = vars.get("POD_NAME").map(|v| v.trim().to_string());
+        let uid = vars.get("POD_UID").map(|v| v.trim().to_string());
+        Ok(match (name, uid) {
+            (None, None) => None,
+            (Some(name), Some(uid)) => Some(OwnerPod {
+                name,
+                uid,
+                namespace: dns_label(vars, "POD_NAMESPACE")?,
+            }),
+            (name, _) => {
+                let (var, value) = if name.is_none() {
+                    ("POD_NAME", String::new())
+                } else {
+                    ("POD_UID", String::new())
+                };
+                return Err(ConfigError {
+                var,
+                value,
+                expected: "POD_NAME and POD_UID set together, from the downward API (metadata.name, metadata.uid): see deploy/kubernetes/deployment.yaml".into(),
+            });
+            }
         })
     }
 }

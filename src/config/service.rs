@@ -445,14 +445,7 @@ impl ServerConfig {
     /// the environment leaves unset are filled in by [`Config::serve_at`] (and again once the
     /// listener is bound, since `--listen` and port 0 are only known then).
     fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
-        let listen_value = vars
-            .get("FILE_AGENT_LISTEN")
-            .unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let listen: SocketAddr = listen_value.trim().parse().map_err(|_| ConfigError {
-            var: "FILE_AGENT_LISTEN",
-            value: listen_value.clone(),
-            expected: "an address and port, e.g. 0.0.0.0:8000 or 127.0.0.1:8000".into(),
-        })?;
+        let listen = listen(vars)?;
         let public_url = url(vars, "FILE_AGENT_PUBLIC_URL")?;
         let allowed_hosts = list_or_any(vars, "FILE_AGENT_ALLOWED_HOSTS", |host| host.to_string());
         let allowed_origins = list_or_any(vars, "FILE_AGENT_ALLOWED_ORIGINS", |origin| {
@@ -469,17 +462,7 @@ impl ServerConfig {
             allowed_hosts: allowed_hosts.flatten(),
             allowed_origins: allowed_origins.flatten(),
             pinned,
-            access_tokens: vars
-                .get("FILE_AGENT_ACCESS_TOKENS")
-                .map(|value| {
-                    value
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|token| !token.is_empty())
-                        .map(Secret::new)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            access_tokens: access_tokens(vars),
             access_tokens_file: vars.get("FILE_AGENT_ACCESS_TOKENS_FILE").map(PathBuf::from),
             metrics_token: vars
                 .get("FILE_AGENT_METRICS_TOKEN")
@@ -489,15 +472,7 @@ impl ServerConfig {
                 DEFAULT_SHUTDOWN_GRACE_SECS,
                 0..=3600,
             )?,
-            reap_interval: match vars.number(
-                "FILE_AGENT_REAP_INTERVAL",
-                DEFAULT_REAP_INTERVAL_SECS,
-                0..=86_400,
-                "whole seconds (0: off)",
-            )? {
-                0 => None,
-                secs => Some(Duration::from_secs(secs)),
-            },
+            reap_interval: reap_interval(vars)?,
             header_timeout: vars.seconds(
                 "FILE_AGENT_HEADER_TIMEOUT",
                 DEFAULT_HEADER_TIMEOUT_SECS,
@@ -621,12 +596,74 @@ impl AdmissionConfig {
     }
 }
 
+/// `FILE_AGENT_LISTEN`, else [`DEFAULT_LISTEN`].
+fn listen(vars: &Vars<'_>) -> Result<SocketAddr, ConfigError> {
+    let listen_value = vars
+        .get("FILE_AGENT_LISTEN")
+        .unwrap_or_else(|| DEFAULT_LISTEN.into());
+    listen_value.trim().parse().map_err(|_| ConfigError {
+        var: "FILE_AGENT_LISTEN",
+        value: listen_value.clone(),
+        expected: "an address and port, e.g. 0.0.0.0:8000 or 127.0.0.1:8000".into(),
+    })
+}
+
+/// `FILE_AGENT_ACCESS_TOKENS`: comma-separated, blanks dropped.
+fn access_tokens(vars: &Vars<'_>) -> Vec<Secret> {
+    vars.get("FILE_AGENT_ACCESS_TOKENS")
+        .map(|value| {
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|token| !token.is_empty())
+                .map(Secret::new)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `FILE_AGENT_REAP_INTERVAL`; `None` for 0 (off).
+fn reap_interval(vars: &Vars<'_>) -> Result<Option<Duration>, ConfigError> {
+    Ok(
+        match vars.number(
+            "FILE_AGENT_REAP_INTERVAL",
+            DEFAULT_REAP_INTERVAL_SECS,
+            0..=86_400,
+            "whole seconds (0: off)",
+        )? {
+            0 => None,
+            secs => Some(Duration::from_secs(secs)),
+        },
+    )
+}
+
 impl AuditConfig {
     /// The `FILE_AGENT_AUDIT_*` settings; the folder defaults to `audit` in `data_dir`.
     fn from_vars(vars: &Vars<'_>, data_dir: &std::path::Path) -> Result<Self, ConfigError> {
+        let place = AuditPlace::from_vars(vars, data_dir)?;
+        let chain = chain_name(vars)?;
+        Ok(Self {
+            place,
+            chain,
+            stdout: vars.flag("FILE_AGENT_AUDIT_STDOUT", false)?,
+            include_code: vars.flag("FILE_AGENT_AUDIT_CODE", true)?,
+            max_bytes: vars.mib(
+                "FILE_AGENT_AUDIT_MAX_MIB",
+                DEFAULT_AUDIT_MAX_MIB,
+                1..=100_000,
+            )?,
+            on_failure: AuditOnFailure::from_vars(vars)?,
+        })
+    }
+}
+
+impl AuditPlace {
+    /// `FILE_AGENT_AUDIT_FILE` (a file, or `off`) or `FILE_AGENT_AUDIT_DIR`, not both; the
+    /// folder `audit` in `data_dir` when neither is set.
+    fn from_vars(vars: &Vars<'_>, data_dir: &std::path::Path) -> Result<Self, ConfigError> {
         let file = vars.get("FILE_AGENT_AUDIT_FILE");
         let folder = vars.get("FILE_AGENT_AUDIT_DIR");
-        let place = match (file, folder) {
+        Ok(match (file, folder) {
             (Some(file), _) if file.trim().eq_ignore_ascii_case("off") => AuditPlace::Off,
             (Some(file), Some(_)) => {
                 return Err(ConfigError {
@@ -640,42 +677,40 @@ impl AuditConfig {
             (Some(file), None) => AuditPlace::File(PathBuf::from(file.trim())),
             (None, Some(folder)) => AuditPlace::Folder(PathBuf::from(folder.trim())),
             (None, None) => AuditPlace::Folder(data_dir.join(DEFAULT_AUDIT_FOLDER)),
-        };
-        let chain = match vars.get("POD_NAME") {
-            Some(name) if valid_chain_name(name.trim()) => Some(name.trim().to_string()),
-            Some(name) => {
-                return Err(ConfigError {
-                    var: "POD_NAME",
-                    value: name,
-                    expected: "a pod name (letters, digits, '-', '_' or '.', up to 253)".into(),
-                });
-            }
-            None => None,
-        };
-        Ok(Self {
-            place,
-            chain,
-            stdout: vars.flag("FILE_AGENT_AUDIT_STDOUT", false)?,
-            include_code: vars.flag("FILE_AGENT_AUDIT_CODE", true)?,
-            max_bytes: vars.mib(
-                "FILE_AGENT_AUDIT_MAX_MIB",
-                DEFAULT_AUDIT_MAX_MIB,
-                1..=100_000,
-            )?,
-            on_failure: match vars.get("FILE_AGENT_AUDIT_ON_FAILURE") {
-                None => AuditOnFailure::default(),
-                Some(value) => match value.trim().to_ascii_lowercase().as_str() {
-                    "refuse" => AuditOnFailure::Refuse,
-                    "continue" => AuditOnFailure::Continue,
-                    _ => {
-                        return Err(ConfigError {
-                            var: "FILE_AGENT_AUDIT_ON_FAILURE",
-                            value,
-                            expected: "refuse (no attempt without its audit line) or continue"
-                                .into(),
-                        });
-                    }
-                },
+        })
+    }
+}
+
+/// `POD_NAME` as the name of this server's chain, when set.
+fn chain_name(vars: &Vars<'_>) -> Result<Option<String>, ConfigError> {
+    Ok(match vars.get("POD_NAME") {
+        Some(name) if valid_chain_name(name.trim()) => Some(name.trim().to_string()),
+        Some(name) => {
+            return Err(ConfigError {
+                var: "POD_NAME",
+                value: name,
+                expected: "a pod name (letters, digits, '-', '_' or '.', up to 253)".into(),
+            });
+        }
+        None => None,
+    })
+}
+
+impl AuditOnFailure {
+    /// `FILE_AGENT_AUDIT_ON_FAILURE`, `refuse` when unset.
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        Ok(match vars.get("FILE_AGENT_AUDIT_ON_FAILURE") {
+            None => AuditOnFailure::default(),
+            Some(value) => match value.trim().to_ascii_lowercase().as_str() {
+                "refuse" => AuditOnFailure::Refuse,
+                "continue" => AuditOnFailure::Continue,
+                _ => {
+                    return Err(ConfigError {
+                        var: "FILE_AGENT_AUDIT_ON_FAILURE",
+                        value,
+                        expected: "refuse (no attempt without its audit line) or continue".into(),
+                    });
+                }
             },
         })
     }

@@ -388,32 +388,7 @@ impl ServerHandler for FileAgentServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let identity = identity_of(&context);
-        // The tools that change saved tools are listed only where saved tools are on and the
-        // caller may change them.
-        let changes_saved = self.tools.saved_tools_on() && identity.allows(SCOPE_SAVED_TOOLS);
-        let mut tools: Vec<rmcp::model::Tool> = self
-            .tool_router
-            .list_all()
-            .into_iter()
-            .filter(|tool| match Tool::named(&tool.name) {
-                Some(Tool::ListTools) => self.tools.saved_tools_on(),
-                Some(tool) if tool.manages_saved_tools() => changes_saved,
-                _ => true,
-            })
-            .collect();
-        tools.extend(
-            self.tools
-                .saved_tools_for(&identity)
-                .into_iter()
-                .map(|tool| {
-                    rmcp::model::Tool::new(
-                        tool.listed_name(),
-                        crate::tools::dynamic::description_for(&tool, &identity),
-                        std::sync::Arc::new(tool.input_schema),
-                    )
-                }),
-        );
+        let tools = self.tools_for(&identity_of(&context));
         // The list depends on the caller: a client may cache it for itself only.
         let hints = context
             .protocol_version()
@@ -622,34 +597,12 @@ impl FileAgentServer {
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         // The JSON-RPC id as JSON: a number stays a number, a string a string.
         let request = serde_json::to_value(&context.id).unwrap_or_default();
-        let info = call_info(&id, request.clone(), tool, context);
-        // The call's phases, shown in the log, as MCP progress and in an Open WebUI chat.
-        let (phases, shown) = phases::start(self.phase_views(context), &id, tool);
-        // Pictures come inline over stdio only (files::content says why).
-        let over_stdio = context.extensions.get::<http::request::Parts>().is_none();
-        let outputs = Outputs::with_images(over_stdio);
-        let call_context = CallContext {
-            info,
-            phases: phases.clone(),
-            outputs: outputs.clone(),
-        };
-        // A request whose plain header contradicts its proven user runs nothing. (Decided
-        // here rather than by wrapping `call` in one more future: in a debug build every
-        // wrapper copies the whole call's state on the stack.)
-        // A call that would run attempts while the sandbox may run no code (the network canary
-        // reached the network) or the audit trail cannot be written (unless the operator chose
-        // FILE_AGENT_AUDIT_ON_FAILURE=continue) runs nothing: refused before the model is
-        // asked, not after.
-        let runs_attempts =
-            Tool::named(tool).map_or(tool.starts_with(SAVED_TOOL_PREFIX), Tool::runs_attempts);
-        let refused = if runs_attempts {
-            self.tools
-                .refusal()
-                .or_else(|| self.tools.audit_gate().err())
-        } else {
-            None
-        };
-        let result = match (identity_of(context).conflict, refused) {
+        let (call_context, shown) = self.call_context(&id, &request, tool, context);
+        let (phases, outputs) = (call_context.phases.clone(), call_context.outputs.clone());
+        // A request whose plain header contradicts its proven user runs nothing, nor does one
+        // `refusal` refuses. (Decided here rather than by wrapping `call` in one more future:
+        // in a debug build every wrapper copies the whole call's state on the stack.)
+        let result = match (identity_of(context).conflict, self.refusal(tool)) {
             (Some(conflict), _) => {
                 Err(CALL.sync_scope(call_context, || self.tools.refuse_identity(conflict)))
             }
@@ -670,29 +623,79 @@ impl FileAgentServer {
         // The last progress notifications go out before the answer, which ends the exchange.
         drop(phases);
         let _ = tokio::time::timeout(PROGRESS_FLUSH, shown).await;
-        let duration_ms = started.elapsed().as_millis() as u64;
-        // Saved tools share one label: their names are the callers' to choose.
-        let label = if tool.starts_with(SAVED_TOOL_PREFIX) {
-            "saved_tool"
-        } else {
-            tool
+        answer(tool, &id, &request, started, result, &outputs)
+    }
+
+    /// What the flows of call `id` read from their task: the caller for the audit trail, where
+    /// the phases go (and the task showing them), and where the outputs are recorded.
+    fn call_context(
+        &self,
+        id: &str,
+        request: &serde_json::Value,
+        tool: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> (CallContext, tokio::task::JoinHandle<()>) {
+        let info = call_info(id, request.clone(), tool, context);
+        // The call's phases, shown in the log, as MCP progress and in an Open WebUI chat.
+        let (phases, shown) = phases::start(self.phase_views(context), id, tool);
+        // Pictures come inline over stdio only (files::content says why).
+        let over_stdio = context.extensions.get::<http::request::Parts>().is_none();
+        let outputs = Outputs::with_images(over_stdio);
+        let call_context = CallContext {
+            info,
+            phases,
+            outputs,
         };
-        crate::metrics::metrics()
-            .tool_call(label, result.as_ref().map_or_else(outcome_name, |_| "ok"));
-        match result {
-            Ok(output) => {
-                tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
-                CallToolResult::success(files::content(output.text, outputs.taken()))
+        (call_context, shown)
+    }
+
+    /// Why `tool` may run nothing now: a call that would run attempts while the sandbox may
+    /// run no code (the network canary reached the network) or the audit trail cannot be
+    /// written (unless the operator chose FILE_AGENT_AUDIT_ON_FAILURE=continue) is refused
+    /// before the model is asked, not after.
+    fn refusal(&self, tool: &str) -> Option<ToolError> {
+        let runs_attempts =
+            Tool::named(tool).map_or(tool.starts_with(SAVED_TOOL_PREFIX), Tool::runs_attempts);
+        if !runs_attempts {
+            return None;
+        }
+        self.tools
+            .refusal()
+            .or_else(|| self.tools.audit_gate().err())
+    }
+}
+
+/// A call's answer, counted in `/metrics` and logged in one line (an infrastructure fault with
+/// its whole chain): the output and its files, or the error as an `isError` result.
+fn answer(
+    tool: &str,
+    id: &str,
+    request: &serde_json::Value,
+    started: Instant,
+    result: Result<ToolOutput, ToolError>,
+    outputs: &Outputs,
+) -> CallToolResult {
+    let duration_ms = started.elapsed().as_millis() as u64;
+    // Saved tools share one label: their names are the callers' to choose.
+    let label = if tool.starts_with(SAVED_TOOL_PREFIX) {
+        "saved_tool"
+    } else {
+        tool
+    };
+    crate::metrics::metrics().tool_call(label, result.as_ref().map_or_else(outcome_name, |_| "ok"));
+    match result {
+        Ok(output) => {
+            tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
+            CallToolResult::success(files::content(output.text, outputs.taken()))
+        }
+        Err(error) => {
+            let outcome = outcome_name(&error);
+            if error.is_infrastructure() {
+                tracing::error!(call = %id, %request, tool, outcome, duration_ms, error = %crate::error_chain(&error), "tool call");
+            } else {
+                tracing::info!(call = %id, %request, tool, outcome, duration_ms, error = %error, "tool call");
             }
-            Err(error) => {
-                let outcome = outcome_name(&error);
-                if error.is_infrastructure() {
-                    tracing::error!(call = %id, %request, tool, outcome, duration_ms, error = %crate::error_chain(&error), "tool call");
-                } else {
-                    tracing::info!(call = %id, %request, tool, outcome, duration_ms, error = %error, "tool call");
-                }
-                CallToolResult::error(vec![ContentBlock::text(format!("{tool} failed: {error}"))])
-            }
+            CallToolResult::error(vec![ContentBlock::text(format!("{tool} failed: {error}"))])
         }
     }
 }
@@ -701,6 +704,37 @@ impl FileAgentServer {
 const PROGRESS_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl FileAgentServer {
+    /// The tools `identity` sees: the built-in ones it may use, then its saved tools
+    /// (`my_<name>`).
+    fn tools_for(&self, identity: &Identity) -> Vec<rmcp::model::Tool> {
+        // The tools that change saved tools are listed only where saved tools are on and the
+        // caller may change them.
+        let changes_saved = self.tools.saved_tools_on() && identity.allows(SCOPE_SAVED_TOOLS);
+        let mut tools: Vec<rmcp::model::Tool> = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .filter(|tool| match Tool::named(&tool.name) {
+                Some(Tool::ListTools) => self.tools.saved_tools_on(),
+                Some(tool) if tool.manages_saved_tools() => changes_saved,
+                _ => true,
+            })
+            .collect();
+        tools.extend(
+            self.tools
+                .saved_tools_for(identity)
+                .into_iter()
+                .map(|tool| {
+                    rmcp::model::Tool::new(
+                        tool.listed_name(),
+                        crate::tools::dynamic::description_for(&tool, identity),
+                        std::sync::Arc::new(tool.input_schema),
+                    )
+                }),
+        );
+        tools
+    }
+
     /// Where this call's phases are shown besides the log: MCP progress when the request has
     /// a progress token; status events when it names an Open WebUI chat (one it saves: not a
     /// temporary chat or a channel's) and message and the files go to that Open WebUI (with

@@ -30,25 +30,14 @@ pub fn lines(before: &str, after: &str) -> Vec<Line> {
             .chain(b.iter().map(|l| Line::Added(l.to_string())))
             .collect();
     }
-    // common[i][j]: the LCS length of a[i..] and b[j..].
-    let width = b.len() + 1;
-    let mut common = vec![0u32; (a.len() + 1) * width];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            common[i * width + j] = if a[i] == b[j] {
-                common[(i + 1) * width + j + 1] + 1
-            } else {
-                common[(i + 1) * width + j].max(common[i * width + j + 1])
-            };
-        }
-    }
+    let common = Common::of(&a, &b);
     let (mut i, mut j) = (0, 0);
     let mut out = Vec::new();
     while i < a.len() && j < b.len() {
         if a[i] == b[j] {
             out.push(Line::Same(a[i].to_string()));
             (i, j) = (i + 1, j + 1);
-        } else if common[(i + 1) * width + j] >= common[i * width + j + 1] {
+        } else if common.at(i + 1, j) >= common.at(i, j + 1) {
             out.push(Line::Removed(a[i].to_string()));
             i += 1;
         } else {
@@ -59,6 +48,37 @@ pub fn lines(before: &str, after: &str) -> Vec<Line> {
     out.extend(a[i..].iter().map(|l| Line::Removed(l.to_string())));
     out.extend(b[j..].iter().map(|l| Line::Added(l.to_string())));
     out
+}
+
+/// The LCS table of two lists of lines: `at(i, j)` is the LCS length of `a[i..]` and `b[j..]`.
+struct Common {
+    cells: Vec<u32>,
+    width: usize,
+}
+
+impl Common {
+    /// Fills the table, from the ends backwards.
+    fn of(a: &[&str], b: &[&str]) -> Self {
+        let width = b.len() + 1;
+        let mut table = Self {
+            cells: vec![0u32; (a.len() + 1) * width],
+            width,
+        };
+        for i in (0..a.len()).rev() {
+            for j in (0..b.len()).rev() {
+                table.cells[i * width + j] = if a[i] == b[j] {
+                    table.at(i + 1, j + 1) + 1
+                } else {
+                    table.at(i + 1, j).max(table.at(i, j + 1))
+                };
+            }
+        }
+        table
+    }
+
+    fn at(&self, i: usize, j: usize) -> u32 {
+        self.cells[i * self.width + j]
+    }
 }
 
 #[cfg(test)]

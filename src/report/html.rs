@@ -14,7 +14,10 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::diff::Line;
-use super::{Counts, Detail, Ending, Report, SavedToolHistory, Tallies};
+use super::{
+    AttentionRow, ChainIntegrity, Counts, Detail, Ending, Integrity, Report, SavedToolHistory,
+    Tallies, Tally, ToolEvent, ToolVersion,
+};
 
 /// Each ending's colour in the chart and the tables.
 fn colour(ending: Ending) -> &'static str {
@@ -125,7 +128,14 @@ pub fn render(report: &Report) -> String {
     tally(&mut page, &report.tools, "tool");
     page.push_str("</section>\n");
     saved_tools(&mut page, report);
-    let versions: HashMap<(&str, &str), String> = report
+    details(&mut page, report, &version_anchors(report));
+    page.push_str("</body></html>\n");
+    page
+}
+
+/// Where each saved tool's version is shown, for the details to link to.
+fn version_anchors(report: &Report) -> VersionAnchors<'_> {
+    report
         .saved_tools
         .iter()
         .enumerate()
@@ -137,10 +147,7 @@ pub fn render(report: &Report) -> String {
                 )
             })
         })
-        .collect();
-    details(&mut page, report, &versions);
-    page.push_str("</body></html>\n");
-    page
+        .collect()
 }
 
 fn filter_text(report: &Report) -> String {
@@ -173,48 +180,59 @@ fn integrity(page: &mut String, report: &Report) {
             if integrity.chains.len() == 1 { "" } else { "s" }
         );
     } else {
-        page.push_str("<div class=\"alarm\" role=\"alert\">THE AUDIT TRAIL IS BROKEN. Lines were changed, removed or inserted, or cannot be read: do not trust what follows without checking it.");
-        if let Some(error) = &integrity.unreadable {
-            let _ = write!(page, "<p>{}</p>", esc(error));
-        }
-        for chain in integrity.chains.iter().filter(|c| c.broken.is_some()) {
-            let _ = write!(
-                page,
-                "<p>Chain {}: {}</p>",
-                esc(&chain.name),
-                opt(chain.broken.as_deref())
-            );
-        }
-        page.push_str("</div>");
+        broken_alarm(page, integrity);
     }
     page.push_str("<table><tr><th>chain</th><th>files</th><th>lines</th><th>head (hash of the last line)</th><th>verdict</th></tr>");
     for chain in &integrity.chains {
-        let verdict = match (&chain.broken, &chain.continues_from) {
-            (Some(broken), _) => format!("<span class=\"bad\">BROKEN: {}</span>", esc(broken)),
-            (None, Some(prev)) if chain.deleted_by_retention.is_some() => format!(
-                "intact; continues {} (prev {})",
-                esc(chain.deleted_by_retention.as_deref().unwrap_or_default()),
-                short(prev)
-            ),
-            (None, Some(prev)) => format!(
-                "intact; continues an earlier file no longer here (prev {})",
-                short(prev)
-            ),
-            (None, None) => "intact from its first line".into(),
-        };
-        let verdict = chain.crash_traces.iter().fold(verdict, |verdict, trace| {
-            format!("{verdict}<br/>crash (not tampering): {}", esc(trace))
-        });
         let _ = write!(
             page,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td><code>{}</code></td><td>{verdict}</td></tr>",
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td><code>{}</code></td><td>{}</td></tr>",
             esc(&chain.name),
             chain.files.len(),
             chain.lines,
             opt(chain.head.as_deref()),
+            chain_verdict(chain),
         );
     }
     page.push_str("</table></section>\n");
+}
+
+/// The alarm at the top of a broken trail's integrity section: what cannot be read, where each
+/// chain breaks.
+fn broken_alarm(page: &mut String, integrity: &Integrity) {
+    page.push_str("<div class=\"alarm\" role=\"alert\">THE AUDIT TRAIL IS BROKEN. Lines were changed, removed or inserted, or cannot be read: do not trust what follows without checking it.");
+    if let Some(error) = &integrity.unreadable {
+        let _ = write!(page, "<p>{}</p>", esc(error));
+    }
+    for chain in integrity.chains.iter().filter(|c| c.broken.is_some()) {
+        let _ = write!(
+            page,
+            "<p>Chain {}: {}</p>",
+            esc(&chain.name),
+            opt(chain.broken.as_deref())
+        );
+    }
+    page.push_str("</div>");
+}
+
+/// A chain's verdict in the integrity table: broken, or intact from where, and its crashes.
+fn chain_verdict(chain: &ChainIntegrity) -> String {
+    let verdict = match (&chain.broken, &chain.continues_from) {
+        (Some(broken), _) => format!("<span class=\"bad\">BROKEN: {}</span>", esc(broken)),
+        (None, Some(prev)) if chain.deleted_by_retention.is_some() => format!(
+            "intact; continues {} (prev {})",
+            esc(chain.deleted_by_retention.as_deref().unwrap_or_default()),
+            short(prev)
+        ),
+        (None, Some(prev)) => format!(
+            "intact; continues an earlier file no longer here (prev {})",
+            short(prev)
+        ),
+        (None, None) => "intact from its first line".into(),
+    };
+    chain.crash_traces.iter().fold(verdict, |verdict, trace| {
+        format!("{verdict}<br/>crash (not tampering): {}", esc(trace))
+    })
 }
 
 fn summary(page: &mut String, report: &Report) {
@@ -256,42 +274,103 @@ fn chart_svg(page: &mut String, chart: &[(String, Counts)], unit: &str) {
         page.push_str("<p class=\"muted\">No attempts in this range.</p>");
         return;
     }
-    let (width, height, left, bottom) = (1100.0_f64, 240.0_f64, 44.0_f64, 36.0_f64);
-    let plot_h = height - bottom - 12.0;
-    let max = chart
-        .iter()
-        .map(|(_, c)| c.iter().sum::<u64>())
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let step = (width - left - 8.0) / chart.len() as f64;
-    let bar = (step * 0.8).clamp(1.0, 48.0);
+    let plot = Plot::for_chart(chart);
+    let (width, height) = (plot.width, plot.height);
     let _ = write!(
         page,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{}\" viewBox=\"0 0 {width} {}\" role=\"img\" aria-label=\"attempts per {unit} by ending\" style=\"max-width:100%;height:auto\">",
         height + 22.0,
         height + 22.0
     );
-    let _ = write!(
-        page,
-        "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/><text x=\"{}\" y=\"16\" font-size=\"11\" text-anchor=\"end\">{max}</text><text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"end\">0</text>",
-        12.0 + plot_h,
-        width - 8.0,
-        12.0 + plot_h,
-        left - 4.0,
-        left - 4.0,
-        12.0 + plot_h
-    );
+    plot.axes(page);
     let label_every = (chart.len() / 12).max(1);
     for (i, (bucket, counts)) in chart.iter().enumerate() {
-        let x = left + i as f64 * step;
-        let mut y = 12.0 + plot_h;
+        plot.bars(page, i, bucket, counts, unit);
+        if i % label_every == 0 {
+            plot.bucket_label(page, i, bucket, unit);
+        }
+    }
+    plot.legend(page);
+    let _ = write!(
+        page,
+        "</svg><p class=\"muted\">Attempts per {unit} (UTC), stacked by ending.</p>"
+    );
+}
+
+/// The chart's geometry, in SVG units.
+struct Plot {
+    width: f64,
+    height: f64,
+    /// Room for the y axis's labels.
+    left: f64,
+    /// Room for the x axis's labels.
+    bottom: f64,
+    /// The bars' greatest height.
+    plot_h: f64,
+    /// The tallest bar's count.
+    max: f64,
+    /// From one bar to the next.
+    step: f64,
+    /// A bar's width.
+    bar: f64,
+}
+
+impl Plot {
+    /// The geometry for `chart`, its scale set by the busiest bucket.
+    fn for_chart(chart: &[(String, Counts)]) -> Self {
+        let (width, height, left, bottom) = (1100.0_f64, 240.0_f64, 44.0_f64, 36.0_f64);
+        let max = chart
+            .iter()
+            .map(|(_, c)| c.iter().sum::<u64>())
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
+        let step = (width - left - 8.0) / chart.len() as f64;
+        Self {
+            width,
+            height,
+            left,
+            bottom,
+            plot_h: height - bottom - 12.0,
+            max,
+            step,
+            bar: (step * 0.8).clamp(1.0, 48.0),
+        }
+    }
+
+    /// The x axis, and the y axis's two labels (the maximum and 0).
+    fn axes(&self, page: &mut String) {
+        let Self {
+            width,
+            left,
+            plot_h,
+            max,
+            ..
+        } = *self;
+        let _ = write!(
+            page,
+            "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/><text x=\"{}\" y=\"16\" font-size=\"11\" text-anchor=\"end\">{max}</text><text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"end\">0</text>",
+            12.0 + plot_h,
+            width - 8.0,
+            12.0 + plot_h,
+            left - 4.0,
+            left - 4.0,
+            12.0 + plot_h
+        );
+    }
+
+    /// Bucket number `i`'s stacked bar, one rectangle per ending, each with its count as a
+    /// tooltip.
+    fn bars(&self, page: &mut String, i: usize, bucket: &str, counts: &Counts, unit: &str) {
+        let x = self.left + i as f64 * self.step;
+        let bar = self.bar;
+        let mut y = 12.0 + self.plot_h;
         for ending in Ending::ALL {
             let n = counts[ending.index()];
             if n == 0 {
                 continue;
             }
-            let h = n as f64 / max * plot_h;
+            let h = n as f64 / self.max * self.plot_h;
             y -= h;
             let _ = write!(
                 page,
@@ -302,37 +381,41 @@ fn chart_svg(page: &mut String, chart: &[(String, Counts)], unit: &str) {
                 ending.label()
             );
         }
-        if i % label_every == 0 {
-            let label = if unit == "hour" {
-                bucket.get(5..).unwrap_or(bucket).replace('T', " ") + "h"
-            } else {
-                bucket.get(5..).unwrap_or(bucket).to_string()
-            };
+    }
+
+    /// Bucket number `i`'s label under the x axis.
+    fn bucket_label(&self, page: &mut String, i: usize, bucket: &str, unit: &str) {
+        let x = self.left + i as f64 * self.step;
+        let label = if unit == "hour" {
+            bucket.get(5..).unwrap_or(bucket).replace('T', " ") + "h"
+        } else {
+            bucket.get(5..).unwrap_or(bucket).to_string()
+        };
+        let _ = write!(
+            page,
+            "<text x=\"{:.1}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{}</text>",
+            x + self.bar / 2.0,
+            self.height - self.bottom + 28.0,
+            esc(&label)
+        );
+    }
+
+    /// Each ending's colour, in a row under the chart.
+    fn legend(&self, page: &mut String) {
+        let height = self.height;
+        for (i, ending) in Ending::ALL.iter().enumerate() {
+            let x = self.left + i as f64 * 120.0;
             let _ = write!(
                 page,
-                "<text x=\"{:.1}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{}</text>",
-                x + bar / 2.0,
-                height - bottom + 28.0,
-                esc(&label)
+                "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>",
+                height + 6.0,
+                colour(*ending),
+                x + 14.0,
+                height + 15.0,
+                ending.label()
             );
         }
     }
-    for (i, ending) in Ending::ALL.iter().enumerate() {
-        let x = left + i as f64 * 120.0;
-        let _ = write!(
-            page,
-            "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>",
-            height + 6.0,
-            colour(*ending),
-            x + 14.0,
-            height + 15.0,
-            ending.label()
-        );
-    }
-    let _ = write!(
-        page,
-        "</svg><p class=\"muted\">Attempts per {unit} (UTC), stacked by ending.</p>"
-    );
 }
 
 fn link(anchor: &str, text: &str) -> String {
@@ -368,23 +451,28 @@ fn attention(page: &mut String, report: &Report) {
     page.push_str(header);
     for (n, row) in a.rows.iter().enumerate() {
         fold_after_shown(page, n, a.rows.len(), header);
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
-            when(&row.time),
-            esc(&row.what),
-            opt(row.user.as_deref()),
-            opt(row.chat.as_deref()),
-            esc(&row.tool),
-            short(&row.call),
-            link(&row.anchor, "detail")
-        );
+        attention_row(page, row);
     }
     page.push_str("</table>");
     if a.rows.len() > ROWS_SHOWN {
         page.push_str("</details>");
     }
     page.push_str("</section>\n");
+}
+
+/// One row of "needs attention", linked to its detail when shown.
+fn attention_row(page: &mut String, row: &AttentionRow) {
+    let _ = write!(
+        page,
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
+        when(&row.time),
+        esc(&row.what),
+        opt(row.user.as_deref()),
+        opt(row.chat.as_deref()),
+        esc(&row.tool),
+        short(&row.call),
+        link(&row.anchor, "detail")
+    );
 }
 
 /// Before row `n` of `total`: past the first [`ROWS_SHOWN`], closes the table and opens a
@@ -399,48 +487,15 @@ fn fold_after_shown(page: &mut String, n: usize, total: usize, header: &str) {
     }
 }
 
+/// A per-user or per-tool table, the rows past [`ROWS_SHOWN`] folded, and how many were left
+/// out.
 fn tally(page: &mut String, tallies: &Tallies, what: &str) {
-    let start = page.len();
     let proofs = tallies.rows.iter().any(|row| row.proof.is_some());
-    let _ = write!(page, "<table><tr><th>{what}</th>");
-    if proofs {
-        page.push_str("<th>named by</th>");
-    }
-    page.push_str("<th>attempts</th><th>calls</th>");
-    for ending in Ending::ALL {
-        let _ = write!(page, "<th>{}</th>", tag(ending));
-    }
-    page.push_str("<th>first</th><th>last</th></tr>");
-    let header = page[start..].to_string();
+    let header = tally_header(what, proofs);
+    page.push_str(&header);
     for (n, row) in tallies.rows.iter().enumerate() {
         fold_after_shown(page, n, tallies.rows.len(), &header);
-        let _ = write!(page, "<tr><td>{}</td>", esc(&row.name));
-        if proofs {
-            let _ = write!(
-                page,
-                "<td>{}</td>",
-                esc(row.proof.as_deref().unwrap_or_default())
-            );
-        }
-        let _ = write!(
-            page,
-            "<td class=\"n\">{}</td><td class=\"n\">{}</td>",
-            row.attempts, row.calls
-        );
-        for ending in Ending::ALL {
-            let n = row.endings[ending.index()];
-            if n == 0 {
-                page.push_str("<td class=\"n muted\">·</td>");
-            } else {
-                let _ = write!(page, "<td class=\"n\">{n}</td>");
-            }
-        }
-        let _ = write!(
-            page,
-            "<td>{}</td><td>{}</td></tr>",
-            when(&row.first),
-            when(&row.last)
-        );
+        tally_row(page, row, proofs);
     }
     page.push_str("</table>");
     if tallies.rows.len() > ROWS_SHOWN {
@@ -453,6 +508,51 @@ fn tally(page: &mut String, tallies: &Tallies, what: &str) {
             tallies.omitted
         );
     }
+}
+
+/// The table's opening and header row; `proofs` adds the "named by" column.
+fn tally_header(what: &str, proofs: bool) -> String {
+    let mut header = format!("<table><tr><th>{what}</th>");
+    if proofs {
+        header.push_str("<th>named by</th>");
+    }
+    header.push_str("<th>attempts</th><th>calls</th>");
+    for ending in Ending::ALL {
+        let _ = write!(header, "<th>{}</th>", tag(ending));
+    }
+    header.push_str("<th>first</th><th>last</th></tr>");
+    header
+}
+
+/// One user's or tool's row.
+fn tally_row(page: &mut String, row: &Tally, proofs: bool) {
+    let _ = write!(page, "<tr><td>{}</td>", esc(&row.name));
+    if proofs {
+        let _ = write!(
+            page,
+            "<td>{}</td>",
+            esc(row.proof.as_deref().unwrap_or_default())
+        );
+    }
+    let _ = write!(
+        page,
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td>",
+        row.attempts, row.calls
+    );
+    for ending in Ending::ALL {
+        let n = row.endings[ending.index()];
+        if n == 0 {
+            page.push_str("<td class=\"n muted\">·</td>");
+        } else {
+            let _ = write!(page, "<td class=\"n\">{n}</td>");
+        }
+    }
+    let _ = write!(
+        page,
+        "<td>{}</td><td>{}</td></tr>",
+        when(&row.first),
+        when(&row.last)
+    );
 }
 
 fn saved_tools(page: &mut String, report: &Report) {
@@ -473,6 +573,7 @@ fn saved_tools(page: &mut String, report: &Report) {
     page.push_str("</section>\n");
 }
 
+/// One saved tool, folded: its timeline, then each version's code and diff.
 fn saved_tool(page: &mut String, index: usize, tool: &SavedToolHistory) {
     let last = tool.timeline.last();
     let _ = write!(
@@ -494,79 +595,94 @@ fn saved_tool(page: &mut String, index: usize, tool: &SavedToolHistory) {
         "<table><tr><th>time</th><th>action</th><th>version</th><th>user</th><th>ending</th></tr>",
     );
     for event in &tool.timeline {
-        let version = tool
-            .versions
-            .iter()
-            .position(|v| v.version == event.version)
-            .map_or_else(
-                || short(&event.version),
-                |v| {
-                    format!(
-                        "<a href=\"#tool-{index}-v{v}\">{}</a>",
-                        short(&event.version)
-                    )
-                },
-            );
-        let ending = event.ending.map_or_else(String::new, |e| {
-            let shown = tag(e);
-            match &event.anchor {
-                Some(anchor) => link(anchor, &shown),
-                None => shown,
-            }
-        });
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td>{}</td><td><code>{version}</code></td><td>{}</td><td>{ending}</td></tr>",
-            when(&event.time),
-            esc(&event.action),
-            opt(event.user.as_deref()),
-        );
+        timeline_row(page, index, tool, event);
     }
     page.push_str("</table>");
     for (v, version) in tool.versions.iter().enumerate() {
-        let _ = write!(
-            page,
-            "<details id=\"tool-{index}-v{v}\"><summary>version {} <code>{}</code>, first seen {}</summary>",
-            v + 1,
-            esc(&version.version),
-            esc(&version.first_seen)
-        );
-        if let Some(problem) = &version.problem {
-            let _ = write!(
-                page,
-                "<p class=\"bad\">Its code cannot be shown: {}</p>",
-                esc(problem)
-            );
-        }
-        if let Some(stored) = &version.stored {
-            let _ = write!(
-                page,
-                "<p>Saved by {} at {}: {}</p><pre class=\"code\">{}</pre><details><summary>schema</summary><pre>{}</pre></details>",
-                esc(&stored.saved_by),
-                esc(&stored.saved),
-                esc(&stored.description),
-                esc(&stored.code),
-                esc(&stored.schema)
-            );
-        }
-        if let Some(diff) = &version.diff_from_previous {
-            page.push_str(
-                "<details><summary>diff from the version before</summary><pre class=\"diff\">",
-            );
-            for line in diff {
-                let _ = match line {
-                    Line::Same(text) => writeln!(page, "  {}", esc(text)),
-                    Line::Removed(text) => {
-                        write!(page, "<span class=\"del\">- {}</span>", esc(text))
-                    }
-                    Line::Added(text) => write!(page, "<span class=\"add\">+ {}</span>", esc(text)),
-                };
-            }
-            page.push_str("</pre></details>");
-        }
-        page.push_str("</details>");
+        tool_version(page, index, v, version);
     }
     page.push_str("</details>\n");
+}
+
+/// One line of tool number `index`'s timeline, linked to its version and, for an attempt
+/// shown in full, to its detail.
+fn timeline_row(page: &mut String, index: usize, tool: &SavedToolHistory, event: &ToolEvent) {
+    let version = tool
+        .versions
+        .iter()
+        .position(|v| v.version == event.version)
+        .map_or_else(
+            || short(&event.version),
+            |v| {
+                format!(
+                    "<a href=\"#tool-{index}-v{v}\">{}</a>",
+                    short(&event.version)
+                )
+            },
+        );
+    let ending = event.ending.map_or_else(String::new, |e| {
+        let shown = tag(e);
+        match &event.anchor {
+            Some(anchor) => link(anchor, &shown),
+            None => shown,
+        }
+    });
+    let _ = write!(
+        page,
+        "<tr><td>{}</td><td>{}</td><td><code>{version}</code></td><td>{}</td><td>{ending}</td></tr>",
+        when(&event.time),
+        esc(&event.action),
+        opt(event.user.as_deref()),
+    );
+}
+
+/// Version number `v` of tool number `index`, folded: why it cannot be shown, or its code and
+/// schema, and its diff from the version before.
+fn tool_version(page: &mut String, index: usize, v: usize, version: &ToolVersion) {
+    let _ = write!(
+        page,
+        "<details id=\"tool-{index}-v{v}\"><summary>version {} <code>{}</code>, first seen {}</summary>",
+        v + 1,
+        esc(&version.version),
+        esc(&version.first_seen)
+    );
+    if let Some(problem) = &version.problem {
+        let _ = write!(
+            page,
+            "<p class=\"bad\">Its code cannot be shown: {}</p>",
+            esc(problem)
+        );
+    }
+    if let Some(stored) = &version.stored {
+        let _ = write!(
+            page,
+            "<p>Saved by {} at {}: {}</p><pre class=\"code\">{}</pre><details><summary>schema</summary><pre>{}</pre></details>",
+            esc(&stored.saved_by),
+            esc(&stored.saved),
+            esc(&stored.description),
+            esc(&stored.code),
+            esc(&stored.schema)
+        );
+    }
+    if let Some(diff) = &version.diff_from_previous {
+        diff_html(page, diff);
+    }
+    page.push_str("</details>");
+}
+
+/// A version's diff from the one before, folded.
+fn diff_html(page: &mut String, diff: &[Line]) {
+    page.push_str("<details><summary>diff from the version before</summary><pre class=\"diff\">");
+    for line in diff {
+        let _ = match line {
+            Line::Same(text) => writeln!(page, "  {}", esc(text)),
+            Line::Removed(text) => {
+                write!(page, "<span class=\"del\">- {}</span>", esc(text))
+            }
+            Line::Added(text) => write!(page, "<span class=\"add\">+ {}</span>", esc(text)),
+        };
+    }
+    page.push_str("</pre></details>");
 }
 
 /// Anchors of the saved tools' versions, by tool name and version.
@@ -612,6 +728,8 @@ fn files_table(page: &mut String, title: &str, files: &[crate::audit::FileDigest
     page.push_str("</table></dd>");
 }
 
+/// One attempt shown in full, folded: what happened, who asked, where it ran, what went in and
+/// came out.
 fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>) {
     let r = &detail.record;
     let _ = write!(
@@ -624,9 +742,6 @@ fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>
         opt(r.caller.user.as_deref()),
         opt(r.caller.chat.as_deref())
     );
-    let row = |page: &mut String, name: &str, value: String| {
-        let _ = write!(page, "<dt>{name}</dt><dd>{value}</dd>");
-    };
     row(page, "status", format!("<code>{}</code>", esc(&r.status)));
     row(
         page,
@@ -639,6 +754,25 @@ fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>
         "chain, line",
         format!("{} #{}", esc(&detail.chain), r.seq),
     );
+    detail_caller(page, r, versions);
+    detail_container(page, r);
+    files_table(page, "inputs", &r.inputs);
+    files_table(page, "outputs", &r.outputs);
+    if let Some(error) = &r.error {
+        row(page, "error", format!("<pre>{}</pre>", esc(error)));
+    }
+    detail_code(page, r);
+    page.push_str("</dl></details>\n");
+}
+
+/// One `name: value` pair of a detail; `value` is markup already.
+fn row(page: &mut String, name: &str, value: String) {
+    let _ = write!(page, "<dt>{name}</dt><dd>{value}</dd>");
+}
+
+/// Who asked for an attempt: the call, the client, who wrote the code and, for a saved tool,
+/// which version (linked to its code).
+fn detail_caller(page: &mut String, r: &crate::audit::Record, versions: &VersionAnchors<'_>) {
     row(
         page,
         "call",
@@ -662,25 +796,32 @@ fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>
         ),
     );
     if let Some(mark) = &r.saved_tool {
-        row(
-            page,
-            "saved tool",
-            format!(
-                "my_{} {} version {}",
-                esc(&mark.name),
-                esc(&mark.action),
-                versions
-                    .get(&(mark.name.as_str(), mark.version.as_str()))
-                    .map_or_else(
-                        || format!("<code>{}</code>", short(&mark.version)),
-                        |anchor| link(
-                            anchor,
-                            &format!("<code>{}</code> (its code)", short(&mark.version))
-                        )
-                    )
-            ),
-        );
+        row(page, "saved tool", saved_tool_mark(mark, versions));
     }
+}
+
+/// Which saved tool an attempt ran, and which version, linked to its code when shown.
+fn saved_tool_mark(mark: &crate::audit::ToolMark, versions: &VersionAnchors<'_>) -> String {
+    let version = versions
+        .get(&(mark.name.as_str(), mark.version.as_str()))
+        .map_or_else(
+            || format!("<code>{}</code>", short(&mark.version)),
+            |anchor| {
+                link(
+                    anchor,
+                    &format!("<code>{}</code> (its code)", short(&mark.version)),
+                )
+            },
+        );
+    format!(
+        "my_{} {} version {version}",
+        esc(&mark.name),
+        esc(&mark.action),
+    )
+}
+
+/// Where an attempt ran: the image, the runtime, the container and its limits.
+fn detail_container(page: &mut String, r: &crate::audit::Record) {
     row(
         page,
         "image",
@@ -706,11 +847,10 @@ fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>
         "limits",
         format!("<code>{}</code>", esc(&r.limits.to_string())),
     );
-    files_table(page, "inputs", &r.inputs);
-    files_table(page, "outputs", &r.outputs);
-    if let Some(error) = &r.error {
-        row(page, "error", format!("<pre>{}</pre>", esc(error)));
-    }
+}
+
+/// The code an attempt ran: its hash, and the code itself or why it is not there.
+fn detail_code(page: &mut String, r: &crate::audit::Record) {
     row(
         page,
         "code sha256",
@@ -731,7 +871,6 @@ fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>
             |code| format!("<pre class=\"code\">{}</pre>", esc(code)),
         ),
     );
-    page.push_str("</dl></details>\n");
 }
 
 #[cfg(test)]

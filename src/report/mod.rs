@@ -551,7 +551,45 @@ fn attention_of(record: &Record, ending: Ending) -> Option<String> {
 
 /// Reads and verifies every chain under `source` and gathers what passes `filter`.
 pub fn gather(source: &Path, filter: &Filter) -> Report {
-    let (chains, unreadable) = match chain::chains(source) {
+    let (chains, unreadable) = find_chains(source);
+    // First pass: counts, and one small row per attempt.
+    let mut first = FirstPass::default();
+    let verdicts: Vec<_> = chains
+        .iter()
+        .enumerate()
+        .map(|(index, chain)| {
+            crate::audit::verify_each(&chain.files, |record| {
+                first.add(index, chain, filter, record);
+            })
+        })
+        .collect();
+    let integrity = integrity(&chains, &verdicts, unreadable, &first.deleted);
+    first.complete_summary();
+    let choice = Choice::of(std::mem::take(&mut first.rows));
+    choice.unlink_timelines(&mut first.histories);
+    let (attention, details) = choice.second_pass(&chains, filter, gave_up(&first.calls));
+    let details_omitted = first.summary.attempts.saturating_sub(details.len() as u64);
+    let (saved_tools, saved_tools_omitted) = saved_tools(first.histories, source);
+
+    Report {
+        generated: crate::time::rfc3339_now(),
+        source: source.display().to_string(),
+        filter: filter.clone(),
+        integrity,
+        summary: first.summary,
+        attention,
+        users: tallies(first.users),
+        tools: tallies(first.tools),
+        saved_tools,
+        saved_tools_omitted,
+        details,
+        details_omitted,
+    }
+}
+
+/// The chains under `source`, and why none could be read when that is so.
+fn find_chains(source: &Path) -> (Vec<Chain>, Option<String>) {
+    match chain::chains(source) {
         Ok(chains) if chains.is_empty() => (
             chains,
             Some(format!(
@@ -561,274 +599,378 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
         ),
         Ok(chains) => (chains, None),
         Err(error) => (Vec::new(), Some(format!("{}: {error}", source.display()))),
-    };
-    // First pass: counts, and one small row per attempt.
-    let mut summary = Summary::default();
-    let mut rows: Vec<Row> = Vec::new();
-    let mut users: HashMap<String, Tally> = HashMap::new();
-    let mut tools: HashMap<String, Tally> = HashMap::new();
-    let mut calls: HashMap<String, CallState> = HashMap::new();
-    let mut histories: BTreeMap<String, History> = BTreeMap::new();
-    let mut hourly: BTreeMap<String, Counts> = BTreeMap::new();
-    let mut verdicts = Vec::new();
-    // The last line's hash of every audit file retention deleted: (file, when, by which chain).
-    let mut deleted: HashMap<String, String> = HashMap::new();
-    for (index, chain) in chains.iter().enumerate() {
-        let verdict = crate::audit::verify_each(&chain.files, |record| {
-            for dropped in record.pruned.iter().flat_map(|p| &p.audit_files) {
-                deleted.insert(
-                    dropped.last_hash.clone(),
-                    format!(
-                        "{}, deleted whole by retention at {} (line #{} of {})",
-                        dropped.file, record.time, record.seq, chain.name
-                    ),
-                );
-            }
-            if !filter.admits(&record) {
-                return;
-            }
-            if summary
-                .first
-                .as_deref()
-                .is_none_or(|f| record.time.as_str() < f)
-            {
-                summary.first = Some(record.time.clone());
-            }
-            if summary
-                .last
-                .as_deref()
-                .is_none_or(|l| record.time.as_str() > l)
-            {
-                summary.last = Some(record.time.clone());
-            }
-            let change = is_change(&record);
-            let ending = Ending::of_record(&record);
-            if let Some(mark) = &record.saved_tool {
-                histories.entry(mark.name.clone()).or_default().add(
-                    mark,
-                    &record,
-                    (!change).then_some(ending),
-                    anchor(index, record.seq),
-                );
-            }
-            if change {
-                summary.tool_changes += 1;
-                return;
-            }
-            if record.pruned.is_some() {
-                summary.retention_lines += 1;
-                return;
-            }
-            // A crash's recovery ran nothing; the integrity section shows it.
-            if record.recovered.is_some() {
-                return;
-            }
-            summary.attempts += 1;
-            summary.endings[ending.index()] += 1;
-            *summary.statuses.entry(record.status.clone()).or_default() += 1;
-            let hour = record.time.get(..13).unwrap_or("?").to_string();
-            hourly.entry(hour).or_insert([0; 8])[ending.index()] += 1;
-            let user = record
-                .caller
-                .user
-                .clone()
-                .unwrap_or_else(|| "(none)".into());
-            // A user named by a plain header and one proven by a signature are not the same
-            // person for a reviewer: each source is a row of its own.
-            let proof = proof_of(&record.caller);
-            let tables = [
-                (&mut users, format!("{user}\u{0}{proof}"), user, Some(proof)),
-                (
-                    &mut tools,
-                    record.caller.tool.clone(),
-                    record.caller.tool.clone(),
-                    None,
-                ),
-            ];
-            for (table, key, name, proof) in tables {
-                let tally = table.entry(key).or_insert_with(|| Tally {
-                    name,
-                    proof,
-                    first: record.time.clone(),
-                    last: record.time.clone(),
-                    ..Tally::default()
-                });
-                tally.attempts += 1;
-                tally.endings[ending.index()] += 1;
-                tally.call_ids.insert(record.caller.call.clone());
-                tally.first = tally.first.clone().min(record.time.clone());
-                tally.last = tally.last.clone().max(record.time.clone());
-            }
-            let row = Row {
-                time: record.time.clone(),
-                chain: index,
-                seq: record.seq,
-                attention: attention_of(&record, ending),
-            };
-            let call = calls
-                .entry(format!("{index}\u{0}{}", record.caller.call))
-                .or_insert_with(|| CallState {
-                    attempts: 0,
-                    any_ok: false,
-                    last: row.clone(),
-                    who: Who::of(&record),
-                    by_model: record.author == "model",
-                });
-            call.attempts += 1;
-            call.any_ok |= ending == Ending::Ok;
-            if row.time >= call.last.time {
-                call.last = row.clone();
-            }
-            rows.push(row);
-        });
-        verdicts.push(verdict);
     }
-    let integrity = Integrity {
+}
+
+/// What the first pass over the trail collects: the counts of every section, and one small
+/// row per attempt for choosing what the second pass reads in full.
+#[derive(Debug, Default)]
+struct FirstPass {
+    summary: Summary,
+    rows: Vec<Row>,
+    users: HashMap<String, Tally>,
+    tools: HashMap<String, Tally>,
+    /// Keyed by chain and call id.
+    calls: HashMap<String, CallState>,
+    histories: BTreeMap<String, History>,
+    hourly: BTreeMap<String, Counts>,
+    /// The last line's hash of every audit file retention deleted: (file, when, by which
+    /// chain), in words.
+    deleted: HashMap<String, String>,
+}
+
+impl FirstPass {
+    /// Fills in the summary's distinct counts and its chart.
+    fn complete_summary(&mut self) {
+        self.summary.calls = self.calls.len() as u64;
+        self.summary.users = self
+            .users
+            .values()
+            .map(|tally| &tally.name)
+            .collect::<HashSet<_>>()
+            .len() as u64;
+        self.summary.tools = self.tools.len() as u64;
+        (self.summary.bucket, self.summary.chart) = chart(std::mem::take(&mut self.hourly));
+    }
+
+    /// Counts one line of chain number `index`.
+    fn add(&mut self, index: usize, chain: &Chain, filter: &Filter, record: Record) {
+        self.note_deleted(chain, &record);
+        if !filter.admits(&record) {
+            return;
+        }
+        self.summary.widen_span(&record.time);
+        let change = is_change(&record);
+        let ending = Ending::of_record(&record);
+        if let Some(mark) = &record.saved_tool {
+            self.histories.entry(mark.name.clone()).or_default().add(
+                mark,
+                &record,
+                (!change).then_some(ending),
+                anchor(index, record.seq),
+            );
+        }
+        if change {
+            self.summary.tool_changes += 1;
+            return;
+        }
+        if record.pruned.is_some() {
+            self.summary.retention_lines += 1;
+            return;
+        }
+        // A crash's recovery ran nothing; the integrity section shows it.
+        if record.recovered.is_some() {
+            return;
+        }
+        self.add_attempt(index, &record, ending);
+    }
+
+    /// Remembers the files a retention line says it deleted, so that a chain continuing from
+    /// one of them can say why its start is gone.
+    fn note_deleted(&mut self, chain: &Chain, record: &Record) {
+        for dropped in record.pruned.iter().flat_map(|p| &p.audit_files) {
+            self.deleted.insert(
+                dropped.last_hash.clone(),
+                format!(
+                    "{}, deleted whole by retention at {} (line #{} of {})",
+                    dropped.file, record.time, record.seq, chain.name
+                ),
+            );
+        }
+    }
+
+    /// Counts one attempt: the summary, the chart, the per-user and per-tool tables, its call.
+    fn add_attempt(&mut self, index: usize, record: &Record, ending: Ending) {
+        self.summary.attempts += 1;
+        self.summary.endings[ending.index()] += 1;
+        *self
+            .summary
+            .statuses
+            .entry(record.status.clone())
+            .or_default() += 1;
+        let hour = record.time.get(..13).unwrap_or("?").to_string();
+        self.hourly.entry(hour).or_insert([0; 8])[ending.index()] += 1;
+        let user = record
+            .caller
+            .user
+            .clone()
+            .unwrap_or_else(|| "(none)".into());
+        // A user named by a plain header and one proven by a signature are not the same
+        // person for a reviewer: each source is a row of its own.
+        let proof = proof_of(&record.caller);
+        let key = format!("{user}\u{0}{proof}");
+        Tally::count(&mut self.users, key, user, Some(proof), record, ending);
+        let tool = record.caller.tool.clone();
+        Tally::count(&mut self.tools, tool.clone(), tool, None, record, ending);
+        let row = Row {
+            time: record.time.clone(),
+            chain: index,
+            seq: record.seq,
+            attention: attention_of(record, ending),
+        };
+        self.add_to_call(record, ending, &row);
+        self.rows.push(row);
+    }
+
+    /// Counts an attempt in its call's state, whose `last` row is the newest.
+    fn add_to_call(&mut self, record: &Record, ending: Ending, row: &Row) {
+        let call = self
+            .calls
+            .entry(format!("{}\u{0}{}", row.chain, record.caller.call))
+            .or_insert_with(|| CallState {
+                attempts: 0,
+                any_ok: false,
+                last: row.clone(),
+                who: Who::of(record),
+                by_model: record.author == "model",
+            });
+        call.attempts += 1;
+        call.any_ok |= ending == Ending::Ok;
+        if row.time >= call.last.time {
+            call.last = row.clone();
+        }
+    }
+}
+
+impl Summary {
+    /// Moves `first` and `last` out to include `time`.
+    fn widen_span(&mut self, time: &str) {
+        if self.first.as_deref().is_none_or(|f| time < f) {
+            self.first = Some(time.to_string());
+        }
+        if self.last.as_deref().is_none_or(|l| time > l) {
+            self.last = Some(time.to_string());
+        }
+    }
+}
+
+impl Tally {
+    /// Counts an attempt in `table`'s row `key`, made on first sight with `name` and `proof`.
+    fn count(
+        table: &mut HashMap<String, Tally>,
+        key: String,
+        name: String,
+        proof: Option<String>,
+        record: &Record,
+        ending: Ending,
+    ) {
+        let tally = table.entry(key).or_insert_with(|| Tally {
+            name,
+            proof,
+            first: record.time.clone(),
+            last: record.time.clone(),
+            ..Tally::default()
+        });
+        tally.attempts += 1;
+        tally.endings[ending.index()] += 1;
+        tally.call_ids.insert(record.caller.call.clone());
+        tally.first = tally.first.clone().min(record.time.clone());
+        tally.last = tally.last.clone().max(record.time.clone());
+    }
+}
+
+/// The integrity section: each chain's verdict, and whether all is intact.
+fn integrity(
+    chains: &[Chain],
+    verdicts: &[Result<crate::audit::Verified, crate::audit::Broken>],
+    unreadable: Option<String>,
+    deleted: &HashMap<String, String>,
+) -> Integrity {
+    Integrity {
         intact: unreadable.is_none() && verdicts.iter().all(Result::is_ok),
         unreadable,
         chains: chains
             .iter()
-            .zip(&verdicts)
-            .map(|(chain, verdict)| {
-                let (lines, head, continues_from, broken) = match verdict {
-                    Ok(v) => (
-                        v.lines,
-                        Some(v.head.clone()),
-                        v.continues_from.clone(),
-                        None,
-                    ),
-                    Err(b) => (b.line.saturating_sub(1), None, None, Some(b.to_string())),
-                };
-                let crash_traces = verdict.as_ref().map_or_else(
-                    |_| Vec::new(),
-                    |v| v.crash_traces.iter().map(ToString::to_string).collect(),
-                );
-                ChainIntegrity {
-                    deleted_by_retention: continues_from
-                        .as_ref()
-                        .and_then(|prev| deleted.get(prev).cloned()),
-                    name: chain.name.clone(),
-                    files: chain
-                        .files
-                        .iter()
-                        .map(|f| f.display().to_string())
-                        .collect(),
-                    lines,
-                    head,
-                    continues_from,
-                    broken,
-                    crash_traces,
-                }
-            })
+            .zip(verdicts)
+            .map(|(chain, verdict)| chain_integrity(chain, verdict, deleted))
             .collect(),
-    };
-    summary.calls = calls.len() as u64;
-    summary.users = users
-        .values()
-        .map(|tally| &tally.name)
-        .collect::<HashSet<_>>()
-        .len() as u64;
-    summary.tools = tools.len() as u64;
-    (summary.bucket, summary.chart) = chart(hourly);
+    }
+}
 
-    // Needs attention: each row so marked, and each retry loop that gave up.
-    let mut attention: Vec<AttentionRow> = Vec::new();
-    for call in calls.values() {
-        if call.attempts > 1 && !call.any_ok && call.by_model {
-            attention.push(attention_row(
+/// One chain's verdict in words; `deleted` names the files retention deleted.
+fn chain_integrity(
+    chain: &Chain,
+    verdict: &Result<crate::audit::Verified, crate::audit::Broken>,
+    deleted: &HashMap<String, String>,
+) -> ChainIntegrity {
+    let (lines, head, continues_from, broken) = match verdict {
+        Ok(v) => (
+            v.lines,
+            Some(v.head.clone()),
+            v.continues_from.clone(),
+            None,
+        ),
+        Err(b) => (b.line.saturating_sub(1), None, None, Some(b.to_string())),
+    };
+    let crash_traces = verdict.as_ref().map_or_else(
+        |_| Vec::new(),
+        |v| v.crash_traces.iter().map(ToString::to_string).collect(),
+    );
+    ChainIntegrity {
+        deleted_by_retention: continues_from
+            .as_ref()
+            .and_then(|prev| deleted.get(prev).cloned()),
+        name: chain.name.clone(),
+        files: chain
+            .files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect(),
+        lines,
+        head,
+        continues_from,
+        broken,
+        crash_traces,
+    }
+}
+
+/// The rows of "needs attention" for each retry loop that gave up.
+fn gave_up(calls: &HashMap<String, CallState>) -> Vec<AttentionRow> {
+    calls
+        .values()
+        .filter(|call| call.attempts > 1 && !call.any_ok && call.by_model)
+        .map(|call| {
+            attention_row(
                 format!("retry loop gave up after {} attempts", call.attempts),
                 &call.who,
                 &call.last,
-            ));
-        }
-    }
-    let mut marked: HashMap<(usize, u64), String> = HashMap::new();
-    for row in &rows {
-        if let Some(what) = &row.attention {
-            marked.insert((row.chain, row.seq), what.clone());
-        }
-    }
-    // The row's call, user and chat are in the line: read them in the second pass, with the
-    // details. Until then, sort what is known.
-    let total_marked = marked.len() as u64 + attention.len() as u64;
+            )
+        })
+        .collect()
+}
 
-    // Which attempts are shown in full: those needing attention, newest first, then the
-    // newest of the rest.
-    rows.sort_by(|a, b| b.time.cmp(&a.time));
-    let mut chosen: Vec<(usize, u64)> = Vec::new();
-    let mut chosen_set = HashSet::new();
-    let marked_rows = rows.iter().filter(|r| r.attention.is_some());
-    let other_rows = rows.iter().filter(|r| r.attention.is_none());
-    for row in marked_rows
-        .take(DETAILS_ATTENTION_MAX)
-        .chain(other_rows.take(DETAILS_RECENT_MAX))
-    {
-        chosen.push((row.chain, row.seq));
-        chosen_set.insert((row.chain, row.seq));
-    }
-    let shown_marked: HashSet<(usize, u64)> = rows
-        .iter()
-        .filter(|r| r.attention.is_some())
-        .take(ATTENTION_MAX)
-        .map(|r| (r.chain, r.seq))
-        .collect();
-    let chosen_anchors: HashSet<String> = chosen.iter().map(|(c, s)| anchor(*c, *s)).collect();
-    for history in histories.values_mut() {
-        history.keep_newest_calls();
-        for event in &mut history.timeline {
-            if event
-                .anchor
-                .as_ref()
-                .is_some_and(|a| !chosen_anchors.contains(a))
-            {
-                event.anchor = None;
-            }
+/// What the second pass reads: the attempts shown in full and the rows of "needs attention"
+/// listed, by (chain, seq).
+#[derive(Debug)]
+struct Choice {
+    /// Each attempt needing attention, with what it needs.
+    marked: HashMap<(usize, u64), String>,
+    /// The newest [`ATTENTION_MAX`] of `marked`.
+    shown_marked: HashSet<(usize, u64)>,
+    /// The attempts shown in full.
+    chosen: HashSet<(usize, u64)>,
+}
+
+impl Choice {
+    /// Chooses from the first pass's rows: in full, those needing attention, newest first,
+    /// then the newest of the rest.
+    fn of(mut rows: Vec<Row>) -> Self {
+        let marked = rows
+            .iter()
+            .filter_map(|row| Some(((row.chain, row.seq), row.attention.clone()?)))
+            .collect();
+        rows.sort_by(|a, b| b.time.cmp(&a.time));
+        let marked_rows = rows.iter().filter(|r| r.attention.is_some());
+        let other_rows = rows.iter().filter(|r| r.attention.is_none());
+        let chosen = marked_rows
+            .clone()
+            .take(DETAILS_ATTENTION_MAX)
+            .chain(other_rows.take(DETAILS_RECENT_MAX))
+            .map(|row| (row.chain, row.seq))
+            .collect();
+        let shown_marked = marked_rows
+            .take(ATTENTION_MAX)
+            .map(|r| (r.chain, r.seq))
+            .collect();
+        Self {
+            marked,
+            shown_marked,
+            chosen,
         }
     }
 
-    // Second pass: the chosen attempts' lines, and the rows of "needs attention".
-    let mut details: Vec<Detail> = Vec::new();
-    for (index, chain) in chains.iter().enumerate() {
-        each_record(chain, |record| {
-            let key = (index, record.seq);
-            if is_change(&record) || !filter.admits(&record) {
-                return;
-            }
-            if shown_marked.contains(&key)
-                && let Some(what) = marked.get(&key)
-            {
-                let row = Row {
-                    time: record.time.clone(),
-                    chain: index,
-                    seq: record.seq,
-                    attention: None,
-                };
-                let mut row = attention_row(what.clone(), &Who::of(&record), &row);
-                if !chosen_set.contains(&key) {
-                    row.anchor.clear();
+    /// Keeps each history's newest calls, and their links only to attempts shown in full.
+    fn unlink_timelines(&self, histories: &mut BTreeMap<String, History>) {
+        let chosen_anchors: HashSet<String> =
+            self.chosen.iter().map(|(c, s)| anchor(*c, *s)).collect();
+        for history in histories.values_mut() {
+            history.keep_newest_calls();
+            for event in &mut history.timeline {
+                if event
+                    .anchor
+                    .as_ref()
+                    .is_some_and(|a| !chosen_anchors.contains(a))
+                {
+                    event.anchor = None;
                 }
-                attention.push(row);
             }
-            if chosen_set.contains(&key) {
-                let cut = |text: String| crate::text::excerpt(&text, TEXT_MAX);
-                details.push(Detail {
-                    anchor: anchor(index, record.seq),
-                    chain: chain.name.clone(),
-                    ending: Ending::of_record(&record),
-                    record: Record {
-                        code: record.code.clone().map(cut),
-                        error: record.error.clone().map(cut),
-                        ..record
-                    },
-                });
-            }
-        });
+        }
     }
-    attention.sort_by(|a, b| b.time.cmp(&a.time));
-    attention.truncate(ATTENTION_MAX);
-    details.sort_by(|a, b| b.record.time.cmp(&a.record.time));
-    let details_omitted = summary.attempts.saturating_sub(details.len() as u64);
 
+    /// Second pass: the chosen attempts' lines, newest first, and "needs attention": the rows
+    /// of `gave_up` and of the marked attempts, the newest [`ATTENTION_MAX`].
+    fn second_pass(
+        &self,
+        chains: &[Chain],
+        filter: &Filter,
+        gave_up: Vec<AttentionRow>,
+    ) -> (Attention, Vec<Detail>) {
+        let total = self.marked.len() as u64 + gave_up.len() as u64;
+        let mut attention = gave_up;
+        let mut details: Vec<Detail> = Vec::new();
+        for (index, chain) in chains.iter().enumerate() {
+            each_record(chain, |record| {
+                let key = (index, record.seq);
+                if is_change(&record) || !filter.admits(&record) {
+                    return;
+                }
+                if self.shown_marked.contains(&key)
+                    && let Some(what) = self.marked.get(&key)
+                {
+                    attention.push(self.attention_row(what, index, &record));
+                }
+                if self.chosen.contains(&key) {
+                    details.push(detail(index, chain, record));
+                }
+            });
+        }
+        attention.sort_by(|a, b| b.time.cmp(&a.time));
+        attention.truncate(ATTENTION_MAX);
+        details.sort_by(|a, b| b.record.time.cmp(&a.record.time));
+        let attention = Attention {
+            rows: attention,
+            total,
+        };
+        (attention, details)
+    }
+
+    /// The row of "needs attention" for `record`, linked when its detail is shown.
+    fn attention_row(&self, what: &str, index: usize, record: &Record) -> AttentionRow {
+        let row = Row {
+            time: record.time.clone(),
+            chain: index,
+            seq: record.seq,
+            attention: None,
+        };
+        let mut row = attention_row(what.to_string(), &Who::of(record), &row);
+        if !self.chosen.contains(&(index, record.seq)) {
+            row.anchor.clear();
+        }
+        row
+    }
+}
+
+/// An attempt shown in full, its code and error cut at [`TEXT_MAX`].
+fn detail(index: usize, chain: &Chain, record: Record) -> Detail {
+    let cut = |text: String| crate::text::excerpt(&text, TEXT_MAX);
+    Detail {
+        anchor: anchor(index, record.seq),
+        chain: chain.name.clone(),
+        ending: Ending::of_record(&record),
+        record: Record {
+            code: record.code.clone().map(cut),
+            error: record.error.clone().map(cut),
+            ..record
+        },
+    }
+}
+
+/// Each saved tool's history, the most recently active first, at most [`SAVED_TOOLS_MAX`],
+/// and how many were left out.
+fn saved_tools(
+    histories: BTreeMap<String, History>,
+    source: &Path,
+) -> (Vec<SavedToolHistory>, usize) {
     let versions = versions_folder(source);
     let mut saved_tools: Vec<SavedToolHistory> = histories
         .into_iter()
@@ -838,26 +980,9 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
         let last = |h: &SavedToolHistory| h.timeline.last().map(|e| e.time.clone());
         last(b).cmp(&last(a))
     });
-    let saved_tools_omitted = saved_tools.len().saturating_sub(SAVED_TOOLS_MAX);
+    let omitted = saved_tools.len().saturating_sub(SAVED_TOOLS_MAX);
     saved_tools.truncate(SAVED_TOOLS_MAX);
-
-    Report {
-        generated: crate::time::rfc3339_now(),
-        source: source.display().to_string(),
-        filter: filter.clone(),
-        integrity,
-        summary,
-        attention: Attention {
-            rows: attention,
-            total: total_marked,
-        },
-        users: tallies(users),
-        tools: tallies(tools),
-        saved_tools,
-        saved_tools_omitted,
-        details,
-        details_omitted,
-    }
+    (saved_tools, omitted)
 }
 
 /// Who made an attempt: what a row of "needs attention" names.
@@ -1005,36 +1130,44 @@ impl History {
             .all(|e| e.action == "check" && e.ending != Some(Ending::Ok))
     }
 
+    /// `version` as `store` keeps it, or why it is not shown.
+    fn stored_version(
+        &self,
+        store: Option<&Path>,
+        version: &str,
+    ) -> (Option<StoredVersion>, Option<String>) {
+        let Some(store) = store else {
+            return (
+                None,
+                Some("no version store was found beside the audit folder".into()),
+            );
+        };
+        match crate::tools::dynamic::registry::read_version(store, version) {
+            Ok(kept) => (
+                Some(StoredVersion {
+                    code: crate::text::excerpt(&kept.code, TEXT_MAX),
+                    schema: serde_json::to_string_pretty(&kept.input_schema).unwrap_or_default(),
+                    description: kept.description,
+                    saved_by: kept.owner,
+                    saved: kept.saved,
+                }),
+                None,
+            ),
+            Err(problem) if self.refused_only(version) => (
+                None,
+                Some(format!(
+                    "refused at its check and never saved, so not kept ({problem})"
+                )),
+            ),
+            Err(problem) => (None, Some(problem)),
+        }
+    }
+
+    /// The history as the report shows it, with each version read from `store`.
     fn finish(self, name: String, store: Option<&Path>) -> SavedToolHistory {
         let mut versions: Vec<ToolVersion> = Vec::new();
         for (version, first_seen) in self.versions.clone() {
-            let (stored, problem) = match store {
-                None => (
-                    None,
-                    Some("no version store was found beside the audit folder".into()),
-                ),
-                Some(store) => match crate::tools::dynamic::registry::read_version(store, &version)
-                {
-                    Ok(kept) => (
-                        Some(StoredVersion {
-                            code: crate::text::excerpt(&kept.code, TEXT_MAX),
-                            schema: serde_json::to_string_pretty(&kept.input_schema)
-                                .unwrap_or_default(),
-                            description: kept.description,
-                            saved_by: kept.owner,
-                            saved: kept.saved,
-                        }),
-                        None,
-                    ),
-                    Err(problem) if self.refused_only(&version) => (
-                        None,
-                        Some(format!(
-                            "refused at its check and never saved, so not kept ({problem})"
-                        )),
-                    ),
-                    Err(problem) => (None, Some(problem)),
-                },
-            };
+            let (stored, problem) = self.stored_version(store, &version);
             let diff_from_previous =
                 match (versions.last().and_then(|v| v.stored.as_ref()), &stored) {
                     (Some(before), Some(now)) => Some(diff::lines(&before.code, &now.code)),

@@ -89,17 +89,9 @@ pub async fn serve(
     bounds: Bounds,
     until: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let shutdown = CancellationToken::new();
+    let mut connections = Connections::new(app, bounds);
     let mut until = std::pin::pin!(until);
-    let slots = Arc::new(Semaphore::new(bounds.max_connections));
-    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
-    let connections = TaskTracker::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(bounds.header_timeout)
-        .keep_alive(true);
     let mut backoff = Duration::from_millis(10);
-    let mut refused: u64 = 0;
     loop {
         let stream = tokio::select! {
             () = until.as_mut() => break,
@@ -118,26 +110,60 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refused += 1;
-            if refused.is_power_of_two() {
-                tracing::warn!(
-                    limit = bounds.max_connections,
-                    refused,
-                    "connection refused: the server serves FILE_AGENT_MAX_CONNECTIONS at once"
-                );
-            }
-            if let Ok(permit) = refusals.clone().try_acquire_owned() {
-                tokio::spawn(async move {
-                    refuse(stream).await;
-                    drop(permit);
-                });
-            }
-            continue;
-        };
+        match connections.slots.clone().try_acquire_owned() {
+            Ok(slot) => connections.serve(stream, slot),
+            Err(_) => connections.refuse(stream),
+        }
+    }
+    drop(listener);
+    connections.shutdown.cancel();
+    connections.tasks.close();
+    connections.tasks.wait().await;
+    Ok(())
+}
+
+/// The connections the accept loop serves, and what it needs to serve one more.
+struct Connections {
+    app: axum::Router,
+    bounds: Bounds,
+    /// hyper's settings for each connection: the header-read timer, keep-alive.
+    http: hyper::server::conn::http1::Builder,
+    /// One permit per connection served: at most `bounds.max_connections` at once.
+    slots: Arc<Semaphore>,
+    /// One permit per refusal being written: at most [`MAX_REFUSALS`] at once.
+    refusals: Arc<Semaphore>,
+    /// Connections refused so far, for a warning at each power of two.
+    refused: u64,
+    /// Each connection's task, awaited at shutdown.
+    tasks: TaskTracker,
+    /// Fired once the listener is closed: each connection finishes its request in flight,
+    /// then closes.
+    shutdown: CancellationToken,
+}
+
+impl Connections {
+    fn new(app: axum::Router, bounds: Bounds) -> Self {
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(bounds.header_timeout)
+            .keep_alive(true);
+        Self {
+            app,
+            bounds,
+            http,
+            slots: Arc::new(Semaphore::new(bounds.max_connections)),
+            refusals: Arc::new(Semaphore::new(MAX_REFUSALS)),
+            refused: 0,
+            tasks: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Serves `stream` in a task of its own, holding `slot` until it closes.
+    fn serve(&self, stream: TcpStream, slot: tokio::sync::OwnedSemaphorePermit) {
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let body_timeout = bounds.body_timeout;
+        let app = self.app.clone();
+        let body_timeout = self.bounds.body_timeout;
         let service =
             hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
                 let request = request.map(|body| Body::new(IdleBody::new(body, body_timeout)));
@@ -150,9 +176,9 @@ pub async fn serve(
                     )
                 }
             });
-        let connection = http.serve_connection(TokioIo::new(stream), service);
-        let stop = shutdown.clone();
-        connections.spawn(async move {
+        let connection = self.http.serve_connection(TokioIo::new(stream), service);
+        let stop = self.shutdown.clone();
+        self.tasks.spawn(async move {
             let mut connection = std::pin::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
@@ -165,11 +191,25 @@ pub async fn serve(
             drop(slot);
         });
     }
-    drop(listener);
-    shutdown.cancel();
-    connections.close();
-    connections.wait().await;
-    Ok(())
+
+    /// A connection past the cap: a 503 written in a task of its own while fewer than
+    /// [`MAX_REFUSALS`] are, else closed without an answer; a warning at each power of two.
+    fn refuse(&mut self, stream: TcpStream) {
+        self.refused += 1;
+        if self.refused.is_power_of_two() {
+            tracing::warn!(
+                limit = self.bounds.max_connections,
+                refused = self.refused,
+                "connection refused: the server serves FILE_AGENT_MAX_CONNECTIONS at once"
+            );
+        }
+        if let Ok(permit) = self.refusals.clone().try_acquire_owned() {
+            tokio::spawn(async move {
+                refuse(stream).await;
+                drop(permit);
+            });
+        }
+    }
 }
 
 /// Answers a connection past the cap with a 503 and closes it.

@@ -8,6 +8,7 @@
 
 use axum::Json;
 use axum::body::Body;
+use axum::extract::multipart::Field;
 use axum::extract::{DefaultBodyLimit, Multipart, Path};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +16,7 @@ use axum::routing::{get, post};
 use serde_json::json;
 
 use super::gate::Gate;
-use crate::storage::local::{LocalStore, UploadError};
+use crate::storage::local::{LocalStore, Upload, UploadError};
 use crate::storage::{content_type_for, encode_path_segment};
 use crate::tools::Tools;
 use crate::tools::filename::safe_name;
@@ -94,14 +95,20 @@ async fn download(
     };
     let length = file.metadata().await.map(|m| m.len()).ok();
     let mut response = Body::from_stream(tokio_util::io::ReaderStream::new(file)).into_response();
-    let headers = response.headers_mut();
+    attachment_headers(response.headers_mut(), &name, length);
+    response
+}
+
+/// A download's headers: its type and length, sent as an attachment under its name, with
+/// `nosniff` and a sandboxing CSP so that nothing in it runs in this server's origin.
+fn attachment_headers(headers: &mut axum::http::HeaderMap, name: &str, length: Option<u64>) {
     headers.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static(content_type_for(&name)),
+        HeaderValue::from_static(content_type_for(name)),
     );
     if let Ok(value) = HeaderValue::from_str(&format!(
         "attachment; filename*=UTF-8''{}",
-        encode_path_segment(&name)
+        encode_path_segment(name)
     )) {
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
@@ -116,7 +123,6 @@ async fn download(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("sandbox"),
     );
-    response
 }
 
 async fn upload(
@@ -137,81 +143,11 @@ async fn upload(
     };
     // Uploads at once are bounded, so memory and disk writes stay flat whatever arrives.
     let Ok(_slot) = uploads.0.clone().try_acquire_owned() else {
-        let mut response = error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "file-agent is receiving as many uploads as it may at once (FILE_AGENT_MAX_UPLOADS); try again in a moment",
-        );
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-        return response;
+        return busy();
     };
-    let too_large = || {
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the file is larger than {} MiB (FILE_AGENT_INPUT_MAX_MIB)",
-                store.max_bytes() / (1024 * 1024)
-            ),
-        )
-    };
-    let malformed = |e: axum::extract::multipart::MultipartError| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            return too_large();
-        }
-        error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "the multipart body is malformed or was cut off ({}); send one part named \"file\": curl -F file=@report.xlsx <server>/files",
-                e.body_text()
-            ),
-        )
-    };
-    let mut stored = None;
-    loop {
-        let mut field = match multipart.next_field().await {
-            Ok(Some(field)) => field,
-            Ok(None) => break,
-            Err(e) => return malformed(e),
-        };
-        if field.name() != Some("file") {
-            continue;
-        }
-        if stored.is_some() {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "the form has more than one part named \"file\"; upload one file per request",
-            );
-        }
-        let name = safe_name(field.file_name().unwrap_or("upload"), "upload");
-        let mut upload = match store.begin(&name).await {
-            Ok(upload) => upload,
-            Err(e) => {
-                tracing::error!(error = %e, "storing an upload failed");
-                return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-            }
-        };
-        loop {
-            match field.chunk().await {
-                Ok(Some(chunk)) => match upload.write(&chunk).await {
-                    Ok(()) => {}
-                    Err(UploadError::TooLarge(_)) => return too_large(),
-                    Err(UploadError::Storage(e)) => {
-                        tracing::error!(error = %e, "storing an upload failed");
-                        return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-                    }
-                },
-                Ok(None) => break,
-                Err(e) => return malformed(e),
-            }
-        }
-        stored = Some(upload);
-    }
-    let Some(upload) = stored else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "no multipart field named \"file\"; upload with: curl -F file=@report.xlsx <server>/files",
-        );
+    let upload = match receive(&store, &mut multipart).await {
+        Ok(upload) => upload,
+        Err(response) => return response,
     };
     match upload.finish().await {
         Ok(stored) => (
@@ -224,9 +160,90 @@ async fn upload(
             })),
         )
             .into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "storing an upload failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-        }
+        Err(e) => storage_failed(e),
     }
+}
+
+/// 503 with `Retry-After`: as many uploads as allowed are under way.
+fn busy() -> Response {
+    let mut response = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "file-agent is receiving as many uploads as it may at once (FILE_AGENT_MAX_UPLOADS); try again in a moment",
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    response
+}
+
+/// Reads the form: its one part named `file`, written to the store as it arrives (other parts
+/// are skipped).
+async fn receive(store: &LocalStore, multipart: &mut Multipart) -> Result<Upload, Response> {
+    let mut stored = None;
+    while let Some(mut field) = multipart
+        .next_field()
+        .await
+        .map_err(|e| malformed(store, e))?
+    {
+        if field.name() != Some("file") {
+            continue;
+        }
+        if stored.is_some() {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "the form has more than one part named \"file\"; upload one file per request",
+            ));
+        }
+        stored = Some(write_field(store, &mut field).await?);
+    }
+    stored.ok_or_else(|| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "no multipart field named \"file\"; upload with: curl -F file=@report.xlsx <server>/files",
+        )
+    })
+}
+
+/// Streams one part to a new file of the store, under the part's file name made safe.
+async fn write_field(store: &LocalStore, field: &mut Field<'_>) -> Result<Upload, Response> {
+    let name = safe_name(field.file_name().unwrap_or("upload"), "upload");
+    let mut upload = store.begin(&name).await.map_err(storage_failed)?;
+    while let Some(chunk) = field.chunk().await.map_err(|e| malformed(store, e))? {
+        upload.write(&chunk).await.map_err(|e| match e {
+            UploadError::TooLarge(_) => too_large(store),
+            UploadError::Storage(e) => storage_failed(e),
+        })?;
+    }
+    Ok(upload)
+}
+
+/// 413: the file passes `FILE_AGENT_INPUT_MAX_MIB`.
+fn too_large(store: &LocalStore) -> Response {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "the file is larger than {} MiB (FILE_AGENT_INPUT_MAX_MIB)",
+            store.max_bytes() / (1024 * 1024)
+        ),
+    )
+}
+
+/// 400 for a body that is no well-formed form, 413 for one cut at the body limit.
+fn malformed(store: &LocalStore, e: axum::extract::multipart::MultipartError) -> Response {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return too_large(store);
+    }
+    error(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "the multipart body is malformed or was cut off ({}); send one part named \"file\": curl -F file=@report.xlsx <server>/files",
+            e.body_text()
+        ),
+    )
+}
+
+/// 500, logged: the store could not write the upload.
+fn storage_failed(e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "storing an upload failed");
+    error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }

@@ -123,14 +123,7 @@ impl Gate {
         if let (Some(oauth), Some(token)) = (&self.oauth, bearer.as_deref())
             && (!admitted || oauth.claims_to_be_ours(token))
         {
-            let verified = oauth.verify(token).await.map_err(|refusal| {
-                count(Source::OAuth, refusal.reason());
-                Refusal::OAuth(refusal)
-            })?;
-            if !verified.scopes.iter().any(|scope| scope == SCOPE_RUN) {
-                count(Source::OAuth, "insufficient_scope");
-                return Err(Refusal::Scope(SCOPE_RUN));
-            }
+            let verified = verify_oauth(oauth, token).await?;
             identity.user = Some(verified.user);
             identity.scopes = Some(verified.scopes);
             headers.remove(header::AUTHORIZATION);
@@ -163,57 +156,15 @@ impl Gate {
         identity: &mut Identity,
     ) {
         // Whether a proof other than the signed token may still name the user.
-        let mut open = true;
-        if let Some(jwt) = &self.openwebui_jwt {
-            match jwt.verify(text(headers, jwt.header()), crate::identity::now_seconds()) {
-                Ok(user) => identity.user = Some(user),
-                Err(refusal) => {
-                    count(Source::OpenWebUiJwt, refusal.reason());
-                    open = matches!(refusal, JwtRefusal::Missing { .. });
-                    if !open {
-                        // The token came and was refused: say so (never the token itself).
-                        tracing::warn!(
-                            reason = refusal.reason(),
-                            "Open WebUI's signed user token was not accepted: {refusal}"
-                        );
-                        identity.refused = Some(format!(
-                            "{}: {}",
-                            Source::OpenWebUiJwt.as_str(),
-                            refusal.reason()
-                        ));
-                    }
-                    identity.user_required = Some(format!(
-                        "{refusal}. In Open WebUI, set ENABLE_FORWARD_USER_INFO_HEADERS=true and FORWARD_USER_INFO_HEADER_JWT_SECRET to the value of FILE_AGENT_OPENWEBUI_USER_JWT_SECRET here."
-                    ));
-                }
-            }
-        }
+        let open = match &self.openwebui_jwt {
+            Some(jwt) => signed_user(jwt, headers, identity),
+            None => true,
+        };
         if open
             && let (Some(openwebui), Some(bearer)) = (&self.session, bearer)
             && let Some(session) = openwebui.session_user(bearer).await
         {
-            let user = User {
-                id: capped(session.id.trim()),
-                name: session.name.as_deref().map(capped),
-                email: session.email.as_deref().map(capped),
-                role: session.role.as_deref().map(capped),
-                source: Source::OpenWebUiSession,
-                issuer: None,
-            };
-            match &identity.user {
-                Some(signed) if signed.id != user.id => {
-                    count(Source::OpenWebUiSession, "conflict");
-                    identity.conflict = Some(format!(
-                        "Open WebUI's signed token names the user {:?}, but the session token sent with it is {:?}'s",
-                        signed.id, user.id
-                    ));
-                }
-                Some(_) => {}
-                None => {
-                    identity.user = Some(user);
-                    identity.user_required = None;
-                }
-            }
+            session_user(&session, identity);
         }
         let plain = text(headers, USER_ID_HEADER)
             .filter(|id| !id.is_empty())
@@ -231,6 +182,80 @@ impl Gate {
                 identity.user = Some(User::new(&plain, Source::Header));
             }
             _ => {}
+        }
+    }
+}
+
+/// Verifies an OAuth access token and that it grants [`SCOPE_RUN`]; a refusal is counted.
+async fn verify_oauth(
+    oauth: &OAuth,
+    token: &str,
+) -> Result<crate::identity::oauth::Verified, Refusal> {
+    let verified = oauth.verify(token).await.map_err(|refusal| {
+        count(Source::OAuth, refusal.reason());
+        Refusal::OAuth(refusal)
+    })?;
+    if !verified.scopes.iter().any(|scope| scope == SCOPE_RUN) {
+        count(Source::OAuth, "insufficient_scope");
+        return Err(Refusal::Scope(SCOPE_RUN));
+    }
+    Ok(verified)
+}
+
+/// The user Open WebUI's signed token names, put in `identity`; a refusal is counted, and
+/// says what to set. Returns whether another proof may still name the user: only when no
+/// token came at all.
+fn signed_user(jwt: &OpenWebUiJwt, headers: &HeaderMap, identity: &mut Identity) -> bool {
+    let refusal = match jwt.verify(text(headers, jwt.header()), crate::identity::now_seconds()) {
+        Ok(user) => {
+            identity.user = Some(user);
+            return true;
+        }
+        Err(refusal) => refusal,
+    };
+    count(Source::OpenWebUiJwt, refusal.reason());
+    let open = matches!(refusal, JwtRefusal::Missing { .. });
+    if !open {
+        // The token came and was refused: say so (never the token itself).
+        tracing::warn!(
+            reason = refusal.reason(),
+            "Open WebUI's signed user token was not accepted: {refusal}"
+        );
+        identity.refused = Some(format!(
+            "{}: {}",
+            Source::OpenWebUiJwt.as_str(),
+            refusal.reason()
+        ));
+    }
+    identity.user_required = Some(format!(
+        "{refusal}. In Open WebUI, set ENABLE_FORWARD_USER_INFO_HEADERS=true and FORWARD_USER_INFO_HEADER_JWT_SECRET to the value of FILE_AGENT_OPENWEBUI_USER_JWT_SECRET here."
+    ));
+    open
+}
+
+/// The user Open WebUI says the forwarded session token is: the user when none is proven yet,
+/// a conflict when the signed token named someone else.
+fn session_user(session: &crate::storage::openwebui::SessionUser, identity: &mut Identity) {
+    let user = User {
+        id: capped(session.id.trim()),
+        name: session.name.as_deref().map(capped),
+        email: session.email.as_deref().map(capped),
+        role: session.role.as_deref().map(capped),
+        source: Source::OpenWebUiSession,
+        issuer: None,
+    };
+    match &identity.user {
+        Some(signed) if signed.id != user.id => {
+            count(Source::OpenWebUiSession, "conflict");
+            identity.conflict = Some(format!(
+                "Open WebUI's signed token names the user {:?}, but the session token sent with it is {:?}'s",
+                signed.id, user.id
+            ));
+        }
+        Some(_) => {}
+        None => {
+            identity.user = Some(user);
+            identity.user_required = None;
         }
     }
 }

@@ -182,20 +182,7 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
             tracing::warn!(path = %checked.path.display(), mode = format!("{:04o}", checked.mode), "{}", checked.verdict);
         }
     }
-    let mut sandbox_config = config.sandbox.clone();
-    let mut instance_lock = None;
-    // Under Kubernetes a replica is its pod: its sandbox pods carry its namespace and name.
-    if let crate::config::Backend::Kubernetes(kube) = &config.sandbox.backend
-        && sandbox_config.instance.is_none()
-        && let Some(owner) = kube.owner.as_ref()
-    {
-        sandbox_config.instance = Some(kube_instance(owner.namespace.as_deref(), &owner.name));
-    }
-    if sandbox_config.instance.is_none() {
-        let (instance, lock) = claim_instance(&config.data_dir);
-        sandbox_config.instance = Some(instance);
-        instance_lock = lock;
-    }
+    let (sandbox_config, instance_lock) = with_instance(config);
     let instance = sandbox_config.instance.clone().unwrap_or_default();
     let parts = ToolParts::load_as(config, &instance)?;
     let sandbox = Sandbox::connect(sandbox_config)
@@ -222,6 +209,27 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
         .with_network_canary()
         .await;
     Ok(parts.with_runner(config, Arc::new(sandbox)))
+}
+
+/// The sandbox's settings with the instance this server is: the configured one; under
+/// Kubernetes, its pod; else the data folder's stable instance, with the lock that claims it
+/// (or a random one when another server holds it).
+fn with_instance(config: &Config) -> (crate::config::SandboxConfig, Option<std::fs::File>) {
+    let mut sandbox_config = config.sandbox.clone();
+    let mut instance_lock = None;
+    // Under Kubernetes a replica is its pod: its sandbox pods carry its namespace and name.
+    if let crate::config::Backend::Kubernetes(kube) = &config.sandbox.backend
+        && sandbox_config.instance.is_none()
+        && let Some(owner) = kube.owner.as_ref()
+    {
+        sandbox_config.instance = Some(kube_instance(owner.namespace.as_deref(), &owner.name));
+    }
+    if sandbox_config.instance.is_none() {
+        let (instance, lock) = claim_instance(&config.data_dir);
+        sandbox_config.instance = Some(instance);
+        instance_lock = lock;
+    }
+    (sandbox_config, instance_lock)
 }
 
 /// Everything of the tools but what runs the attempts, read from the configuration (no
@@ -254,22 +262,7 @@ impl ToolParts {
         let storage = Storage::new(&config.storage, config.transfer)?;
         let llm = Llm::new(config.llm.clone())?;
         let fetcher = UrlFetcher::new(config.url_fetch.clone(), config.transfer)?;
-        let audit = match &config.audit.place {
-            AuditPlace::Folder(folder) => {
-                let chain = config.audit.chain.as_deref().unwrap_or(instance);
-                let log = AuditLog::open_chain(folder, chain, config.audit.clone())?;
-                tracing::info!(file = %log.path().display(), "audit trail");
-                Some(log)
-            }
-            AuditPlace::File(path) => {
-                tracing::info!(file = %path.display(), "audit trail");
-                Some(AuditLog::open(path, config.audit.clone())?)
-            }
-            AuditPlace::Off => {
-                tracing::warn!("the audit trail is off (FILE_AGENT_AUDIT_FILE=off)");
-                None
-            }
-        };
+        let audit = open_audit(config, instance)?;
         if !llm.is_configured() {
             tracing::warn!(
                 "OPENAI_API_KEY is not set: the tools that need the model (generate_file, modify_file, analyze_file, data_analysis_tool, conduct_deep_research, generate_tool) will answer with an error; run_python and the saved tools work"
@@ -310,6 +303,27 @@ impl ToolParts {
     }
 }
 
+/// Opens the audit trail where it is configured: in a shared audit folder, the chain of
+/// `POD_NAME`, else of `instance`; `None` when it is off.
+fn open_audit(config: &Config, instance: &str) -> Result<Option<AuditLog>, StartError> {
+    Ok(match &config.audit.place {
+        AuditPlace::Folder(folder) => {
+            let chain = config.audit.chain.as_deref().unwrap_or(instance);
+            let log = AuditLog::open_chain(folder, chain, config.audit.clone())?;
+            tracing::info!(file = %log.path().display(), "audit trail");
+            Some(log)
+        }
+        AuditPlace::File(path) => {
+            tracing::info!(file = %path.display(), "audit trail");
+            Some(AuditLog::open(path, config.audit.clone())?)
+        }
+        AuditPlace::Off => {
+            tracing::warn!("the audit trail is off (FILE_AGENT_AUDIT_FILE=off)");
+            None
+        }
+    })
+}
+
 /// The HTTP application: `/mcp`, `/health`, `/metrics`, the protected-resource metadata, and
 /// `/files` when the local store is in use. `/mcp` and uploads pass the `gate` (credentials
 /// and the caller's identity).
@@ -319,55 +333,9 @@ pub fn router(
     gate: Gate,
     shutdown: CancellationToken,
 ) -> axum::Router {
-    let mut mcp_config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true)
-        .with_sse_keep_alive(None)
-        .with_max_request_body_bytes(MAX_MCP_BODY_BYTES)
-        .with_cancellation_token(shutdown.child_token());
-    mcp_config = match &config.server.allowed_hosts {
-        Some(hosts) => mcp_config.with_allowed_hosts(hosts.clone()),
-        None => mcp_config.disable_allowed_hosts(),
-    };
-    // The MCP spec's advice against DNS rebinding: a browser's Origin must be one we know. A
-    // request without an Origin (any non-browser client) passes.
-    mcp_config = match &config.server.allowed_origins {
-        Some(origins) => mcp_config
-            .with_allowed_origins(origins.clone())
-            .enforce_origin_validation(),
-        None => mcp_config.disable_allowed_origins(),
-    };
-    let handler_tools = tools.clone();
-    let mcp = StreamableHttpService::new(
-        move || Ok(FileAgentServer::new(handler_tools.clone())),
-        Arc::new(NeverSessionManager::default()),
-        mcp_config,
-    );
-    let guarded = axum::Router::new()
-        .nest_service("/mcp", mcp)
-        .layer(axum::middleware::from_fn(requests::check_jsonrpc))
-        .layer(axum::middleware::from_fn_with_state(
-            gate.clone(),
-            gate::admit,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            hosts::AllowedHosts::new(config.server.allowed_hosts.as_deref()),
-            hosts::require_allowed_host,
-        ));
-    let metrics_tokens = AccessTokens::from_secrets(config.server.metrics_token.iter());
-    let metrics = axum::Router::new().route("/metrics", get(metrics)).layer(
-        axum::middleware::from_fn_with_state(metrics_tokens, auth::require_token),
-    );
-    let metadata = axum::Router::new()
-        .route(gate::RESOURCE_METADATA_PATH, get(gate::resource_metadata))
-        .route(
-            gate::RESOURCE_METADATA_ROOT_PATH,
-            get(gate::resource_metadata),
-        )
-        .with_state(gate.clone());
-    let mut app = guarded
-        .merge(metrics)
-        .merge(metadata)
+    let mut app = mcp_routes(&tools, config, &gate, &shutdown)
+        .merge(metrics_routes(config))
+        .merge(metadata_routes(gate.clone()))
         .route(
             "/health",
             get(health).layer(axum::Extension(HealthProbe::default())),
@@ -386,6 +354,79 @@ pub fn router(
         .with_state(tools)
 }
 
+/// `/mcp`: rmcp's stateless service behind the JSON-RPC envelope check, the gate and the
+/// `Host` check.
+fn mcp_routes(
+    tools: &Tools,
+    config: &Config,
+    gate: &Gate,
+    shutdown: &CancellationToken,
+) -> axum::Router<Tools> {
+    let handler_tools = tools.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(FileAgentServer::new(handler_tools.clone())),
+        Arc::new(NeverSessionManager::default()),
+        mcp_config(config, shutdown),
+    );
+    axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(requests::check_jsonrpc))
+        .layer(axum::middleware::from_fn_with_state(
+            gate.clone(),
+            gate::admit,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            hosts::AllowedHosts::new(config.server.allowed_hosts.as_deref()),
+            hosts::require_allowed_host,
+        ))
+}
+
+/// rmcp's settings for `/mcp`: stateless, JSON answers, the body bound, and the allowed hosts
+/// and browser origins.
+fn mcp_config(config: &Config, shutdown: &CancellationToken) -> StreamableHttpServerConfig {
+    let mut mcp_config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_max_request_body_bytes(MAX_MCP_BODY_BYTES)
+        .with_cancellation_token(shutdown.child_token());
+    mcp_config = match &config.server.allowed_hosts {
+        Some(hosts) => mcp_config.with_allowed_hosts(hosts.clone()),
+        None => mcp_config.disable_allowed_hosts(),
+    };
+    // The MCP spec's advice against DNS rebinding: a browser's Origin must be one we know. A
+    // request without an Origin (any non-browser client) passes.
+    mcp_config = match &config.server.allowed_origins {
+        Some(origins) => mcp_config
+            .with_allowed_origins(origins.clone())
+            .enforce_origin_validation(),
+        None => mcp_config.disable_allowed_origins(),
+    };
+    mcp_config
+}
+
+/// `/metrics`, behind its own token when `FILE_AGENT_METRICS_TOKEN` is set.
+fn metrics_routes(config: &Config) -> axum::Router<Tools> {
+    let metrics_tokens = AccessTokens::from_secrets(config.server.metrics_token.iter());
+    axum::Router::new()
+        .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics_tokens,
+            auth::require_token,
+        ))
+}
+
+/// The protected-resource metadata, at its path and at the root's.
+fn metadata_routes(gate: Gate) -> axum::Router<Tools> {
+    axum::Router::new()
+        .route(gate::RESOURCE_METADATA_PATH, get(gate::resource_metadata))
+        .route(
+            gate::RESOURCE_METADATA_ROOT_PATH,
+            get(gate::resource_metadata),
+        )
+        .with_state(gate)
+}
+
 /// Serves HTTP on `listener` until `shutdown` fires, then waits for the sandbox's cleanup.
 pub async fn serve_http(
     tools: Tools,
@@ -393,8 +434,42 @@ pub async fn serve_http(
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    let gate = open_gate(&tools, config, listener.local_addr()?)?;
+    let killer = spawn_killer(&tools, config.server.shutdown_grace, &shutdown);
+    let reaper = config
+        .server
+        .reap_interval
+        .map(|every| spawn_reaper(&tools, every, &shutdown));
+    let app = router(tools.clone(), config, gate, tools.stopping().clone())
+        .layer(axum::Extension(requests::Draining(shutdown.clone())));
+    // The drain: after SIGTERM the listener stays open (readiness says 503, a new tool call is
+    // refused with 503, everything else is served) until the last call has ended, or the
+    // grace ran out and `killer` stopped the rest.
+    let drained = {
+        let (shutdown, tools) = (shutdown.clone(), tools.clone());
+        async move {
+            shutdown.cancelled().await;
+            tools.calls_finished().await;
+        }
+    };
+    let result = connections::serve(listener, app, connection_bounds(config), drained).await;
+    killer.abort();
+    if let Some(reaper) = reaper {
+        reaper.abort();
+    }
+    drain(&tools).await;
+    result
+}
+
+/// The gate of `/mcp` and uploads, from the access tokens and the OAuth issuers; refuses to
+/// serve `address` beyond loopback without a credential, and warns about what is left open.
+fn open_gate(
+    tools: &Tools,
+    config: &Config,
+    address: std::net::SocketAddr,
+) -> std::io::Result<Gate> {
     let tokens = AccessTokens::load(&config.server).map_err(std::io::Error::other)?;
-    gate::require_credential_beyond_loopback(listener.local_addr()?, &tokens, config)
+    gate::require_credential_beyond_loopback(address, &tokens, config)
         .map_err(std::io::Error::other)?;
     let open = !tokens.enabled() && config.identity.oauth.is_none();
     let gate = Gate::new(tokens, config, tools.storage().openwebui().cloned())
@@ -416,45 +491,66 @@ pub async fn serve_http(
         tokio::spawn(async move { oauth.warm_up().await });
     }
     if open {
-        tracing::warn!(
-            "no FILE_AGENT_ACCESS_TOKENS and no FILE_AGENT_OAUTH_ISSUER: every program on this host can call the tools (the server listens on loopback only); set tokens or an issuer before listening beyond it"
-        );
-        if config.dynamic_tools == crate::config::DynamicTools::PerUser {
-            tracing::warn!(
-                "saved tools are per user, and without access tokens only Open WebUI's user headers name the user: set ENABLE_FORWARD_USER_INFO_HEADERS=true in Open WebUI (with FORWARD_USER_INFO_HEADER_JWT_SECRET, and FILE_AGENT_OPENWEBUI_USER_JWT_SECRET here), or FILE_AGENT_DYNAMIC_TOOLS=shared for a team that may share its tools; requests naming no user get no saved tools"
-            );
-        }
+        warn_open(config);
     }
-    // Two steps on SIGTERM: stop accepting and let running calls finish (axum's graceful
-    // shutdown); after the grace period, stop the calls, which kills their containers.
-    let grace = config.server.shutdown_grace;
-    let killer = {
-        let (shutdown, tools) = (shutdown.clone(), tools.clone());
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            tracing::info!(
-                grace_s = grace.as_secs(),
-                calls = tools.calls_running(),
-                "shutting down: running calls may finish (new tool calls get 503), then the server exits"
-            );
-            tokio::time::sleep(grace).await;
-            tracing::warn!("shutdown grace period over: stopping the calls still running");
-            tools.stopping().cancel();
-        })
-    };
-    let reaper = config.server.reap_interval.map(|every| {
-        let (sandbox, shutdown) = (tools.sandbox().clone(), shutdown.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(every) => reap_leftovers(&sandbox, false).await,
-                }
+    Ok(gate)
+}
+
+/// What a server without credentials leaves open: every local program may call, and per-user
+/// saved tools rest on Open WebUI's headers alone.
+fn warn_open(config: &Config) {
+    tracing::warn!(
+        "no FILE_AGENT_ACCESS_TOKENS and no FILE_AGENT_OAUTH_ISSUER: every program on this host can call the tools (the server listens on loopback only); set tokens or an issuer before listening beyond it"
+    );
+    if config.dynamic_tools == crate::config::DynamicTools::PerUser {
+        tracing::warn!(
+            "saved tools are per user, and without access tokens only Open WebUI's user headers name the user: set ENABLE_FORWARD_USER_INFO_HEADERS=true in Open WebUI (with FORWARD_USER_INFO_HEADER_JWT_SECRET, and FILE_AGENT_OPENWEBUI_USER_JWT_SECRET here), or FILE_AGENT_DYNAMIC_TOOLS=shared for a team that may share its tools; requests naming no user get no saved tools"
+        );
+    }
+}
+
+/// The second step of shutdown, on SIGTERM: stop accepting and let running calls finish
+/// (axum's graceful shutdown, the first step); after `grace`, stop the calls, which kills
+/// their containers.
+fn spawn_killer(
+    tools: &Tools,
+    grace: Duration,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let (shutdown, tools) = (shutdown.clone(), tools.clone());
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        tracing::info!(
+            grace_s = grace.as_secs(),
+            calls = tools.calls_running(),
+            "shutting down: running calls may finish (new tool calls get 503), then the server exits"
+        );
+        tokio::time::sleep(grace).await;
+        tracing::warn!("shutdown grace period over: stopping the calls still running");
+        tools.stopping().cancel();
+    })
+}
+
+/// Reaps leftovers `every` so often until `shutdown`.
+fn spawn_reaper(
+    tools: &Tools,
+    every: Duration,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let (sandbox, shutdown) = (tools.sandbox().clone(), shutdown.clone());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(every) => reap_leftovers(&sandbox, false).await,
             }
-        })
-    });
-    let app = router(tools.clone(), config, gate, tools.stopping().clone())
-        .layer(axum::Extension(requests::Draining(shutdown.clone())));
+        }
+    })
+}
+
+/// The accept loop's bounds: the timeouts, and the connection cap kept below the descriptor
+/// limit (raised first as far as allowed).
+fn connection_bounds(config: &Config) -> connections::Bounds {
     let descriptors = connections::raise_descriptor_limit();
     let bounds = connections::Bounds {
         header_timeout: config.server.header_timeout,
@@ -468,23 +564,7 @@ pub async fn serve_http(
             "FILE_AGENT_MAX_CONNECTIONS is lowered to stay below the descriptor limit (raise it with `ulimit -n` or LimitNOFILE=)"
         );
     }
-    // The drain: after SIGTERM the listener stays open (readiness says 503, a new tool call is
-    // refused with 503, everything else is served) until the last call has ended, or the
-    // grace ran out and `killer` stopped the rest.
-    let drained = {
-        let (shutdown, tools) = (shutdown.clone(), tools.clone());
-        async move {
-            shutdown.cancelled().await;
-            tools.calls_finished().await;
-        }
-    };
-    let result = connections::serve(listener, app, bounds, drained).await;
-    killer.abort();
-    if let Some(reaper) = reaper {
-        reaper.abort();
-    }
-    drain(&tools).await;
-    result
+    bounds
 }
 
 /// The last stage of every shutdown, whatever the transport: stop the calls still running
@@ -522,8 +602,20 @@ const ENGINE_DEFAULT_RUNTIME: &str = "default";
 
 /// `GET /metrics`: the Prometheus text format.
 async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::metrics().render(&gauges(&tools)),
+    )
+}
+
+/// The values `/metrics` reads at scrape time: the queue, the slots, the containers, the
+/// warm pool, the audit trail, the canary and the runtime.
+fn gauges(tools: &Tools) -> crate::metrics::Gauges {
     let admission = tools.admission();
-    let gauges = crate::metrics::Gauges {
+    crate::metrics::Gauges {
         queue_depth: admission.queue_depth(),
         slots_in_use: admission.running(),
         slots: admission.config().max_concurrent,
@@ -549,14 +641,7 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
             .runtime
             .clone()
             .unwrap_or_else(|| ENGINE_DEFAULT_RUNTIME.into()),
-    };
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        crate::metrics::metrics().render(&gauges),
-    )
+    }
 }
 
 /// How long `/health` answers from one probe of the engine: a flood of unauthenticated health
@@ -611,9 +696,63 @@ async fn health(
 ) -> impl IntoResponse {
     let draining = draining.is_some_and(|draining| draining.0.0.is_cancelled());
     let sandbox = tools.sandbox();
-    let image = sandbox.config().image.clone();
-    let configured = sandbox.config().runtime.clone();
-    let (docker, image_present, runtime) = match probe.diagnosis(&tools).await {
+    let (engine, image_present, runtime) = engine_health(&probe, &tools).await;
+    // A cluster pulls the image when a pod starts: nothing to check ahead.
+    let kubernetes = sandbox.backend() == "kubernetes";
+    let audit = audit_health(&tools);
+    let audit_refusing = audit.as_ref().is_some_and(|(refusing, _)| *refusing);
+    let canary = sandbox.network_canary();
+    let network_open = canary
+        .as_ref()
+        .is_some_and(|report| matches!(report.verdict, crate::sandbox::Verdict::Reached(_)));
+    let ready = engine["reachable"] == true
+        && (image_present || kubernetes)
+        && !draining
+        && !audit_refusing
+        && !network_open;
+    let mut body = json!({
+        "status": if draining { "draining" } else if ready { "ok" } else { "degraded" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "sandbox": {"backend": sandbox.backend(), "runtime": runtime},
+        "image": {"tag": sandbox.config().image, "present": if kubernetes { serde_json::Value::Null } else { image_present.into() }},
+        "storage": tools.storage().kind(),
+        "llm": {"configured": tools.llm().is_configured(), "model": tools.llm().model()},
+        "containers_running": sandbox.live_containers(),
+        "removals_pending": sandbox.pending_removals(),
+        "audit": audit.map(|(_, state)| state),
+        "warm_pool": sandbox.pool_stats().map(|pool| pool_json(&pool)),
+    });
+    body[if kubernetes { "kubernetes" } else { "docker" }] = engine;
+    if let Some(report) = canary {
+        body["network_canary"] = canary_json(&report);
+    }
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body))
+}
+
+/// The warm pool in `/health`.
+fn pool_json(pool: &crate::sandbox::PoolStats) -> serde_json::Value {
+    json!({
+        "target": pool.target,
+        "ready": pool.ready,
+        "starting": pool.starting,
+        "takes": pool.takes,
+        "misses": pool.misses,
+    })
+}
+
+/// The engine (or cluster) as `/health` shows it, whether the image is there, and the runtime
+/// attempts get (the configured one, else the engine's default).
+async fn engine_health(
+    probe: &HealthProbe,
+    tools: &Tools,
+) -> (serde_json::Value, bool, Option<String>) {
+    let configured = tools.sandbox().config().runtime.clone();
+    match probe.diagnosis(tools).await {
         Ok(diagnosis) => (
             json!({"reachable": true, "version": diagnosis.engine_version, "api": diagnosis.api_version}),
             diagnosis.image.is_some(),
@@ -624,67 +763,26 @@ async fn health(
             false,
             configured,
         ),
-    };
-    // A cluster pulls the image when a pod starts: nothing to check ahead.
-    let kubernetes = sandbox.backend() == "kubernetes";
-    // Probed on each check: a trail that works again must make the server ready again
-    // without waiting for a call that a not-ready server would not get.
-    let audit = tools
-        .audit_log()
-        .zip(tools.audit_probe())
-        .map(|(audit, probed)| {
-            let state = audit.availability();
-            let refusing = probed.is_err() && audit.on_failure() == AuditOnFailure::Refuse;
-            (
-                refusing,
-                json!({
-                    "writable": probed.is_ok(),
-                    "on_failure": audit.on_failure().as_str(),
-                    "since": state.since,
-                    "error": probed.err().map(|error| error.to_string()),
-                    "refused_calls": state.refused_calls,
-                }),
-            )
-        });
-    let audit_refusing = audit.as_ref().is_some_and(|(refusing, _)| *refusing);
-    let canary = sandbox.network_canary();
-    let network_open = canary
-        .as_ref()
-        .is_some_and(|report| matches!(report.verdict, crate::sandbox::Verdict::Reached(_)));
-    let ready = docker["reachable"] == true
-        && (image_present || kubernetes)
-        && !draining
-        && !audit_refusing
-        && !network_open;
-    let body = json!({
-        "status": if draining { "draining" } else if ready { "ok" } else { "degraded" },
-        "version": env!("CARGO_PKG_VERSION"),
-        "sandbox": {"backend": sandbox.backend(), "runtime": runtime},
-        "image": {"tag": image, "present": if kubernetes { serde_json::Value::Null } else { image_present.into() }},
-        "storage": tools.storage().kind(),
-        "llm": {"configured": tools.llm().is_configured(), "model": tools.llm().model()},
-        "containers_running": sandbox.live_containers(),
-        "removals_pending": sandbox.pending_removals(),
-        "audit": audit.map(|(_, state)| state),
-        "warm_pool": sandbox.pool_stats().map(|pool| json!({
-            "target": pool.target,
-            "ready": pool.ready,
-            "starting": pool.starting,
-            "takes": pool.takes,
-            "misses": pool.misses,
-        })),
-    });
-    let mut body = body;
-    body[if kubernetes { "kubernetes" } else { "docker" }] = docker;
-    if let Some(report) = canary {
-        body["network_canary"] = canary_json(&report);
     }
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, Json(body))
+}
+
+/// The audit trail in `/health`, probed now (a trail that works again must make the server
+/// ready again without waiting for a call that a not-ready server would not get), and whether
+/// it makes the server refuse calls; `None` when the trail is off.
+fn audit_health(tools: &Tools) -> Option<(bool, serde_json::Value)> {
+    let (audit, probed) = tools.audit_log().zip(tools.audit_probe())?;
+    let state = audit.availability();
+    let refusing = probed.is_err() && audit.on_failure() == AuditOnFailure::Refuse;
+    Some((
+        refusing,
+        json!({
+            "writable": probed.is_ok(),
+            "on_failure": audit.on_failure().as_str(),
+            "since": state.since,
+            "error": probed.err().map(|error| error.to_string()),
+            "refused_calls": state.refused_calls,
+        }),
+    ))
 }
 
 /// The network canary in `/health`: its verdict, when, what it tries and what it reached.

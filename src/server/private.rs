@@ -128,35 +128,40 @@ fn check_one(
             setting,
         });
     }
-    let checked = |mode, verdict: &str| {
-        Some(Checked {
-            path: path.to_path_buf(),
-            mode,
-            verdict: verdict.to_string(),
-        })
+    let (mode, verdict) = if mode & 0o007 == 0 {
+        (mode, "private".to_string())
+    } else {
+        readable_by_others(path, mode, metadata.uid() == me, tighten)
     };
-    if mode & 0o007 == 0 {
-        return Ok(checked(mode, "private"));
-    }
-    if metadata.uid() != me {
-        return Ok(checked(
+    Ok(Some(Checked {
+        path: path.to_path_buf(),
+        mode,
+        verdict,
+    }))
+}
+
+/// A path other users can read: tightened when it is `ours` and `tighten` says so, else left
+/// as it is; its mode now, and the verdict in words.
+fn readable_by_others(path: &Path, mode: u32, ours: bool, tighten: bool) -> (u32, String) {
+    if !ours {
+        return (
             mode,
-            "readable by other users and owned by another, so left as it is; what file-agent creates inside is private",
-        ));
+            "readable by other users and owned by another, so left as it is; what file-agent creates inside is private".into(),
+        );
+    }
+    if !tighten {
+        return (
+            mode,
+            "readable by other users: serve will tighten it".into(),
+        );
     }
     let tightened = mode & !0o007;
-    if !tighten {
-        return Ok(checked(
-            mode,
-            "readable by other users: serve will tighten it",
-        ));
-    }
     match std::fs::set_permissions(path, std::fs::Permissions::from_mode(tightened)) {
-        Ok(()) => Ok(checked(tightened, "tightened: other users could read it")),
-        Err(error) => Ok(checked(
+        Ok(()) => (tightened, "tightened: other users could read it".into()),
+        Err(error) => (
             mode,
-            &format!("readable by other users, and could not be tightened ({error})"),
-        )),
+            format!("readable by other users, and could not be tightened ({error})"),
+        ),
     }
 }
 

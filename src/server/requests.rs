@@ -98,12 +98,33 @@ pub async fn check_jsonrpc(request: Request, next: Next) -> Response {
         return json_errors(next.run(request).await, Value::Null).await;
     }
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, super::MAX_MCP_BODY_BYTES).await {
+    let bytes = match read_body(body).await {
         Ok(bytes) => bytes,
-        Err(error) => {
+        Err(refusal) => return refusal,
+    };
+    let id = match check(&bytes) {
+        Ok(id) => id,
+        Err(refusal) => return refusal,
+    };
+    if draining && method_of(&bytes).as_deref() == Some("tools/call") {
+        return shutting_down(id);
+    }
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    json_errors(response, id).await
+}
+
+/// The whole body, up to [`super::MAX_MCP_BODY_BYTES`]; a JSON-RPC error (413 past it, 400
+/// when it cannot be read) otherwise.
+#[allow(clippy::result_large_err)]
+async fn read_body(body: Body) -> Result<axum::body::Bytes, Response> {
+    axum::body::to_bytes(body, super::MAX_MCP_BODY_BYTES)
+        .await
+        .map_err(|error| {
             let too_large = std::error::Error::source(&error)
                 .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-            return if too_large {
+            if too_large {
                 jsonrpc_error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     Value::Null,
@@ -120,35 +141,57 @@ pub async fn check_jsonrpc(request: Request, next: Next) -> Response {
                     INVALID_REQUEST,
                     &format!("the request body could not be read: {error}"),
                 )
-            };
-        }
-    };
-    let id = match check(&bytes) {
-        Ok(id) => id,
-        Err(refusal) => return refusal,
-    };
-    if draining && method_of(&bytes).as_deref() == Some("tools/call") {
-        let mut response = jsonrpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            id,
-            SHUTTING_DOWN,
-            "file-agent is shutting down and started nothing of this call; send it again (another replica, or this one once restarted, will answer)",
-        );
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-        return response;
-    }
-    let response = next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await;
-    json_errors(response, id).await
+            }
+        })
+}
+
+/// 503 with `Retry-After` to a tool call that comes while the server drains: nothing of it
+/// started, so the client may send it again.
+fn shutting_down(id: Value) -> Response {
+    let mut response = jsonrpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        id,
+        SHUTTING_DOWN,
+        "file-agent is shutting down and started nothing of this call; send it again (another replica, or this one once restarted, will answer)",
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
 }
 
 /// The message's id (null for a notification or a response) when `body` is one well-formed
 /// JSON-RPC message; else `Err` with the answer.
 #[allow(clippy::result_large_err)]
 fn check(body: &[u8]) -> Result<Value, Response> {
+    let object = one_object(body)?;
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid_request("the message lacks \"jsonrpc\": \"2.0\""));
+    }
+    let id = object.get("id").cloned().unwrap_or(Value::Null);
+    if !matches!(id, Value::Null | Value::String(_) | Value::Number(_)) {
+        return Err(invalid_request("\"id\" must be a string or a number"));
+    }
+    let Some(method) = object.get("method") else {
+        // A response to a server's request (it has a result or an error).
+        return if object.contains_key("result") || object.contains_key("error") {
+            Ok(Value::Null)
+        } else {
+            Err(invalid_request(
+                "the message has no \"method\": a request needs one (e.g. \"tools/call\")",
+            ))
+        };
+    };
+    let Some(method) = method.as_str() else {
+        return Err(invalid_request("\"method\" must be a string"));
+    };
+    check_params(&object, method, &id)?;
+    Ok(id)
+}
+
+/// `body` as one JSON object: not something else, not a batch.
+#[allow(clippy::result_large_err)]
+fn one_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Response> {
     let message: Value = serde_json::from_slice(body).map_err(|error| {
         jsonrpc_error(
             StatusCode::BAD_REQUEST,
@@ -157,41 +200,36 @@ fn check(body: &[u8]) -> Result<Value, Response> {
             &format!("the body is not JSON ({error}); send one JSON-RPC 2.0 message"),
         )
     })?;
-    let invalid = |message: &str| {
-        jsonrpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            INVALID_REQUEST,
-            message,
-        )
-    };
-    let Some(object) = message.as_object() else {
-        return Err(invalid(if message.is_array() {
-            "JSON-RPC batches are not supported (MCP sends one message per request)"
-        } else {
-            "the body is not a JSON-RPC message: send an object with \"jsonrpc\": \"2.0\" and a \"method\""
-        }));
-    };
-    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(invalid("the message lacks \"jsonrpc\": \"2.0\""));
+    match message {
+        Value::Object(object) => Ok(object),
+        Value::Array(_) => Err(invalid_request(
+            "JSON-RPC batches are not supported (MCP sends one message per request)",
+        )),
+        _ => Err(invalid_request(
+            "the body is not a JSON-RPC message: send an object with \"jsonrpc\": \"2.0\" and a \"method\"",
+        )),
     }
-    let id = object.get("id").cloned().unwrap_or(Value::Null);
-    if !matches!(id, Value::Null | Value::String(_) | Value::Number(_)) {
-        return Err(invalid("\"id\" must be a string or a number"));
-    }
-    let Some(method) = object.get("method") else {
-        // A response to a server's request (it has a result or an error).
-        return if object.contains_key("result") || object.contains_key("error") {
-            Ok(Value::Null)
-        } else {
-            Err(invalid(
-                "the message has no \"method\": a request needs one (e.g. \"tools/call\")",
-            ))
-        };
-    };
-    let Some(method) = method.as_str() else {
-        return Err(invalid("\"method\" must be a string"));
-    };
+}
+
+/// 400 with `INVALID_REQUEST`, `message` saying why the body is no valid JSON-RPC message.
+fn invalid_request(message: &str) -> Response {
+    jsonrpc_error(
+        StatusCode::BAD_REQUEST,
+        Value::Null,
+        INVALID_REQUEST,
+        message,
+    )
+}
+
+/// The params of a request with `method`: an object when present, and for `tools/call` a
+/// tool name and an object of arguments; an `INVALID_PARAMS` error naming what is wrong
+/// otherwise.
+#[allow(clippy::result_large_err)]
+fn check_params(
+    object: &serde_json::Map<String, Value>,
+    method: &str,
+    id: &Value,
+) -> Result<(), Response> {
     let invalid_params =
         |message: &str| jsonrpc_error(StatusCode::OK, id.clone(), INVALID_PARAMS, message);
     let params = match object.get("params") {
@@ -219,7 +257,7 @@ fn check(body: &[u8]) -> Result<Value, Response> {
             ));
         }
     }
-    Ok(id)
+    Ok(())
 }
 
 /// The `method` of a message that [`check`] passed.

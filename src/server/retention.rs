@@ -83,16 +83,21 @@ pub fn prune_once<R: Runner>(
         "retention: deleted what had aged out"
     );
     if let Some(log) = tools.audit_log() {
-        let record = Record {
-            time: crate::time::rfc3339_now(),
-            author: "file-agent".into(),
-            status: RETENTION_STATUS.into(),
-            pruned: Some(pruned.clone()),
-            ..Record::default()
-        };
-        if let Err(error) = log.append(record) {
-            tracing::error!(%error, "could not write the audit trail");
-        }
+        record(log, &pruned);
     }
     Some(pruned)
+}
+
+/// The `retention` line: what a pruning deleted, in the audit trail.
+fn record(log: &crate::audit::AuditLog, pruned: &Pruned) {
+    let record = Record {
+        time: crate::time::rfc3339_now(),
+        author: "file-agent".into(),
+        status: RETENTION_STATUS.into(),
+        pruned: Some(pruned.clone()),
+        ..Record::default()
+    };
+    if let Err(error) = log.append(record) {
+        tracing::error!(%error, "could not write the audit trail");
+    }
 }
