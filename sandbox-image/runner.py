@@ -126,6 +126,8 @@ FRAME_STDERR = b"e"
 FRAME_EXIT = b"x"
 FRAME_ARCHIVE = b"a"
 FRAME_END = b"z"
+# The most frames the runner gathers before writing them, once the script has ended.
+BATCH_MAX_BYTES = 1 << 20
 # Bytes of HMAC-SHA256 that close every frame.
 MAC_BYTES = 16
 # What the payload cipher's SHAKE256 starts with, before the key and the sequence number.
@@ -593,6 +595,24 @@ class _Frames:
         self.cap = cap
         self.kept = {FRAME_STDOUT: 0, FRAME_STDERR: 0}
         self.dropped = {FRAME_STDOUT: 0, FRAME_STDERR: 0}
+        # Once the script has ended, frames are gathered here and written together (see
+        # ``gather``); None while they go out one by one.
+        self.batch = None
+
+    def gather(self):
+        """From now on, frames are written together, up to ``BATCH_MAX_BYTES`` at a time and at
+        the end frame: the result crosses the container's stdout (and gVisor, and Docker's
+        attach stream) in one write instead of one per frame."""
+        self.batch = bytearray()
+
+    def _out(self, kind, framed):
+        if self.batch is None:
+            _write_all(1, framed)
+            return
+        self.batch += framed
+        if kind == FRAME_END or len(self.batch) >= BATCH_MAX_BYTES:
+            _write_all(1, bytes(self.batch))
+            self.batch.clear()
 
     def write(self, kind, payload=b""):
         """Writes ``payload`` as frames of ``kind`` (one, empty, when there is nothing)."""
@@ -604,7 +624,7 @@ class _Frames:
             mac.update(self.sequence.to_bytes(8, "big"))
             mac.update(head)
             mac.update(chunk)
-            _write_all(1, head + chunk + mac.digest()[:MAC_BYTES])
+            self._out(kind, head + chunk + mac.digest()[:MAC_BYTES])
             self.sequence += 1
             start += FRAME_MAX_BYTES
             if start >= len(payload):
@@ -1088,6 +1108,7 @@ def _attempt(worker, frames, script, request):
     worker.stop_everything()
     if ended == "server gone":
         return EXIT_SERVER_GONE
+    frames.gather()
     worker.drain(frames)
     if ended == "deadline":
         frames.say("the script ran past its deadline and was stopped by the runner")
