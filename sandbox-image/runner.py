@@ -277,6 +277,11 @@ def _prime_pyplot():
     axes.set_title("warm-up")
     figure.savefig(io.BytesIO(), format="png")
     plt.close("all")
+    # The text drawn opened a font file, which matplotlib's font cache keeps open: emptied, so
+    # that the script finds no descriptor it did not open itself.
+    from matplotlib import font_manager
+
+    font_manager._get_font.cache_clear()
 
 
 def _prime_pdf():
