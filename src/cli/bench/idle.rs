@@ -80,7 +80,10 @@ async fn pool_container(instance: &str) -> anyhow::Result<String> {
         .collect();
     match ids.as_slice() {
         [id] => Ok(id.clone()),
-        _ => bail!("expected one warm container of {instance}, found {}", ids.len()),
+        _ => bail!(
+            "expected one warm container of {instance}, found {}",
+            ids.len()
+        ),
     }
 }
 

@@ -22,7 +22,10 @@ pub(super) fn print(measured: &Measured, args: BenchArgs) {
     rounds(&samples.rounds);
     if let Some(idle) = measured.idle {
         println!("\nthe warm pool");
-        println!("{:<38}{:>10.1}", "a warm container when READY (MiB)", idle.ready_mib);
+        println!(
+            "{:<38}{:>10.1}",
+            "a warm container when READY (MiB)", idle.ready_mib
+        );
         println!(
             "{:<38}{:>10.1}",
             "and once idle priming is done (MiB)", idle.primed_mib
