@@ -109,7 +109,7 @@ enum Command {
 
 #[derive(Debug, Args, Default)]
 struct ServeArgs {
-    /// Address and port to listen on (default: FILE_AGENT_LISTEN, else 0.0.0.0:8000).
+    /// Address and port to listen on (default: FILE_AGENT_LISTEN, else 127.0.0.1:8000).
     #[arg(long, value_name = "ADDR:PORT", conflicts_with = "stdio")]
     listen: Option<std::net::SocketAddr>,
     /// Speak MCP on stdin/stdout instead of HTTP (for clients that start servers as a
