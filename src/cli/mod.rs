@@ -401,29 +401,43 @@ impl LogFormat {
     }
 
     fn init(self, default_filter: &str) {
-        let mut filter = tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+
+        let filter = tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
         // rmcp logs each request's arguments at debug (a presigned URL's signature, code):
-        // never below info, whatever FILE_AGENT_LOG asks.
-        if let Ok(directive) = "rmcp=info".parse() {
-            filter = filter.add_directive(directive);
-        }
-        let builder = tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_env_filter(filter);
+        // never below info, whatever FILE_AGENT_LOG asks. A cap, not a level of its own: rmcp's
+        // info lines show only where the filter asks for them.
+        let rmcp_capped = tracing_subscriber::filter::filter_fn(|meta| {
+            !(meta.target().starts_with("rmcp") && *meta.level() > tracing::Level::INFO)
+        });
+        let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+        let registry = tracing_subscriber::registry();
         match self {
             // Colour codes only for a person at a terminal: in a file, a pipe, `docker logs`
             // or journald they are noise. Every field value and message is one escaped line
             // (`text::one_line`): a script's stderr, a model's reply or a request's text
             // cannot start a forged record or send escape sequences to a terminal.
-            Self::Text => builder
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .fmt_fields(escaped_fields())
+            Self::Text => registry
+                .with(
+                    layer
+                        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                        .fmt_fields(escaped_fields())
+                        .with_filter(filter)
+                        .with_filter(rmcp_capped),
+                )
                 .init(),
-            Self::Json => builder
-                .json()
-                .with_ansi(false)
-                .with_current_span(true)
+            Self::Json => registry
+                .with(
+                    layer
+                        .json()
+                        .with_ansi(false)
+                        .with_current_span(true)
+                        .with_filter(filter)
+                        .with_filter(rmcp_capped),
+                )
                 .init(),
         }
     }
