@@ -135,28 +135,27 @@ impl Cluster {
                 detail: format!("{modes}, {capacity}, {class}"),
             });
         }
-        let events = Api::<Event>::namespaced(self.client.clone(), &namespace)
+        let (why, waits_for_consumer) = self.why_unbound(&namespace, &name).await;
+        Ok(ClaimCheck::Unbound {
+            claim,
+            phase,
+            detail: format!("{modes}, {class}"),
+            why,
+            waits_for_consumer,
+        })
+    }
+
+    /// Why claim `name` is not Bound, from the latest event about it, and whether that event
+    /// says it only waits for a pod to use it; or why the events could not be read.
+    async fn why_unbound(&self, namespace: &str, name: &str) -> (Option<String>, bool) {
+        let events = Api::<Event>::namespaced(self.client.clone(), namespace)
             .list(&ListParams::default().fields(&format!(
                 "involvedObject.kind=PersistentVolumeClaim,involvedObject.name={name}"
             )))
             .await;
-        let (why, waits_for_consumer) = match events {
+        match events {
             Ok(list) => {
-                let latest = list.items.into_iter().max_by_key(|event| {
-                    event
-                        .last_timestamp
-                        .as_ref()
-                        .map(|t| t.0.to_string())
-                        .or_else(|| event.event_time.as_ref().map(|t| t.0.to_string()))
-                        .or_else(|| {
-                            event
-                                .metadata
-                                .creation_timestamp
-                                .as_ref()
-                                .map(|t| t.0.to_string())
-                        })
-                        .unwrap_or_default()
-                });
+                let latest = list.items.into_iter().max_by_key(event_time);
                 let waits = latest
                     .as_ref()
                     .is_some_and(|e| e.reason.as_deref() == Some("WaitForFirstConsumer"));
@@ -177,13 +176,24 @@ impl Cluster {
                 Some(format!("its events could not be read: {error}")),
                 false,
             ),
-        };
-        Ok(ClaimCheck::Unbound {
-            claim,
-            phase,
-            detail: format!("{modes}, {class}"),
-            why,
-            waits_for_consumer,
-        })
+        }
     }
+}
+
+/// When an event happened, as text that sorts by time: its last timestamp, else its event
+/// time, else when it was created.
+fn event_time(event: &Event) -> String {
+    event
+        .last_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .or_else(|| event.event_time.as_ref().map(|t| t.0.to_string()))
+        .or_else(|| {
+            event
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+        })
+        .unwrap_or_default()
 }
