@@ -619,37 +619,9 @@ impl<R: Runner> Tools<R> {
                     super::catalog::SAVED_TOOL_PREFIX
                 ))
             })?;
-        let arguments = match arguments {
-            Value::Null => Value::Object(Map::new()),
-            other => other,
-        };
-        if serde_json::to_vec(&arguments).map_or(0, |json| json.len()) > MAX_ARGUMENTS_BYTES {
-            return Err(ToolError::InvalidArgument(format!(
-                "the arguments are larger than {} KiB; pass less, or a file",
-                MAX_ARGUMENTS_BYTES / 1024
-            )));
-        }
-        let validator = self.validator_of(&tool, cancel).await?;
-        if let Err(error) = schema::check_arguments(&validator, &arguments) {
-            self.audit_event(
-                Author::Caller,
-                ToolMark::new(
-                    "refused call",
-                    &tool.name,
-                    &tool.version,
-                    Some(tool.owner.clone()),
-                ),
-            );
-            return Err(ToolError::InvalidArgument(format!(
-                "the arguments of {}{name} do not fit its schema: {error}",
-                super::catalog::SAVED_TOOL_PREFIX
-            )));
-        }
-        let Value::Object(arguments) = arguments else {
-            return Err(ToolError::InvalidArgument(
-                "the arguments must be a JSON object".into(),
-            ));
-        };
+        let arguments = self
+            .checked_arguments(&tool, name, arguments, cancel)
+            .await?;
         self.require_credential(caller).await?;
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
@@ -679,16 +651,72 @@ impl<R: Runner> Tools<R> {
                 (result, outcome)
             }
         };
+        let text = self.call_answer(&result, &outcome, caller).await?;
+        Ok(ToolOutput { text, attempts: 1 })
+    }
+
+    /// The answer to a call: the tool's JSON result (its tail, when long), and links to the
+    /// files it wrote, stored for the caller.
+    async fn call_answer(
+        &self,
+        result: &Value,
+        outcome: &Outcome,
+        caller: &Caller,
+    ) -> Result<String, ToolError> {
         let mut text = tail(
-            &serde_json::to_string_pretty(&result).unwrap_or_default(),
+            &serde_json::to_string_pretty(result).unwrap_or_default(),
             RESULT_CHARS,
         );
         if !outcome.outputs.is_empty() {
-            let links = self.store_outputs(&outcome, caller).await?;
+            let links = self.store_outputs(outcome, caller).await?;
             text.push_str("\n\nFiles:\n");
             text.push_str(&links.join("\n"));
         }
-        Ok(ToolOutput { text, attempts: 1 })
+        Ok(text)
+    }
+
+    /// The arguments of a call of `tool` (called `name`), as the JSON object its script gets:
+    /// none is an empty object; too large, not fitting the schema (a refusal the audit trail
+    /// records) or not an object, they are refused.
+    async fn checked_arguments(
+        &self,
+        tool: &SavedTool,
+        name: &str,
+        arguments: Value,
+        cancel: &CancellationToken,
+    ) -> Result<Map<String, Value>, ToolError> {
+        let arguments = match arguments {
+            Value::Null => Value::Object(Map::new()),
+            other => other,
+        };
+        if serde_json::to_vec(&arguments).map_or(0, |json| json.len()) > MAX_ARGUMENTS_BYTES {
+            return Err(ToolError::InvalidArgument(format!(
+                "the arguments are larger than {} KiB; pass less, or a file",
+                MAX_ARGUMENTS_BYTES / 1024
+            )));
+        }
+        let validator = self.validator_of(tool, cancel).await?;
+        if let Err(error) = schema::check_arguments(&validator, &arguments) {
+            self.audit_event(
+                Author::Caller,
+                ToolMark::new(
+                    "refused call",
+                    &tool.name,
+                    &tool.version,
+                    Some(tool.owner.clone()),
+                ),
+            );
+            return Err(ToolError::InvalidArgument(format!(
+                "the arguments of {}{name} do not fit its schema: {error}",
+                super::catalog::SAVED_TOOL_PREFIX
+            )));
+        }
+        let Value::Object(arguments) = arguments else {
+            return Err(ToolError::InvalidArgument(
+                "the arguments must be a JSON object".into(),
+            ));
+        };
+        Ok(arguments)
     }
 }
 
