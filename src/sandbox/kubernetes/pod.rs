@@ -99,13 +99,7 @@ pub fn pod_spec(
     kind: Kind,
 ) -> Pod {
     Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(namespace.to_string()),
-            labels: Some(labels(instance, kind)),
-            owner_references: owner.map(|owner| vec![owner_reference(owner)]),
-            ..Default::default()
-        },
+        metadata: metadata(namespace, name, instance, owner, kind),
         spec: Some(PodSpec {
             restart_policy: Some("Never".to_string()),
             active_deadline_seconds: Some(deadline(config, kind).as_secs() as i64),
@@ -151,6 +145,23 @@ fn volumes(config: &SandboxConfig, kind: Kind) -> Vec<Volume> {
             policy::work_bytes(config, kind).saturating_add(config.limits.output_max_bytes),
         ),
     ]
+}
+
+/// The pod's name and namespace, its labels, and its owner reference.
+fn metadata(
+    namespace: &str,
+    name: &str,
+    instance: &str,
+    owner: Option<&Owner>,
+    kind: Kind,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        labels: Some(labels(instance, kind)),
+        owner_references: owner.map(|owner| vec![owner_reference(owner)]),
+        ..Default::default()
+    }
 }
 
 /// The managed and instance labels, and the warm label on a warm pod.

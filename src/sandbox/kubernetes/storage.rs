@@ -116,30 +116,15 @@ impl Cluster {
             }
             Err(error) => return Err(api_error("reading the data folder's claim", error)),
         };
-        let spec = found.spec.clone().unwrap_or_default();
-        let status = found.status.clone().unwrap_or_default();
-        let modes = spec.access_modes.unwrap_or_default().join(", ");
-        let class = spec
-            .storage_class_name
-            .map_or("the default class".to_string(), |class| {
-                format!("class {class}")
-            });
-        let phase = status.phase.unwrap_or_else(|| "Pending".into());
-        if phase == "Bound" {
-            let capacity = status
-                .capacity
-                .and_then(|capacity| capacity.get("storage").map(|q| q.0.clone()))
-                .unwrap_or_default();
-            return Ok(ClaimCheck::Bound {
-                claim,
-                detail: format!("{modes}, {capacity}, {class}"),
-            });
-        }
+        let (phase, detail) = match claim_state(&found) {
+            ClaimState::Bound(detail) => return Ok(ClaimCheck::Bound { claim, detail }),
+            ClaimState::Unbound { phase, detail } => (phase, detail),
+        };
         let (why, waits_for_consumer) = self.why_unbound(&namespace, &name).await;
         Ok(ClaimCheck::Unbound {
             claim,
             phase,
-            detail: format!("{modes}, {class}"),
+            detail,
             why,
             waits_for_consumer,
         })
@@ -177,6 +162,39 @@ impl Cluster {
                 false,
             ),
         }
+    }
+}
+
+/// A claim's phase, in words.
+enum ClaimState {
+    /// Bound: its access modes, capacity and class.
+    Bound(String),
+    /// Not bound: its phase (`Pending` when it has none), its access modes and class.
+    Unbound { phase: String, detail: String },
+}
+
+/// What a claim's spec and status say: its phase, access modes, class and, once Bound, its
+/// capacity.
+fn claim_state(found: &PersistentVolumeClaim) -> ClaimState {
+    let spec = found.spec.clone().unwrap_or_default();
+    let status = found.status.clone().unwrap_or_default();
+    let modes = spec.access_modes.unwrap_or_default().join(", ");
+    let class = spec
+        .storage_class_name
+        .map_or("the default class".to_string(), |class| {
+            format!("class {class}")
+        });
+    let phase = status.phase.unwrap_or_else(|| "Pending".into());
+    if phase == "Bound" {
+        let capacity = status
+            .capacity
+            .and_then(|capacity| capacity.get("storage").map(|q| q.0.clone()))
+            .unwrap_or_default();
+        return ClaimState::Bound(format!("{modes}, {capacity}, {class}"));
+    }
+    ClaimState::Unbound {
+        phase,
+        detail: format!("{modes}, {class}"),
     }
 }
 
