@@ -54,11 +54,7 @@ impl<R: Runner> Tools<R> {
             let left = config.max_wait.saturating_sub(started.elapsed());
             if left.is_zero() {
                 self.llm.cancel_research(&run.id).await;
-                return Err(ToolError::Research(format!(
-                    "the research did not finish within {} s (status: {}) and was cancelled; narrow the question, or raise FILE_AGENT_RESEARCH_TIMEOUT",
-                    config.max_wait.as_secs(),
-                    run.status.as_str()
-                )));
+                return Err(self.timed_out(&run));
             }
             tokio::select! {
                 () = cancel.cancelled() => {
@@ -91,6 +87,15 @@ impl<R: Runner> Tools<R> {
             }
         }
         Ok(run)
+    }
+
+    /// The error for a run that did not finish within `FILE_AGENT_RESEARCH_TIMEOUT`.
+    fn timed_out(&self, run: &ResearchRun) -> ToolError {
+        ToolError::Research(format!(
+            "the research did not finish within {} s (status: {}) and was cancelled; narrow the question, or raise FILE_AGENT_RESEARCH_TIMEOUT",
+            self.research.max_wait.as_secs(),
+            run.status.as_str()
+        ))
     }
 
     /// Announces the run's status and how much of the wait has passed.

@@ -516,13 +516,14 @@ impl Meter<'_> {
     }
 }
 
+/// Takes each inflated chunk with the compressed bytes consumed so far (the caps are counted
+/// there).
+type Emit<'a> = dyn FnMut(&[u8], u64) -> Result<(), ZipError> + 'a;
+
 /// A stored entry's `data`, in chunks of [`INFLATE_BUFFER_BYTES`], to `emit`. Stored data never
 /// exceeds a ratio of 1: the compressed bytes consumed once a chunk is read are the bytes up to
 /// its end.
-fn unstore(
-    data: &[u8],
-    emit: &mut dyn FnMut(&[u8], u64) -> Result<(), ZipError>,
-) -> Result<(), ZipError> {
+fn unstore(data: &[u8], emit: &mut Emit<'_>) -> Result<(), ZipError> {
     let mut consumed: u64 = 0;
     for chunk in data.chunks(INFLATE_BUFFER_BYTES) {
         consumed += chunk.len() as u64;
@@ -534,11 +535,7 @@ fn unstore(
 /// Inflates a deflated entry's `data` through a buffer of [`INFLATE_BUFFER_BYTES`], each chunk
 /// to `emit` with the compressed bytes consumed so far; a stream that stops giving or taking
 /// bytes before its end is cut short.
-fn inflate_deflated(
-    data: &[u8],
-    name: &str,
-    emit: &mut dyn FnMut(&[u8], u64) -> Result<(), ZipError>,
-) -> Result<(), ZipError> {
+fn inflate_deflated(data: &[u8], name: &str, emit: &mut Emit<'_>) -> Result<(), ZipError> {
     let mut inflater = Decompress::new(false);
     let mut buffer = vec![0u8; INFLATE_BUFFER_BYTES];
     loop {
