@@ -261,17 +261,7 @@ impl OAuth {
             return Err(OAuthRefusal::TooLarge);
         }
         let header = super::unverified_header(token).ok_or(OAuthRefusal::Malformed)?;
-        let algorithm = match header.alg.as_str() {
-            "RS256" => Algorithm::RS256,
-            "PS256" => Algorithm::PS256,
-            "ES256" => Algorithm::ES256,
-            "EdDSA" => Algorithm::EdDSA,
-            other => {
-                return Err(OAuthRefusal::Algorithm {
-                    alg: other.chars().take(20).collect(),
-                });
-            }
-        };
+        let algorithm = algorithm(&header.alg)?;
         let claims =
             super::unverified_claims(token, MAX_TOKEN_BYTES).ok_or(OAuthRefusal::Malformed)?;
         let claimed = claims
@@ -286,42 +276,58 @@ impl OAuth {
                 issuer: claimed.chars().take(100).collect(),
             })?;
         let candidates = self.keys_for(issuer, &header).await?;
-        let mut validation = Validation::new(algorithm);
-        validation.set_issuer(&[&issuer.url]);
-        validation.set_audience(&[&self.audience]);
-        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-        validation.leeway = SKEW_SECS;
-        validation.validate_nbf = true;
+        let validation = self.validation(algorithm, &issuer.url);
         let mut refusal = OAuthRefusal::Signature;
         for key in &candidates {
             match jsonwebtoken::decode::<Map<String, Value>>(token, key, &validation) {
                 Ok(data) => return self.accepted(&issuer.url, data.claims),
-                Err(error) => {
-                    refusal = match error.kind() {
-                        ErrorKind::InvalidSignature
-                        | ErrorKind::InvalidAlgorithm
-                        | ErrorKind::InvalidKeyFormat
-                        | ErrorKind::InvalidEcdsaKey
-                        | ErrorKind::InvalidRsaKey(_) => continue,
-                        ErrorKind::ExpiredSignature => OAuthRefusal::Expired,
-                        ErrorKind::ImmatureSignature => OAuthRefusal::NotYetValid,
-                        ErrorKind::InvalidAudience => OAuthRefusal::Audience {
-                            audience: self.audience.clone(),
-                        },
-                        ErrorKind::InvalidIssuer => OAuthRefusal::Issuer {
-                            issuer: claimed.chars().take(100).collect(),
-                        },
-                        ErrorKind::MissingRequiredClaim(claim) => OAuthRefusal::Claim {
-                            claim: claim.clone(),
-                        },
-                        _ => OAuthRefusal::Malformed,
-                    };
-                    // The signature held: the claims decided.
-                    break;
-                }
+                Err(error) => match self.claims_refusal(error.kind(), claimed) {
+                    None => continue,
+                    Some(claims_refused) => {
+                        // The signature held: the claims decided.
+                        refusal = claims_refused;
+                        break;
+                    }
+                },
             }
         }
         Err(refusal)
+    }
+
+    /// The checks of the registered claims: the issuer, this server as the audience, `exp`,
+    /// `iss` and `aud` required, `nbf` checked, with [`SKEW_SECS`] of leeway.
+    fn validation(&self, algorithm: Algorithm, issuer: &str) -> Validation {
+        let mut validation = Validation::new(algorithm);
+        validation.set_issuer(&[issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        validation.leeway = SKEW_SECS;
+        validation.validate_nbf = true;
+        validation
+    }
+
+    /// Why a token whose signature held under a key was refused by its claims; `None` when
+    /// the key did not verify the signature (the next key is tried).
+    fn claims_refusal(&self, error: &ErrorKind, claimed: &str) -> Option<OAuthRefusal> {
+        Some(match error {
+            ErrorKind::InvalidSignature
+            | ErrorKind::InvalidAlgorithm
+            | ErrorKind::InvalidKeyFormat
+            | ErrorKind::InvalidEcdsaKey
+            | ErrorKind::InvalidRsaKey(_) => return None,
+            ErrorKind::ExpiredSignature => OAuthRefusal::Expired,
+            ErrorKind::ImmatureSignature => OAuthRefusal::NotYetValid,
+            ErrorKind::InvalidAudience => OAuthRefusal::Audience {
+                audience: self.audience.clone(),
+            },
+            ErrorKind::InvalidIssuer => OAuthRefusal::Issuer {
+                issuer: claimed.chars().take(100).collect(),
+            },
+            ErrorKind::MissingRequiredClaim(claim) => OAuthRefusal::Claim {
+                claim: claim.clone(),
+            },
+            _ => OAuthRefusal::Malformed,
+        })
     }
 
     /// The verdict on claims whose signature and registered claims held.
@@ -614,6 +620,20 @@ fn key_type(key: &Jwk) -> &'static str {
         AlgorithmParameters::OctetKeyPair(_) => "OKP",
         AlgorithmParameters::OctetKey(_) => "oct",
         _ => "other",
+    }
+}
+
+/// The signing algorithm a token's header names, of those accepted (asymmetric only: RS256,
+/// PS256, ES256, EdDSA).
+fn algorithm(alg: &str) -> Result<Algorithm, OAuthRefusal> {
+    match alg {
+        "RS256" => Ok(Algorithm::RS256),
+        "PS256" => Ok(Algorithm::PS256),
+        "ES256" => Ok(Algorithm::ES256),
+        "EdDSA" => Ok(Algorithm::EdDSA),
+        other => Err(OAuthRefusal::Algorithm {
+            alg: other.chars().take(20).collect(),
+        }),
     }
 }
 

@@ -172,23 +172,7 @@ impl OpenWebUiJwt {
             });
         }
         let claims = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
-            .map_err(|error| match error.kind() {
-                ErrorKind::InvalidSignature => JwtRefusal::Signature {
-                    header: header.clone(),
-                },
-                ErrorKind::InvalidIssuer => JwtRefusal::Issuer {
-                    header: header.clone(),
-                },
-                ErrorKind::ExpiredSignature => JwtRefusal::Expired {
-                    header: header.clone(),
-                },
-                ErrorKind::ImmatureSignature => JwtRefusal::NotYetValid {
-                    header: header.clone(),
-                },
-                _ => JwtRefusal::Malformed {
-                    header: header.clone(),
-                },
-            })?
+            .map_err(|error| refusal(error.kind(), &header))?
             .claims;
         if claims.iat.is_some_and(|iat| iat > now + SKEW_SECS) {
             return Err(JwtRefusal::NotYetValid { header });
@@ -196,16 +180,32 @@ impl OpenWebUiJwt {
         if claims.sub.trim().is_empty() {
             return Err(JwtRefusal::Malformed { header });
         }
-        let field =
-            |value: Option<String>| value.map(|v| capped(v.trim())).filter(|v| !v.is_empty());
-        Ok(User {
-            id: capped(claims.sub.trim()),
-            name: field(claims.name),
-            email: field(claims.email),
-            role: field(claims.role),
-            source: Source::OpenWebUiJwt,
-            issuer: None,
-        })
+        Ok(user(claims))
+    }
+}
+
+/// Why the token's signature or registered claims were refused.
+fn refusal(error: &ErrorKind, header: &str) -> JwtRefusal {
+    let header = header.to_string();
+    match error {
+        ErrorKind::InvalidSignature => JwtRefusal::Signature { header },
+        ErrorKind::InvalidIssuer => JwtRefusal::Issuer { header },
+        ErrorKind::ExpiredSignature => JwtRefusal::Expired { header },
+        ErrorKind::ImmatureSignature => JwtRefusal::NotYetValid { header },
+        _ => JwtRefusal::Malformed { header },
+    }
+}
+
+/// The user the verified claims name, each field trimmed and capped (an empty one is none).
+fn user(claims: Claims) -> User {
+    let field = |value: Option<String>| value.map(|v| capped(v.trim())).filter(|v| !v.is_empty());
+    User {
+        id: capped(claims.sub.trim()),
+        name: field(claims.name),
+        email: field(claims.email),
+        role: field(claims.role),
+        source: Source::OpenWebUiJwt,
+        issuer: None,
     }
 }
 

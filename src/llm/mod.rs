@@ -19,7 +19,7 @@ use async_openai::error::OpenAIError;
 use async_openai::types::chat::{
     ChatCompletionRequestAssistantMessage, ChatCompletionRequestMessage,
     ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
-    CreateChatCompletionRequestArgs,
+    CreateChatCompletionRequestArgs, CreateChatCompletionResponse,
 };
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
@@ -205,25 +205,11 @@ impl Llm {
                 () = cancel.cancelled() => return Err(LlmError::Cancelled),
                 answer = chat.create(request.clone()) => answer,
             };
-            crate::metrics::metrics().llm_request(
-                match &answer {
-                    Ok(_) => "ok",
-                    Err(OpenAIError::Reqwest(error)) if error.is_timeout() => "timeout",
-                    Err(_) => "error",
-                },
-                sent.elapsed(),
-            );
+            crate::metrics::metrics().llm_request(answer_word(&answer), sent.elapsed());
             match answer {
                 Ok(response) => {
-                    let text = response
-                        .choices
-                        .into_iter()
-                        .next()
-                        .and_then(|choice| choice.message.content)
-                        .filter(|text| !text.trim().is_empty())
-                        .ok_or_else(|| self.bad_reply("the reply has no text".into()))?;
                     return Ok(Reply {
-                        text,
+                        text: self.reply_text(response)?,
                         elapsed: started.elapsed(),
                     });
                 }
@@ -245,6 +231,17 @@ impl Llm {
         })
     }
 
+    /// The text of the first choice; a reply without text is a bad reply.
+    fn reply_text(&self, response: CreateChatCompletionResponse) -> Result<String, LlmError> {
+        response
+            .choices
+            .into_iter()
+            .next()
+            .and_then(|choice| choice.message.content)
+            .filter(|text| !text.trim().is_empty())
+            .ok_or_else(|| self.bad_reply("the reply has no text".into()))
+    }
+
     fn bad_reply(&self, detail: String) -> LlmError {
         LlmError::BadReply {
             base_url: self.config.base_url.clone(),
@@ -256,33 +253,13 @@ impl Llm {
     fn classify(&self, error: OpenAIError, tries: u32, model: &str) -> LlmError {
         let base_url = self.config.base_url.clone();
         match error {
-            OpenAIError::ApiError(response) => {
-                let status = response.status_code.as_u16();
-                let message = response.api_error.message.clone();
-                let code = response.api_error.code.clone().unwrap_or_default();
-                match status {
-                    401 | 403 => LlmError::Unauthorized {
-                        base_url,
-                        status,
-                        message,
-                    },
-                    404 => LlmError::ModelNotFound {
-                        model: model.to_string(),
-                        base_url,
-                        message,
-                    },
-                    _ if code == "model_not_found" => LlmError::ModelNotFound {
-                        model: model.to_string(),
-                        base_url,
-                        message,
-                    },
-                    _ => LlmError::Api {
-                        base_url,
-                        status,
-                        message,
-                    },
-                }
-            }
+            OpenAIError::ApiError(response) => api_refusal(
+                base_url,
+                model,
+                response.status_code.as_u16(),
+                response.api_error.message.clone(),
+                &response.api_error.code.clone().unwrap_or_default(),
+            ),
             OpenAIError::Reqwest(error) if error.is_timeout() => LlmError::Timeout {
                 base_url,
                 timeout: self.config.timeout,
@@ -321,5 +298,47 @@ fn to_request_message(message: &Message) -> ChatCompletionRequestMessage {
         Message::Assistant(text) => {
             ChatCompletionRequestAssistantMessage::from(text.as_str()).into()
         }
+    }
+}
+
+/// How a request to the model API ended, in one word for the metrics.
+fn answer_word<T>(answer: &Result<T, OpenAIError>) -> &'static str {
+    match answer {
+        Ok(_) => "ok",
+        Err(OpenAIError::Reqwest(error)) if error.is_timeout() => "timeout",
+        Err(_) => "error",
+    }
+}
+
+/// The API's refusal with HTTP `status`, its `message` and error `code`: a key it does not
+/// take, a model it does not have, or any other refusal.
+fn api_refusal(
+    base_url: String,
+    model: &str,
+    status: u16,
+    message: String,
+    code: &str,
+) -> LlmError {
+    match status {
+        401 | 403 => LlmError::Unauthorized {
+            base_url,
+            status,
+            message,
+        },
+        404 => LlmError::ModelNotFound {
+            model: model.to_string(),
+            base_url,
+            message,
+        },
+        _ if code == "model_not_found" => LlmError::ModelNotFound {
+            model: model.to_string(),
+            base_url,
+            message,
+        },
+        _ => LlmError::Api {
+            base_url,
+            status,
+            message,
+        },
     }
 }

@@ -97,6 +97,36 @@ fn check_name(input: &Input) -> Result<(), SandboxError> {
 
 /// Builds the upload archive: `script.py` and `in/<name>` for each input.
 pub fn pack(script: &[u8], inputs: &[Input]) -> Result<Vec<u8>, SandboxError> {
+    check_names(inputs)?;
+    let mut builder = tar::Builder::new(Vec::new());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    builder
+        .append_data(
+            &mut entry_header(EntryType::Regular, 0o444, script.len() as u64, now),
+            "script.py",
+            script,
+        )
+        .map_err(io_error("packing the script".to_string()))?;
+    builder
+        .append_data(
+            &mut entry_header(EntryType::Directory, 0o755, 0, now),
+            "in",
+            io::empty(),
+        )
+        .map_err(io_error("packing the input folder".to_string()))?;
+    for input in inputs {
+        append_input(&mut builder, input, now)?;
+    }
+    builder
+        .into_inner()
+        .map_err(io_error("finishing the upload archive".to_string()))
+}
+
+/// Checks every input name, and that no two inputs share one.
+fn check_names(inputs: &[Input]) -> Result<(), SandboxError> {
     let mut seen = std::collections::HashSet::new();
     for input in inputs {
         check_name(input)?;
@@ -107,69 +137,61 @@ pub fn pack(script: &[u8], inputs: &[Input]) -> Result<Vec<u8>, SandboxError> {
             });
         }
     }
-    let io_error = |action: String| move |source| SandboxError::Io { action, source };
-    let mut builder = tar::Builder::new(Vec::new());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let header = |kind: EntryType, mode: u32, size: u64| {
-        let mut header = Header::new_gnu();
-        header.set_entry_type(kind);
-        header.set_mode(mode);
-        header.set_size(size);
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_mtime(now);
-        header
-    };
-    builder
-        .append_data(
-            &mut header(EntryType::Regular, 0o444, script.len() as u64),
-            "script.py",
-            script,
-        )
-        .map_err(io_error("packing the script".to_string()))?;
-    builder
-        .append_data(
-            &mut header(EntryType::Directory, 0o755, 0),
-            "in",
-            io::empty(),
-        )
-        .map_err(io_error("packing the input folder".to_string()))?;
-    for input in inputs {
-        let path = Path::new("in").join(OsStr::from_bytes(&input.name));
-        let action = || format!("packing input {:?}", input.display_name());
-        match &input.source {
-            InputSource::Bytes(bytes) => builder.append_data(
-                &mut header(EntryType::Regular, 0o444, bytes.len() as u64),
-                &path,
-                bytes.as_slice(),
-            ),
-            InputSource::Path(host_path) => {
-                let file = File::open(host_path).map_err(|source| SandboxError::BadInput {
+    Ok(())
+}
+
+/// Maps an I/O error while packing to [`SandboxError::Io`], saying what was being done.
+fn io_error(action: String) -> impl FnOnce(io::Error) -> SandboxError {
+    move |source| SandboxError::Io { action, source }
+}
+
+/// A header owned by root (uid and gid 0) with the given kind, mode, size and time.
+fn entry_header(kind: EntryType, mode: u32, size: u64, mtime: u64) -> Header {
+    let mut header = Header::new_gnu();
+    header.set_entry_type(kind);
+    header.set_mode(mode);
+    header.set_size(size);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(mtime);
+    header
+}
+
+/// Appends one input as the read-only `in/<name>`, from memory or streamed from a host file
+/// (which must be a regular file, read only as far as its length when opened).
+fn append_input(
+    builder: &mut tar::Builder<Vec<u8>>,
+    input: &Input,
+    now: u64,
+) -> Result<(), SandboxError> {
+    let path = Path::new("in").join(OsStr::from_bytes(&input.name));
+    let action = || format!("packing input {:?}", input.display_name());
+    match &input.source {
+        InputSource::Bytes(bytes) => builder.append_data(
+            &mut entry_header(EntryType::Regular, 0o444, bytes.len() as u64, now),
+            &path,
+            bytes.as_slice(),
+        ),
+        InputSource::Path(host_path) => {
+            let file = File::open(host_path).map_err(|source| SandboxError::BadInput {
+                name: host_path.display().to_string(),
+                reason: format!("it cannot be read: {source}"),
+            })?;
+            let metadata = file.metadata().map_err(io_error(action()))?;
+            if !metadata.is_file() {
+                return Err(SandboxError::BadInput {
                     name: host_path.display().to_string(),
-                    reason: format!("it cannot be read: {source}"),
-                })?;
-                let metadata = file.metadata().map_err(io_error(action()))?;
-                if !metadata.is_file() {
-                    return Err(SandboxError::BadInput {
-                        name: host_path.display().to_string(),
-                        reason: "it is not a regular file".to_string(),
-                    });
-                }
-                builder.append_data(
-                    &mut header(EntryType::Regular, 0o444, metadata.len()),
-                    &path,
-                    file.take(metadata.len()),
-                )
+                    reason: "it is not a regular file".to_string(),
+                });
             }
+            builder.append_data(
+                &mut entry_header(EntryType::Regular, 0o444, metadata.len(), now),
+                &path,
+                file.take(metadata.len()),
+            )
         }
-        .map_err(io_error(action()))?;
     }
-    builder
-        .into_inner()
-        .map_err(io_error("finishing the upload archive".to_string()))
+    .map_err(io_error(action()))
 }
 
 /// Caps for [`unpack`].
@@ -198,131 +220,204 @@ pub struct Unpacked {
 /// Errors are local I/O failures on the host; problems of the archive are in [`Unpacked`].
 pub fn unpack(reader: impl Read, dest: &Path, limits: UnpackLimits) -> io::Result<Unpacked> {
     fs::create_dir_all(dest)?;
-    let mut result = Unpacked::default();
+    let mut unpacker = Unpacker {
+        dest,
+        limits,
+        result: Unpacked::default(),
+        entries_seen: 0,
+        bytes_written: 0,
+    };
     let mut archive = tar::Archive::new(reader);
-    let mut entries_seen = 0usize;
-    let mut bytes_written = 0u64;
     let entries = match archive.entries() {
         Ok(entries) => entries,
         Err(error) => {
-            result.malformed = Some(error.to_string());
-            return Ok(result);
+            unpacker.result.malformed = Some(error.to_string());
+            return Ok(unpacker.result);
         }
     };
     for entry in entries {
-        let mut entry = match entry {
+        let entry = match entry {
             Ok(entry) => entry,
             Err(error) => {
-                result.malformed = Some(format!("the output archive is malformed: {error}"));
+                unpacker.result.malformed =
+                    Some(format!("the output archive is malformed: {error}"));
                 break;
             }
         };
+        if unpacker.unpack_entry(entry)? == Next::Stop {
+            break;
+        }
+    }
+    Ok(unpacker.result)
+}
+
+/// Whether [`unpack`] reads on after an entry.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// Read the next entry.
+    Entry,
+    /// A cap was reached or the archive broke: what is written stays, nothing more is read.
+    Stop,
+}
+
+/// The state of one [`unpack`]: where it writes, its caps, and what it has counted so far.
+struct Unpacker<'a> {
+    /// The folder everything is written under.
+    dest: &'a Path,
+    /// The caps, checked before anything past them is written.
+    limits: UnpackLimits,
+    /// What was written, skipped, or went wrong.
+    result: Unpacked,
+    /// Entries counted against `limits.max_entries` (pax headers are not counted).
+    entries_seen: usize,
+    /// Bytes of files written, counted against `limits.max_bytes`.
+    bytes_written: u64,
+}
+
+impl Unpacker<'_> {
+    /// Takes one entry: counts it, refuses an unsafe path or a link on the way, then creates the
+    /// folder or writes the file; every other kind is skipped and reported.
+    fn unpack_entry<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> io::Result<Next> {
         let kind = entry.header().entry_type();
         if matches!(kind, EntryType::XGlobalHeader | EntryType::XHeader) {
-            continue;
+            return Ok(Next::Entry);
         }
         let raw_path = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw_path).into_owned();
-        entries_seen += 1;
-        if entries_seen > limits.max_entries {
-            result.limit = Some(format!(
+        self.entries_seen += 1;
+        if self.entries_seen > self.limits.max_entries {
+            self.result.limit = Some(format!(
                 "more than {} output files and folders",
-                limits.max_entries
+                self.limits.max_entries
             ));
-            break;
+            return Ok(Next::Stop);
         }
-        let relative = match safe_relative_path(&raw_path) {
-            Ok(Some(path)) => path,
-            Ok(None) => continue, // the archive's root folder itself
-            Err(reason) => {
-                result.skipped.push(Skipped {
-                    path: shown,
-                    reason: reason.to_string(),
-                });
-                continue;
-            }
+        let Some(relative) = self.safe_place(&raw_path, &shown) else {
+            return Ok(Next::Entry);
         };
-        let target = dest.join(&relative);
-        if let Some(reason) = link_on_the_way(dest, &relative) {
-            result.skipped.push(Skipped {
-                path: shown,
-                reason,
-            });
-            continue;
-        }
+        let target = self.dest.join(&relative);
         match kind {
-            EntryType::Directory => fs::create_dir_all(&target)?,
-            EntryType::Regular | EntryType::Continuous => {
-                let size = entry.header().size()?;
-                if bytes_written.saturating_add(size) > limits.max_bytes {
-                    result.limit = Some(format!(
-                        "output files larger than {} bytes together",
-                        limits.max_bytes
-                    ));
-                    break;
-                }
-                if let Some(parent) = target.parent() {
-                    fs::create_dir_all(parent)?;
-                }
-                let mut file = match OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&target)
-                {
-                    Ok(file) => file,
-                    Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-                        result.skipped.push(Skipped {
-                            path: shown,
-                            reason: "a file of that name already exists; it was not overwritten"
-                                .to_string(),
-                        });
-                        continue;
-                    }
-                    Err(error) => return Err(error),
-                };
-                let mut hasher = Sha256::new();
-                let mut buffer = vec![0u8; 64 * 1024];
-                let mut written = 0u64;
-                let mut body = (&mut entry).take(size);
-                loop {
-                    let n = match body.read(&mut buffer) {
-                        Ok(0) => break,
-                        Ok(n) => n,
-                        Err(error) => {
-                            result.malformed =
-                                Some(format!("the output archive is malformed: {error}"));
-                            break;
-                        }
-                    };
-                    hasher.update(&buffer[..n]);
-                    file.write_all(&buffer[..n])?;
-                    written += n as u64;
-                }
-                bytes_written += written;
-                if written < size && result.malformed.is_none() {
-                    result.malformed = Some(format!(
-                        "the output archive ends inside {shown:?} ({written} of {size} bytes)"
-                    ));
-                }
-                if result.malformed.is_some() {
-                    drop(file);
-                    fs::remove_file(&target)?;
-                    break;
-                }
-                result.files.push(OutputFile {
-                    path: relative.to_string_lossy().into_owned(),
-                    host_path: target,
-                    bytes: written,
-                    sha256: hex::encode(hasher.finalize()),
-                });
+            EntryType::Directory => {
+                fs::create_dir_all(&target)?;
+                Ok(Next::Entry)
             }
-            other => result.skipped.push(Skipped {
-                path: shown,
-                reason: format!("{} entries are not copied out", kind_name(other)),
-            }),
+            EntryType::Regular | EntryType::Continuous => {
+                self.write_file(&mut entry, relative, target, shown)
+            }
+            other => {
+                self.skip(
+                    shown,
+                    format!("{} entries are not copied out", kind_name(other)),
+                );
+                Ok(Next::Entry)
+            }
         }
     }
-    Ok(result)
+
+    /// The entry's path relative to `dest`, or `None` when it is the archive's root folder or
+    /// unsafe (absolute, with `..`, or through a link on the host), which is reported.
+    fn safe_place(&mut self, raw_path: &[u8], shown: &str) -> Option<PathBuf> {
+        let relative = match safe_relative_path(raw_path) {
+            Ok(Some(path)) => path,
+            Ok(None) => return None, // the archive's root folder itself
+            Err(reason) => {
+                self.skip(shown.to_string(), reason.to_string());
+                return None;
+            }
+        };
+        if let Some(reason) = link_on_the_way(self.dest, &relative) {
+            self.skip(shown.to_string(), reason);
+            return None;
+        }
+        Some(relative)
+    }
+
+    /// Writes a regular file's body to a new file at `target`, within the byte cap; a file that
+    /// already exists is skipped, and a file cut short by a broken archive is removed.
+    fn write_file<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        relative: PathBuf,
+        target: PathBuf,
+        shown: String,
+    ) -> io::Result<Next> {
+        let size = entry.header().size()?;
+        if self.bytes_written.saturating_add(size) > self.limits.max_bytes {
+            self.result.limit = Some(format!(
+                "output files larger than {} bytes together",
+                self.limits.max_bytes
+            ));
+            return Ok(Next::Stop);
+        }
+        let Some(mut file) = self.open_new(&target, &shown)? else {
+            return Ok(Next::Entry);
+        };
+        let (written, sha256) = self.copy_body(entry.take(size), &mut file)?;
+        self.bytes_written += written;
+        if written < size && self.result.malformed.is_none() {
+            self.result.malformed = Some(format!(
+                "the output archive ends inside {shown:?} ({written} of {size} bytes)"
+            ));
+        }
+        if self.result.malformed.is_some() {
+            drop(file);
+            fs::remove_file(&target)?;
+            return Ok(Next::Stop);
+        }
+        self.result.files.push(OutputFile {
+            path: relative.to_string_lossy().into_owned(),
+            host_path: target,
+            bytes: written,
+            sha256: hex::encode(sha256),
+        });
+        Ok(Next::Entry)
+    }
+
+    /// Creates the file at `target` and its folders; `None` when a file of that name already
+    /// exists, which is reported and never overwritten.
+    fn open_new(&mut self, target: &Path, shown: &str) -> io::Result<Option<File>> {
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        match OpenOptions::new().write(true).create_new(true).open(target) {
+            Ok(file) => Ok(Some(file)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                let reason = "a file of that name already exists; it was not overwritten";
+                self.skip(shown.to_string(), reason.to_string());
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Copies `body` into `file` and hashes it on the way: the bytes copied and their SHA-256.
+    /// A read error is the archive's fault and is recorded as malformed; a write error is the
+    /// host's and is returned.
+    fn copy_body(&mut self, mut body: impl Read, file: &mut File) -> io::Result<(u64, Vec<u8>)> {
+        let mut hasher = Sha256::new();
+        let mut buffer = vec![0u8; 64 * 1024];
+        let mut written = 0u64;
+        loop {
+            let n = match body.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(error) => {
+                    self.result.malformed =
+                        Some(format!("the output archive is malformed: {error}"));
+                    break;
+                }
+            };
+            hasher.update(&buffer[..n]);
+            file.write_all(&buffer[..n])?;
+            written += n as u64;
+        }
+        Ok((written, hasher.finalize().to_vec()))
+    }
+
+    /// Records an entry that was not written, and why.
+    fn skip(&mut self, path: String, reason: String) {
+        self.result.skipped.push(Skipped { path, reason });
+    }
 }
 
 /// The path as plain relative components, `None` for the root itself, or why it is unsafe.

@@ -74,7 +74,7 @@ impl Streams {
         out_dir: PathBuf,
         limits: &Limits,
     ) -> Self {
-        let (output, mut input) = stdio;
+        let (output, input) = stdio;
         let (stdout, stderr) = demux(output);
         let Request {
             header,
@@ -92,22 +92,32 @@ impl Streams {
                 max_entries: limits.output_max_files,
             },
         );
-        let copy_in = tokio::spawn(async move {
-            let started = Instant::now();
-            let sent = async {
-                input.write_all(&header).await?;
-                input.write_all(&upload).await?;
-                input.flush().await
-            }
-            .await;
-            if let Err(error) = sent {
-                // The runner reports a short upload; the outcome shows it.
-                tracing::warn!(%error, "sending the script and inputs failed");
-            }
-            (started.elapsed(), input)
-        });
+        let copy_in = send(input, header, upload);
         Self { reading, copy_in }
     }
+}
+
+/// Sends the request (its header, then its upload) in a task of its own: how long it took, and
+/// the writer, which the caller keeps open until the attempt is over.
+fn send(
+    mut input: InputStream,
+    header: Vec<u8>,
+    upload: Vec<u8>,
+) -> JoinHandle<(Duration, InputStream)> {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let sent = async {
+            input.write_all(&header).await?;
+            input.write_all(&upload).await?;
+            input.flush().await
+        }
+        .await;
+        if let Err(error) = sent {
+            // The runner reports a short upload; the outcome shows it.
+            tracing::warn!(%error, "sending the script and inputs failed");
+        }
+        (started.elapsed(), input)
+    })
 }
 
 impl Sandbox {
@@ -138,16 +148,7 @@ impl Sandbox {
             .await_end(id, &mut pump, finished, limits.timeout, cancel)
             .await?;
         let exited_at = Instant::now();
-        // Done by now unless the container died mid-upload; then the stream is closed or about
-        // to be, when the kill below lands.
-        copy_in.abort();
-        let input = match copy_in.await {
-            Ok((took, input)) => {
-                timings.copy_in = took;
-                Some(input)
-            }
-            Err(_) => None,
-        };
+        let input = stop_copy_in(copy_in, timings).await;
         if !matches!(end, Some(End::Exited(_))) {
             self.kill(id).await?;
         }
@@ -160,18 +161,9 @@ impl Sandbox {
             None => drain(pump).await?,
         };
         drop(input);
-        timings.logs = relayed.ended.saturating_duration_since(exited_at);
         let unpacked = unpacked(unpacker).await?;
-        let script_done = relayed.finished_at.unwrap_or(exited_at);
-        timings.run = script_done.saturating_duration_since(phase);
-        timings.copy_out = relayed
-            .finished_at
-            .map(|at| Instant::now().saturating_duration_since(at))
-            .unwrap_or_default();
-        let oom_killed = match relayed.report.as_ref().and_then(|report| report.oom_killed) {
-            Some(reported) => reported,
-            None => self.oom_killed(id).await?,
-        };
+        time_phases(timings, &relayed, phase, exited_at);
+        let oom_killed = self.memory_killed(id, relayed.report.as_ref()).await?;
         Ok(Ended {
             end,
             oom_killed,
@@ -193,21 +185,7 @@ impl Sandbox {
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> Result<(Option<End>, Option<Relayed>), SandboxError> {
-        let exit = async {
-            let docker = match self.engine() {
-                Engine::Docker(docker) => docker,
-                Engine::Kubernetes(cluster) => return cluster.wait_exit(id).await,
-            };
-            let mut wait = docker.wait_container(id, None);
-            match wait.next().await {
-                Some(Ok(response)) => Ok(Some(response.status_code)),
-                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
-                    Ok(Some(code))
-                }
-                Some(Err(e)) => Err(SandboxError::docker("waiting for the container", e)),
-                None => Ok(None),
-            }
-        };
+        let exit = self.wait_exit(id);
         let deadline = async {
             tokio::select! {
                 _ = tokio::time::sleep(timeout) => {}
@@ -237,6 +215,32 @@ impl Sandbox {
             code = &mut exit => Ok((Some(End::Exited(code?)), None)),
             () = &mut deadline => Ok((Some(End::TimedOut), None)),
             () = cancel.cancelled() => Ok((None, None)),
+        }
+    }
+
+    /// The container's exit code once it has exited (`None` when the engine does not say).
+    async fn wait_exit(&self, id: &str) -> Result<Option<i64>, SandboxError> {
+        let docker = match self.engine() {
+            Engine::Docker(docker) => docker,
+            Engine::Kubernetes(cluster) => return cluster.wait_exit(id).await,
+        };
+        let mut wait = docker.wait_container(id, None);
+        match wait.next().await {
+            Some(Ok(response)) => Ok(Some(response.status_code)),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                Ok(Some(code))
+            }
+            Some(Err(e)) => Err(SandboxError::docker("waiting for the container", e)),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the script was killed for its memory: as the runner's report says, else as the
+    /// engine's flag says.
+    async fn memory_killed(&self, id: &str, report: Option<&Report>) -> Result<bool, SandboxError> {
+        match report.and_then(|report| report.oom_killed) {
+            Some(reported) => Ok(reported),
+            None => self.oom_killed(id).await,
         }
     }
 
@@ -280,6 +284,36 @@ impl Sandbox {
             Err(e) => Err(SandboxError::docker("killing the container", e)),
         }
     }
+}
+
+/// Stops the upload if it is still going and records how long it took; the writer comes back,
+/// to be held open until the attempt is over. It is done by now unless the container died
+/// mid-upload; then the stream is closed or about to be, when the kill lands.
+async fn stop_copy_in(
+    copy_in: JoinHandle<(Duration, InputStream)>,
+    timings: &mut Timings,
+) -> Option<InputStream> {
+    copy_in.abort();
+    match copy_in.await {
+        Ok((took, input)) => {
+            timings.copy_in = took;
+            Some(input)
+        }
+        Err(_) => None,
+    }
+}
+
+/// The attempt's phases once its output is in: the logs (from the container's end to the
+/// stream's), the run (from `sent` to the runner's end frame, else to the container's end)
+/// and the copy-out (from the end frame to now, the outputs unpacked).
+fn time_phases(timings: &mut Timings, relayed: &Relayed, sent: Instant, exited_at: Instant) {
+    timings.logs = relayed.ended.saturating_duration_since(exited_at);
+    let script_done = relayed.finished_at.unwrap_or(exited_at);
+    timings.run = script_done.saturating_duration_since(sent);
+    timings.copy_out = relayed
+        .finished_at
+        .map(|at| Instant::now().saturating_duration_since(at))
+        .unwrap_or_default();
 }
 
 /// What the unpacker wrote, once the archive has ended.
@@ -416,30 +450,14 @@ fn code_text(code: Option<i64>) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// A judgement of an attempt: its status, its exit code and one sentence a person can act on.
+type Verdict = (Status, Option<i64>, String);
+
 /// How an attempt ended, as a status, an exit code and one sentence a person can act on.
-pub fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, String) {
-    let timed_out = format!(
-        "the script ran longer than {} s and was killed; make it faster or raise SCRIPT_TIMEOUT",
-        limits.timeout.as_secs()
-    );
-    let report = ending.report;
-    let code = match ending.end {
-        End::TimedOut if report.is_some_and(|r| r.ended == RunnerEnd::Exited) => {
-            return (
-                Status::Timeout,
-                None,
-                format!(
-                    "the script finished but copying its outputs out took longer than {} s; write smaller or fewer files",
-                    COPY_OUT_GRACE.as_secs()
-                ),
-            );
-        }
-        End::TimedOut => return (Status::Timeout, None, timed_out),
-        // The runner's own deadline: the server's did not act (a loaded engine).
-        End::Exited(_) if report.is_some_and(|r| r.ended == RunnerEnd::Deadline) => {
-            return (Status::Timeout, None, timed_out);
-        }
-        End::Exited(code) => code,
+pub fn classify(ending: &Ending<'_>, limits: &Limits) -> Verdict {
+    let code = match exit_code(ending, limits) {
+        Ok(code) => code,
+        Err(timed_out) => return timed_out,
     };
     if ending.oom_killed {
         return (
@@ -460,9 +478,43 @@ pub fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, S
             ),
         );
     }
-    let Some(report) = report else {
-        return no_report(ending, code, limits);
+    match ending.report {
+        Some(report) => reported(ending, report, code),
+        None => no_report(ending, code, limits),
+    }
+}
+
+/// The exit code of an attempt that ended by itself, or the verdict on one a deadline ended:
+/// the server's (during the script, or during the copy-out once it was done) or the runner's
+/// own (the server's did not act: a loaded engine).
+fn exit_code(ending: &Ending<'_>, limits: &Limits) -> Result<Option<i64>, Verdict> {
+    let timed_out = || {
+        format!(
+            "the script ran longer than {} s and was killed; make it faster or raise SCRIPT_TIMEOUT",
+            limits.timeout.as_secs()
+        )
     };
+    let report = ending.report;
+    match ending.end {
+        End::TimedOut if report.is_some_and(|r| r.ended == RunnerEnd::Exited) => Err((
+            Status::Timeout,
+            None,
+            format!(
+                "the script finished but copying its outputs out took longer than {} s; write smaller or fewer files",
+                COPY_OUT_GRACE.as_secs()
+            ),
+        )),
+        End::TimedOut => Err((Status::Timeout, None, timed_out())),
+        End::Exited(_) if report.is_some_and(|r| r.ended == RunnerEnd::Deadline) => {
+            Err((Status::Timeout, None, timed_out()))
+        }
+        End::Exited(code) => Ok(code),
+    }
+}
+
+/// An attempt whose runner reported: whether it received the request, whether its outputs
+/// came whole and within the caps, and how the script ended.
+fn reported(ending: &Ending<'_>, report: &Report, code: Option<i64>) -> Verdict {
     if report.ended == RunnerEnd::BadRequest {
         return (
             Status::Failed,
@@ -492,43 +544,45 @@ pub fn classify(ending: &Ending<'_>, limits: &Limits) -> (Status, Option<i64>, S
             format!("the outputs could not be read back: {malformed}"),
         ),
         (None, _, Some(0)) => (Status::Ok, Some(0), "the script succeeded".to_string()),
-        (None, _, code) => match report.signal {
-            Some(9) => (
-                Status::Failed,
-                code,
-                format!(
-                    "the script was killed by {} (not for its memory): something in the sandbox killed it; see stderr",
-                    describe_signal(9)
-                ),
+        (None, _, code) => script_failed(report, code),
+    }
+}
+
+/// A script that ended with an exit code other than 0: killed by SIGKILL (not for its memory,
+/// which was judged before), ended by another signal, or failed.
+fn script_failed(report: &Report, code: Option<i64>) -> Verdict {
+    match report.signal {
+        Some(9) => (
+            Status::Failed,
+            code,
+            format!(
+                "the script was killed by {} (not for its memory): something in the sandbox killed it; see stderr",
+                describe_signal(9)
             ),
-            Some(signal) => (
-                Status::Failed,
-                code,
-                format!(
-                    "the script was ended by {} (exit code {}); see stderr",
-                    describe_signal(i64::from(signal)),
-                    code_text(code)
-                ),
+        ),
+        Some(signal) => (
+            Status::Failed,
+            code,
+            format!(
+                "the script was ended by {} (exit code {}); see stderr",
+                describe_signal(i64::from(signal)),
+                code_text(code)
             ),
-            None => (
-                Status::Failed,
-                code,
-                format!(
-                    "the script failed with exit code {}; see stderr",
-                    code_text(code)
-                ),
+        ),
+        None => (
+            Status::Failed,
+            code,
+            format!(
+                "the script failed with exit code {}; see stderr",
+                code_text(code)
             ),
-        },
+        ),
     }
 }
 
 /// An attempt whose runner (PID 1) never reported: the sandbox itself went down, since the
 /// runner reports whatever the script does.
-fn no_report(
-    ending: &Ending<'_>,
-    code: Option<i64>,
-    limits: &Limits,
-) -> (Status, Option<i64>, String) {
+fn no_report(ending: &Ending<'_>, code: Option<i64>, limits: &Limits) -> Verdict {
     // Under gVisor that is how a script that exhausts the process limit ends: the limit also
     // binds gVisor's own kernel, which stops.
     if ending.gvisor {

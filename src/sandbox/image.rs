@@ -150,9 +150,7 @@ impl super::Sandbox {
         repository: &str,
         keep: &str,
     ) -> Result<Pruned, super::SandboxError> {
-        use bollard::query_parameters::{
-            ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
-        };
+        use bollard::query_parameters::{ListImagesOptionsBuilder, RemoveImageOptionsBuilder};
         let docker_error = super::SandboxError::docker;
         // The images live on the local engine whatever the backend (the CLI prunes there).
         let super::engine::Engine::Docker(docker) = self.engine() else {
@@ -165,14 +163,7 @@ impl super::Sandbox {
             ))
             .await
             .map_err(|e| docker_error("listing the sandbox images", e))?;
-        let containers = docker
-            .list_containers(Some(ListContainersOptionsBuilder::new().all(true).build()))
-            .await
-            .map_err(|e| docker_error("listing the containers", e))?;
-        let used: std::collections::HashSet<String> = containers
-            .into_iter()
-            .filter_map(|container| container.image_id)
-            .collect();
+        let used = images_in_use(docker).await?;
         let mut pruned = Pruned::default();
         for image in images {
             let tags = image.repo_tags.iter().filter(|tag| {
@@ -198,6 +189,21 @@ impl super::Sandbox {
         }
         Ok(pruned)
     }
+}
+
+/// The ids of the images any container uses, running or not: those are never removed.
+async fn images_in_use(
+    docker: &bollard::Docker,
+) -> Result<std::collections::HashSet<String>, super::SandboxError> {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let containers = docker
+        .list_containers(Some(ListContainersOptionsBuilder::new().all(true).build()))
+        .await
+        .map_err(|e| super::SandboxError::docker("listing the containers", e))?;
+    Ok(containers
+        .into_iter()
+        .filter_map(|container| container.image_id)
+        .collect())
 }
 
 #[cfg(test)]

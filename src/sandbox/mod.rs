@@ -751,13 +751,7 @@ impl Sandbox {
             return Err(refusal);
         }
         let started = Instant::now();
-        let limits = self.config().limits.clone();
-        let request = tokio::task::spawn_blocking(move || Request::build(&job, &limits))
-            .await
-            .map_err(|e| SandboxError::Io {
-                action: "packing the inputs".to_string(),
-                source: std::io::Error::other(e),
-            })??;
+        let request = self.request(job).await?;
         // Counted from here to the result: the pool refills a lone attempt's container after it.
         // The canary is no attempt the pool should make room for.
         let _attempt = self
@@ -765,22 +759,23 @@ impl Sandbox {
             .as_ref()
             .filter(|_| through == Through::Attempt)
             .map(|pool| pool.attempt());
-        let container = match through {
-            Through::Attempt => {
-                self.container_for(request.upload.len() as u64, cancel)
-                    .await?
-            }
-            Through::Canary => {
-                self.launcher
-                    .launch(
-                        Kind::Cold {
-                            upload_bytes: request.upload.len() as u64,
-                        },
-                        cancel,
-                    )
-                    .await?
-            }
-        };
+        let container = self
+            .container_through(through, request.upload.len() as u64, cancel)
+            .await?;
+        self.run_in(container, request, out_dir, cancel, started)
+            .await
+    }
+
+    /// Runs the request in the started container and removes the container once its result
+    /// is whole; `started` is when the whole run began, for the total time.
+    async fn run_in(
+        &self,
+        container: Started,
+        request: Request,
+        out_dir: &Path,
+        cancel: &CancellationToken,
+        started: Instant,
+    ) -> Result<Outcome, SandboxError> {
         let Started {
             guard,
             image_id,
@@ -811,9 +806,51 @@ impl Sandbox {
         // the removal, so shutdown (and `file-agent run`) still waits for it.
         guard.remove_in_background();
         timings.total = started.elapsed();
-        let ended = ended?;
+        Ok(self.outcome(ended?, timings, container_id, image_id, kind, created_at))
+    }
+
+    /// Packs the job into its request, off the async threads (the inputs are read and tarred).
+    async fn request(&self, job: Job) -> Result<Request, SandboxError> {
+        let limits = self.config().limits.clone();
+        tokio::task::spawn_blocking(move || Request::build(&job, &limits))
+            .await
+            .map_err(|e| SandboxError::Io {
+                action: "packing the inputs".to_string(),
+                source: std::io::Error::other(e),
+            })?
+    }
+
+    /// A started container for an upload of `upload_bytes`: from the pool for an attempt, a
+    /// cold one of its own for the canary.
+    async fn container_through(
+        &self,
+        through: Through,
+        upload_bytes: u64,
+        cancel: &CancellationToken,
+    ) -> Result<Started, SandboxError> {
+        match through {
+            Through::Attempt => self.container_for(upload_bytes, cancel).await,
+            Through::Canary => {
+                self.launcher
+                    .launch(Kind::Cold { upload_bytes }, cancel)
+                    .await
+            }
+        }
+    }
+
+    /// The outcome of a container that ran to an end: its status and message as [`classify`]
+    /// judges them, its output, and where and how long it ran.
+    fn outcome(
+        &self,
+        ended: attempt::Ended,
+        timings: Timings,
+        container_id: String,
+        image_id: String,
+        kind: Kind,
+        created_at: SystemTime,
+    ) -> Outcome {
         let (status, exit_code, message) = classify(&ended.summary(), &self.config().limits);
-        Ok(Outcome {
+        Outcome {
             status,
             exit_code,
             stdout: ended.relayed.stdout,
@@ -826,6 +863,6 @@ impl Sandbox {
             image_id,
             warm: kind.is_warm(),
             container_created: created_at,
-        })
+        }
     }
 }

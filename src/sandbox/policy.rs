@@ -90,33 +90,15 @@ pub const WORK_SLACK_BYTES: u64 = 1024 * 1024;
 
 /// Builds the create request for one container of `kind`.
 pub fn container_spec(config: &SandboxConfig, instance: &str, kind: Kind) -> ContainerCreateBody {
-    let limits = &config.limits;
-    let mut labels = HashMap::from([
-        (MANAGED_LABEL.to_string(), "true".to_string()),
-        (INSTANCE_LABEL.to_string(), instance.to_string()),
-    ]);
-    if kind.is_warm() {
-        labels.insert(WARM_LABEL.to_string(), "true".to_string());
-    }
-    let cmd = runner_command(kind);
-    let work_bytes = work_bytes(config, kind);
-    let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
-    let output_bytes = i64::try_from(limits.output_max_bytes).unwrap_or(i64::MAX);
-    let nofile = i64::try_from(limits.nofile).unwrap_or(i64::MAX);
-    let ulimit = |name: &str, value: i64| ResourcesUlimits {
-        name: Some(name.to_string()),
-        soft: Some(value),
-        hard: Some(value),
-    };
     ContainerCreateBody {
         image: Some(config.image.clone()),
         user: Some(SANDBOX_USER.to_string()),
-        cmd: Some(cmd),
+        cmd: Some(runner_command(kind)),
         entrypoint: Some(Vec::new()),
         working_dir: Some("/work".to_string()),
         hostname: Some("sandbox".to_string()),
         env: Some(Vec::new()),
-        labels: Some(labels),
+        labels: Some(labels(instance, kind)),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         // The attempt arrives on stdin, which stays open while it runs: when its one attached
@@ -125,38 +107,71 @@ pub fn container_spec(config: &SandboxConfig, instance: &str, kind: Kind) -> Con
         open_stdin: Some(true),
         stdin_once: Some(true),
         tty: Some(false),
-        host_config: Some(HostConfig {
-            network_mode: Some("none".to_string()),
-            readonly_rootfs: Some(true),
-            privileged: Some(false),
-            cap_drop: Some(vec!["ALL".to_string()]),
-            security_opt: Some(vec!["no-new-privileges".to_string()]),
-            pids_limit: Some(limits.pids),
-            memory: Some(memory),
-            memory_swap: Some(memory),
-            nano_cpus: Some((limits.cpus * 1e9).round() as i64),
-            ulimits: Some(vec![
-                ulimit("nofile", nofile),
-                // No single file larger than all outputs together, and no core dumps.
-                ulimit("fsize", output_bytes),
-                ulimit("core", 0),
-            ]),
-            tmpfs: Some(tmpfs_mounts(config, work_bytes)),
-            // Output is read through attach and capped there; nothing is kept on the host's disk.
-            log_config: Some(HostConfigLogConfig {
-                typ: Some("none".to_string()),
-                config: None,
-            }),
-            // No /dev/shm: it would be one more writable place (multiprocessing needs it; the
-            // code this runs does not).
-            ipc_mode: Some("none".to_string()),
-            runtime: config.runtime.clone(),
-            auto_remove: Some(false),
-            init: Some(false),
-            ..Default::default()
-        }),
+        host_config: Some(host_config(config, work_bytes(config, kind))),
         ..Default::default()
     }
+}
+
+/// The managed and instance labels, and the warm label on a pool container.
+fn labels(instance: &str, kind: Kind) -> HashMap<String, String> {
+    let mut labels = HashMap::from([
+        (MANAGED_LABEL.to_string(), "true".to_string()),
+        (INSTANCE_LABEL.to_string(), instance.to_string()),
+    ]);
+    if kind.is_warm() {
+        labels.insert(WARM_LABEL.to_string(), "true".to_string());
+    }
+    labels
+}
+
+/// The lock-down and the limits: no network, a read-only root, no privilege or capability,
+/// the pids, memory (no swap), CPU and rlimits, the tmpfs mounts (`/work` of `work_bytes`), no
+/// log and no `/dev/shm`.
+fn host_config(config: &SandboxConfig, work_bytes: u64) -> HostConfig {
+    let limits = &config.limits;
+    let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
+    HostConfig {
+        network_mode: Some("none".to_string()),
+        readonly_rootfs: Some(true),
+        privileged: Some(false),
+        cap_drop: Some(vec!["ALL".to_string()]),
+        security_opt: Some(vec!["no-new-privileges".to_string()]),
+        pids_limit: Some(limits.pids),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some((limits.cpus * 1e9).round() as i64),
+        ulimits: Some(ulimits(config)),
+        tmpfs: Some(tmpfs_mounts(config, work_bytes)),
+        // Output is read through attach and capped there; nothing is kept on the host's disk.
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("none".to_string()),
+            config: None,
+        }),
+        // No /dev/shm: it would be one more writable place (multiprocessing needs it; the
+        // code this runs does not).
+        ipc_mode: Some("none".to_string()),
+        runtime: config.runtime.clone(),
+        auto_remove: Some(false),
+        init: Some(false),
+        ..Default::default()
+    }
+}
+
+/// The rlimits: open files; no single file larger than all outputs together; no core dumps.
+fn ulimits(config: &SandboxConfig) -> Vec<ResourcesUlimits> {
+    let limits = &config.limits;
+    let output_bytes = i64::try_from(limits.output_max_bytes).unwrap_or(i64::MAX);
+    let nofile = i64::try_from(limits.nofile).unwrap_or(i64::MAX);
+    let ulimit = |name: &str, value: i64| ResourcesUlimits {
+        name: Some(name.to_string()),
+        soft: Some(value),
+        hard: Some(value),
+    };
+    vec![
+        ulimit("nofile", nofile),
+        ulimit("fsize", output_bytes),
+        ulimit("core", 0),
+    ]
 }
 
 /// The runner's command line for a container of `kind` (the Docker and the Kubernetes
@@ -208,26 +223,29 @@ pub fn verify(
     wanted: &ContainerCreateBody,
     applied: &ContainerInspectResponse,
 ) -> Result<(), SandboxError> {
-    let want = wanted.host_config.clone().unwrap_or_default();
-    let got = applied.host_config.clone().unwrap_or_default();
-    let config = applied.config.clone().unwrap_or_default();
-
-    check("NetworkMode", &Some("none".to_string()), &got.network_mode)?;
-    check("ReadonlyRootfs", &Some(true), &got.readonly_rootfs)?;
-    check("Privileged", &Some(false), &got.privileged.or(Some(false)))?;
-    check("CapDrop", &Some(vec!["ALL".to_string()]), &got.cap_drop)?;
-    check(
-        "CapAdd",
-        &Vec::<String>::new(),
-        &got.cap_add.unwrap_or_default(),
+    verify_host_config(
+        wanted.host_config.clone().unwrap_or_default(),
+        applied.host_config.clone().unwrap_or_default(),
     )?;
-    let no_new_privileges = got
-        .security_opt
-        .as_deref()
+    let config = applied.config.clone().unwrap_or_default();
+    check("User", &wanted.user, &config.user)?;
+    check("Image", &wanted.image, &config.image)?;
+    check("Cmd", &wanted.cmd, &config.cmd)?;
+    only_image_variables(config.env.unwrap_or_default())?;
+    let mounts: Vec<_> = applied
+        .mounts
+        .clone()
         .unwrap_or_default()
-        .iter()
-        .any(|opt| opt == "no-new-privileges" || opt == "no-new-privileges:true");
-    check("SecurityOpt no-new-privileges", &true, &no_new_privileges)?;
+        .into_iter()
+        .map(|m| (m.typ, m.destination))
+        .collect();
+    check("Mounts", &Vec::new(), &mounts)?;
+    Ok(())
+}
+
+/// The lock-down and the limits Docker applied (`got`) against those asked for (`want`).
+fn verify_host_config(want: HostConfig, got: HostConfig) -> Result<(), SandboxError> {
+    verify_lockdown(&got)?;
     check("PidsLimit", &want.pids_limit, &got.pids_limit)?;
     check("Memory", &want.memory, &got.memory)?;
     check("MemorySwap", &want.memory_swap, &got.memory_swap)?;
@@ -247,26 +265,50 @@ pub fn verify(
     if want.runtime.is_some() {
         check("Runtime", &want.runtime, &got.runtime)?;
     }
-    let mut ulimits: Vec<_> = got
-        .ulimits
-        .unwrap_or_default()
-        .into_iter()
-        .map(|u| (u.name, u.soft, u.hard))
-        .collect();
-    let mut wanted_ulimits: Vec<_> = want
-        .ulimits
-        .unwrap_or_default()
-        .into_iter()
-        .map(|u| (u.name, u.soft, u.hard))
-        .collect();
-    ulimits.sort();
-    wanted_ulimits.sort();
-    check("Ulimits", &wanted_ulimits, &ulimits)?;
+    check(
+        "Ulimits",
+        &sorted_ulimits(want.ulimits),
+        &sorted_ulimits(got.ulimits),
+    )
+}
 
-    check("User", &wanted.user, &config.user)?;
-    check("Image", &wanted.image, &config.image)?;
-    check("Cmd", &wanted.cmd, &config.cmd)?;
-    for variable in config.env.unwrap_or_default() {
+/// The settings that are never configurable: no network, a read-only root, no privilege, every
+/// capability dropped and none added, `no-new-privileges`.
+fn verify_lockdown(got: &HostConfig) -> Result<(), SandboxError> {
+    check("NetworkMode", &Some("none".to_string()), &got.network_mode)?;
+    check("ReadonlyRootfs", &Some(true), &got.readonly_rootfs)?;
+    check("Privileged", &Some(false), &got.privileged.or(Some(false)))?;
+    check("CapDrop", &Some(vec!["ALL".to_string()]), &got.cap_drop)?;
+    check(
+        "CapAdd",
+        &Vec::<String>::new(),
+        &got.cap_add.clone().unwrap_or_default(),
+    )?;
+    let no_new_privileges = got
+        .security_opt
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|opt| opt == "no-new-privileges" || opt == "no-new-privileges:true");
+    check("SecurityOpt no-new-privileges", &true, &no_new_privileges)
+}
+
+/// Rlimits as sorted (name, soft, hard), to compare whatever order Docker lists them in.
+fn sorted_ulimits(
+    ulimits: Option<Vec<ResourcesUlimits>>,
+) -> Vec<(Option<String>, Option<i64>, Option<i64>)> {
+    let mut sorted: Vec<_> = ulimits
+        .unwrap_or_default()
+        .into_iter()
+        .map(|u| (u.name, u.soft, u.hard))
+        .collect();
+    sorted.sort();
+    sorted
+}
+
+/// Refuses any variable in the container's environment but the image's own.
+fn only_image_variables(env: Vec<String>) -> Result<(), SandboxError> {
+    for variable in env {
         let name = variable.split('=').next().unwrap_or_default();
         if !IMAGE_VARIABLES.contains(&name) {
             return Err(SandboxError::PolicyMismatch {
@@ -276,14 +318,6 @@ pub fn verify(
             });
         }
     }
-    let mounts: Vec<_> = applied
-        .mounts
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|m| (m.typ, m.destination))
-        .collect();
-    check("Mounts", &Vec::new(), &mounts)?;
     Ok(())
 }
 

@@ -178,26 +178,14 @@ impl WarmPool {
             shared.misses.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let waiting = {
-            let mut state = shared.lock_state();
-            state.waiters.retain(|waiter| !waiter.is_closed());
-            if let Some(started) = shared.pop_ready(&mut state) {
-                drop(state);
+        let waiting = match shared.claim() {
+            Claim::Ready(started) => {
                 shared.takes.fetch_add(1, Ordering::Relaxed);
                 shared.wake.notify_one();
                 return Some(started);
             }
-            // The launch this attempt would get: the oldest one nobody waits for yet.
-            let unclaimed = state
-                .launching
-                .get(state.waiters.len())
-                .map(|(_, began)| *began);
-            unclaimed.map(|began| {
-                let (sender, receiver) = oneshot::channel();
-                state.waiters.push_back(sender);
-                let expected = Duration::from_millis(shared.launch_ms.load(Ordering::Relaxed));
-                (receiver, began + expected + expected / 4)
-            })
+            Claim::Wait(receiver, until) => Some((receiver, until)),
+            Claim::Nothing => None,
         };
         shared.wake.notify_one();
         let taken = match waiting {
@@ -253,7 +241,38 @@ impl WarmPool {
     }
 }
 
+/// What a take found under the lock.
+enum Claim {
+    /// A ready container, taken.
+    Ready(Started),
+    /// The launch it may wait for, and until when: the receiver gets it when it is ready.
+    Wait(oneshot::Receiver<Option<Started>>, std::time::Instant),
+    /// Nothing ready, and every launch already has a waiter.
+    Nothing,
+}
+
 impl Shared {
+    /// Under the lock: a ready container if there is one, else a claim on the oldest launch
+    /// nobody waits for yet, expected at its start plus the usual launch time and a quarter.
+    fn claim(&self) -> Claim {
+        let mut state = self.lock_state();
+        state.waiters.retain(|waiter| !waiter.is_closed());
+        if let Some(started) = self.pop_ready(&mut state) {
+            return Claim::Ready(started);
+        }
+        let unclaimed = state
+            .launching
+            .get(state.waiters.len())
+            .map(|(_, began)| *began);
+        let Some(began) = unclaimed else {
+            return Claim::Nothing;
+        };
+        let (sender, receiver) = oneshot::channel();
+        state.waiters.push_back(sender);
+        let expected = Duration::from_millis(self.launch_ms.load(Ordering::Relaxed));
+        Claim::Wait(receiver, began + expected + expected / 4)
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, State> {
         // The lock is held for pushes and pops only; a panic cannot leave the state half-made.
         self.state

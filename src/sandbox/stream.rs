@@ -26,6 +26,7 @@
 //! blocks the container: what comes past a cap is read and dropped.
 
 use std::io::Read;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -207,19 +208,9 @@ async fn next_frame<R: AsyncRead + Unpin>(
     mac: &Mac,
     sequence: u64,
 ) -> Result<Option<Frame>, StreamError> {
-    let mut head = [0u8; FRAME_HEADER_BYTES];
-    let mut got = 0;
-    while got < head.len() {
-        let n = reader.read(&mut head[got..]).await?;
-        if n == 0 {
-            return if got == 0 {
-                Ok(None)
-            } else {
-                Err(StreamError::Truncated)
-            };
-        }
-        got += n;
-    }
+    let Some(head) = read_head(reader).await? else {
+        return Ok(None);
+    };
     let length = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
     if length > FRAME_MAX_BYTES {
         return Err(StreamError::TooLong(length));
@@ -238,10 +229,38 @@ async fn next_frame<R: AsyncRead + Unpin>(
         return Err(StreamError::Forged(sequence));
     }
     seal(key, sequence, &mut payload);
-    Ok(Some(match head[0] {
+    decode(head[0], payload).map(Some)
+}
+
+/// A frame's header (its kind and length); `None` when the stream ends before it begins.
+async fn read_head<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Option<[u8; FRAME_HEADER_BYTES]>, StreamError> {
+    let mut head = [0u8; FRAME_HEADER_BYTES];
+    let mut got = 0;
+    while got < head.len() {
+        let n = reader.read(&mut head[got..]).await?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(StreamError::Truncated)
+            };
+        }
+        got += n;
+    }
+    Ok(Some(head))
+}
+
+/// The frame of `kind` with its authenticated, decrypted `payload` (a report is bounded to
+/// [`REPORT_MAX_BYTES`] before it is parsed).
+fn decode(kind: u8, payload: Vec<u8>) -> Result<Frame, StreamError> {
+    Ok(match kind {
         b'o' => Frame::Stdout(payload.into()),
         b'e' => Frame::Stderr(payload.into()),
-        b'x' if length > REPORT_MAX_BYTES => return Err(StreamError::TooLong(length)),
+        b'x' if payload.len() > REPORT_MAX_BYTES => {
+            return Err(StreamError::TooLong(payload.len()));
+        }
         b'x' => Frame::Exit(
             serde_json::from_slice(&payload)
                 .map_err(|error| StreamError::BadReport(error.to_string()))?,
@@ -249,7 +268,7 @@ async fn next_frame<R: AsyncRead + Unpin>(
         b'a' => Frame::Archive(payload.into()),
         b'z' => Frame::End,
         kind => return Err(StreamError::UnknownKind(kind)),
-    }))
+    })
 }
 
 /// What the runner's streams carried.
@@ -272,6 +291,7 @@ pub struct Relayed {
 }
 
 /// The frames as they are read, before the runner's own stderr is added.
+#[derive(Default)]
 struct Frames {
     stdout: Captured,
     stderr: Captured,
@@ -279,6 +299,60 @@ struct Frames {
     finished_at: Option<Instant>,
     complete: bool,
     error: Option<StreamError>,
+}
+
+impl Frames {
+    /// Takes one frame, in the order the runner writes them: stdout and stderr (capped) at
+    /// any time, then one report (which fires `finished`), then the archive (sent on to the
+    /// unpacker while it takes it), then the end. Reading stops at the end frame or at a
+    /// frame out of order, which is the stream's error.
+    async fn take(
+        &mut self,
+        frame: Frame,
+        cap: usize,
+        archive: &mut Option<mpsc::Sender<Bytes>>,
+        finished: &mut Option<oneshot::Sender<()>>,
+    ) -> ControlFlow<()> {
+        match frame {
+            Frame::Stdout(bytes) => capture(&mut self.stdout, cap, &bytes),
+            Frame::Stderr(bytes) => capture(&mut self.stderr, cap, &bytes),
+            Frame::Exit(_) if self.report.is_some() => return self.out_of_order("a second report"),
+            Frame::Exit(report) => {
+                self.stdout.dropped += report.stdout_dropped;
+                self.stderr.dropped += report.stderr_dropped;
+                self.report = Some(report);
+                self.finished_at = Some(Instant::now());
+                if let Some(finished) = finished.take() {
+                    let _ = finished.send(());
+                }
+            }
+            Frame::Archive(_) if self.report.is_none() => {
+                return self.out_of_order("outputs before the report");
+            }
+            Frame::Archive(bytes) => {
+                if let Some(sender) = archive
+                    && sender.send(bytes).await.is_err()
+                {
+                    // The unpacker is done (a limit); the rest is read and dropped.
+                    *archive = None;
+                }
+            }
+            Frame::End if self.report.is_none() => {
+                return self.out_of_order("the end before the report");
+            }
+            Frame::End => {
+                self.complete = true;
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// A frame where it cannot be: the stream's error, and reading stops.
+    fn out_of_order(&mut self, what: &'static str) -> ControlFlow<()> {
+        self.error = Some(StreamError::OutOfOrder(what));
+        ControlFlow::Break(())
+    }
 }
 
 /// Reads frames until the end frame, the end of the stream or an error. After an error the
@@ -291,14 +365,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
     finished: oneshot::Sender<()>,
 ) -> Frames {
     let mut reader = BufReader::with_capacity(FRAME_MAX_BYTES + FRAME_HEADER_BYTES, reader);
-    let mut frames = Frames {
-        stdout: Captured::default(),
-        stderr: Captured::default(),
-        report: None,
-        finished_at: None,
-        complete: false,
-        error: None,
-    };
+    let mut frames = Frames::default();
     let mut archive = Some(archive);
     let mut finished = Some(finished);
     let mac = Mac::new(key.as_bytes());
@@ -311,45 +378,16 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 break;
             }
         };
-        match frame {
-            Frame::Stdout(bytes) => capture(&mut frames.stdout, cap, &bytes),
-            Frame::Stderr(bytes) => capture(&mut frames.stderr, cap, &bytes),
-            Frame::Exit(_) if frames.report.is_some() => {
-                frames.error = Some(StreamError::OutOfOrder("a second report"));
-                break;
-            }
-            Frame::Exit(report) => {
-                frames.stdout.dropped += report.stdout_dropped;
-                frames.stderr.dropped += report.stderr_dropped;
-                frames.report = Some(report);
-                frames.finished_at = Some(Instant::now());
-                if let Some(finished) = finished.take() {
-                    let _ = finished.send(());
-                }
-            }
-            Frame::Archive(_) if frames.report.is_none() => {
-                frames.error = Some(StreamError::OutOfOrder("outputs before the report"));
-                break;
-            }
-            Frame::Archive(bytes) => {
-                if let Some(sender) = &archive
-                    && sender.send(bytes).await.is_err()
-                {
-                    // The unpacker is done (a limit); the rest is read and dropped.
-                    archive = None;
-                }
-            }
-            Frame::End if frames.report.is_none() => {
-                frames.error = Some(StreamError::OutOfOrder("the end before the report"));
-                break;
-            }
-            Frame::End => {
-                frames.complete = true;
-                return frames;
-            }
+        if frames
+            .take(frame, cap, &mut archive, &mut finished)
+            .await
+            .is_break()
+        {
+            break;
         }
     }
-    // The outputs are cut short: the unpacker must not take them for whole.
+    // Unless the end frame came, the outputs are cut short: the unpacker must not take them for
+    // whole.
     drop(archive);
     if frames.error.is_some() {
         let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;

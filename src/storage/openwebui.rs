@@ -278,21 +278,33 @@ impl OpenWebUi {
     pub async fn fetch(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
         check_id(id)?;
         let token = self.token(caller)?.to_string();
-        let work = async {
-            let url = format!("{}/api/v1/files/{id}/content", self.internal_url);
-            let response = self
-                .http
-                .get(&url)
-                .bearer_auth(&token)
-                .send()
-                .await
-                .map_err(|e| self.unreachable(&e))?;
-            let response_status = response.status();
-            if !response_status.is_success() {
-                return Err(error_for(response, id, "downloading a file").await);
-            }
-            let headers = response.headers().clone();
-            let bytes = read_capped(response, self.limits.max_bytes)
+        match tokio::time::timeout(self.limits.timeout, self.download(id, &token)).await {
+            Ok(result) => result,
+            Err(_) => Err(StorageError::Timeout {
+                id: id.to_string(),
+                after: self.limits.timeout,
+            }),
+        }
+    }
+
+    /// Downloads file `id` with the caller's `token`, within the size cap: its bytes, its
+    /// content type, and its name (from the Content-Disposition, else asked for).
+    async fn download(&self, id: &str, token: &str) -> Result<Download, StorageError> {
+        let url = format!("{}/api/v1/files/{id}/content", self.internal_url);
+        let response = self
+            .http
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        let response_status = response.status();
+        if !response_status.is_success() {
+            return Err(error_for(response, id, "downloading a file").await);
+        }
+        let headers = response.headers().clone();
+        let bytes =
+            read_capped(response, self.limits.max_bytes)
                 .await
                 .map_err(|error| match error {
                     CappedRead::TooLarge => StorageError::TooLarge {
@@ -301,31 +313,23 @@ impl OpenWebUi {
                     },
                     CappedRead::Transport(error) => self.unreachable(&error),
                 })?;
-            let content_type = headers
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(|v| v.split(';').next().unwrap_or(v).trim().to_string());
-            let name = match headers
-                .get(reqwest::header::CONTENT_DISPOSITION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(filename_from_disposition)
-            {
-                Some(name) => name,
-                None => self.name_of(id, &token).await?,
-            };
-            Ok(Download {
-                name,
-                content_type,
-                bytes,
-            })
+        let content_type = headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or(v).trim().to_string());
+        let name = match headers
+            .get(reqwest::header::CONTENT_DISPOSITION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(filename_from_disposition)
+        {
+            Some(name) => name,
+            None => self.name_of(id, token).await?,
         };
-        match tokio::time::timeout(self.limits.timeout, work).await {
-            Ok(result) => result,
-            Err(_) => Err(StorageError::Timeout {
-                id: id.to_string(),
-                after: self.limits.timeout,
-            }),
-        }
+        Ok(Download {
+            name,
+            content_type,
+            bytes,
+        })
     }
 
     /// The stored name of `id`, from `GET /api/v1/files/{id}` (text files come without a

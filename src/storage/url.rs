@@ -154,63 +154,58 @@ impl UrlFetcher {
                 .map_err(|error| transport_error(&url, &error))?;
             let status = response.status();
             if status.is_redirection() {
-                let location = response
-                    .headers()
-                    .get(reqwest::header::LOCATION)
-                    .and_then(|value| value.to_str().ok())
-                    .ok_or_else(|| FetchError::Status {
-                        url: redact(&url),
-                        status: status.as_u16(),
-                        hint: " (a redirect without a Location)",
-                    })?;
-                url = url.join(location).map_err(|_| FetchError::BadUrl {
-                    url: redact(&url),
-                    why: "it redirected to an unusable Location",
-                })?;
+                url = redirect(&url, &response)?;
                 continue;
             }
             if !status.is_success() {
                 return Err(FetchError::Status {
                     url: redact(&url),
                     status: status.as_u16(),
-                    hint: match status.as_u16() {
-                        401 | 403 => {
-                            "; the link is not authorised (a presigned URL may have expired: get a new one)"
-                        }
-                        404 => "; there is no document at this link",
-                        _ => "; try again later",
-                    },
+                    hint: status_hint(status.as_u16()),
                 });
             }
-            let content_type = response
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|value| value.to_str().ok())
-                .map(str::to_string);
-            let bytes = read_capped(response, self.limits.max_bytes)
-                .await
-                .map_err(|error| match error {
-                    CappedRead::TooLarge => FetchError::TooLarge {
-                        url: redact(&url),
-                        limit_mib: self.limits.max_bytes / crate::config::MIB,
-                    },
-                    CappedRead::Transport(error) => transport_error(&url, &error),
-                })?;
-            let name = name
-                .map(str::trim)
-                .filter(|name| !name.is_empty())
-                .map(str::to_string)
-                .or_else(|| last_segment(&first))
-                .unwrap_or_else(|| "document".into());
-            return Ok(Download {
-                name,
-                content_type,
-                bytes,
-            });
+            return self.download(&first, &url, name, response).await;
         }
         Err(FetchError::TooManyRedirects {
             url: redact(&first),
             max: self.policy.max_redirects,
+        })
+    }
+
+    /// Reads the document at `url` (reached from `first`) within the size cap: its bytes, its
+    /// content type, and its name (`name` if given, else the first URL's last segment).
+    async fn download(
+        &self,
+        first: &Url,
+        url: &Url,
+        name: Option<&str>,
+        response: reqwest::Response,
+    ) -> Result<Download, FetchError> {
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_string);
+        let bytes =
+            read_capped(response, self.limits.max_bytes)
+                .await
+                .map_err(|error| match error {
+                    CappedRead::TooLarge => FetchError::TooLarge {
+                        url: redact(url),
+                        limit_mib: self.limits.max_bytes / crate::config::MIB,
+                    },
+                    CappedRead::Transport(error) => transport_error(url, &error),
+                })?;
+        let name = name
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_string)
+            .or_else(|| last_segment(first))
+            .unwrap_or_else(|| "document".into());
+        Ok(Download {
+            name,
+            content_type,
+            bytes,
         })
     }
 
@@ -301,6 +296,35 @@ fn redact_unparsed(text: &str) -> String {
     }
     let shown = text.split(['?', '#']).next().unwrap_or_default();
     shown.chars().take(SHOWN_CHARS).collect()
+}
+
+/// Where a redirect from `url` leads: its `Location`, resolved against `url` (checked again
+/// before it is followed).
+fn redirect(url: &Url, response: &reqwest::Response) -> Result<Url, FetchError> {
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|value| value.to_str().ok())
+        .ok_or_else(|| FetchError::Status {
+            url: redact(url),
+            status: response.status().as_u16(),
+            hint: " (a redirect without a Location)",
+        })?;
+    url.join(location).map_err(|_| FetchError::BadUrl {
+        url: redact(url),
+        why: "it redirected to an unusable Location",
+    })
+}
+
+/// What to do about a refusal with HTTP `status`, for the error.
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 | 403 => {
+            "; the link is not authorised (a presigned URL may have expired: get a new one)"
+        }
+        404 => "; there is no document at this link",
+        _ => "; try again later",
+    }
 }
 
 fn last_segment(url: &Url) -> Option<String> {

@@ -68,33 +68,8 @@ impl<R: Runner> Tools<R> {
                 other => other.map_err(ToolError::from),
             },
         };
-        let status = match &result {
-            Ok(outcome) => serde_json::to_value(outcome.status)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-            Err(ToolError::Busy { .. }) => "busy".into(),
-            Err(ToolError::Cancelled) => "cancelled".into(),
-            Err(_) => "sandbox_error".into(),
-        };
-        let tool = CALL
-            .try_with(|call| call.info.tool.clone())
-            .unwrap_or_default();
-        let metrics = crate::metrics::metrics();
-        metrics.attempt(&tool, &status, started.elapsed());
-        if let Ok(outcome) = &result {
-            let timings = &outcome.timings;
-            for (phase, took) in [
-                ("create", timings.create),
-                ("start", timings.start),
-                ("copy_in", timings.copy_in),
-                ("run", timings.run),
-                ("logs", timings.logs),
-                ("copy_out", timings.copy_out),
-            ] {
-                metrics.phase(phase, took);
-            }
-        }
+        let status = status_word(&result);
+        count_attempt(&status, started.elapsed(), result.as_ref().ok());
         let mut line = AttemptLine {
             audit: self.audit.clone(),
             record: None,
@@ -104,36 +79,75 @@ impl<R: Runner> Tools<R> {
             record.duration_ms = started.elapsed().as_millis() as u64;
             record.status = status;
             match &result {
-                Ok(outcome) => {
-                    record.exit_code = outcome.exit_code;
-                    record.container = Some(outcome.container_id.clone());
-                    record.container_kind =
-                        Some(if outcome.warm { "warm" } else { "cold" }.to_string());
-                    record.container_created =
-                        Some(crate::time::format_rfc3339(outcome.container_created));
-                    record.image_id = Some(outcome.image_id.clone());
-                    record.outputs = outcome
-                        .outputs
-                        .iter()
-                        .map(|file| FileDigest {
-                            name: file.path.clone(),
-                            bytes: file.bytes,
-                            sha256: file.sha256.clone(),
-                        })
-                        .collect();
-                    if outcome.status != Status::Ok {
-                        record.error = Some(crate::text::tail(&outcome.message, AUDIT_ERROR_CHARS));
-                    }
-                    if author == Author::FileAgent {
-                        record.report_sha256 =
-                            Some(crate::audit::sha256_hex(&outcome.stdout.bytes));
-                    }
-                }
+                Ok(outcome) => record_outcome(&mut record, outcome, author),
                 Err(error) => record.error = Some(crate::error_chain(error)),
             }
             line.record = Some(record);
         }
         result.map(|outcome| (outcome, line))
+    }
+}
+
+/// The attempt's status in one word, for the metrics and the audit trail: the sandbox's
+/// status, or `busy`, `cancelled` or `sandbox_error` when it did not run.
+fn status_word(result: &Result<Outcome, ToolError>) -> String {
+    match result {
+        Ok(outcome) => serde_json::to_value(outcome.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        Err(ToolError::Busy { .. }) => "busy".into(),
+        Err(ToolError::Cancelled) => "cancelled".into(),
+        Err(_) => "sandbox_error".into(),
+    }
+}
+
+/// Counts the attempt in the metrics, under the call's tool and its `status`, with the
+/// phases of one that ran.
+fn count_attempt(status: &str, took: std::time::Duration, outcome: Option<&Outcome>) {
+    let tool = CALL
+        .try_with(|call| call.info.tool.clone())
+        .unwrap_or_default();
+    let metrics = crate::metrics::metrics();
+    metrics.attempt(&tool, status, took);
+    if let Some(outcome) = outcome {
+        let timings = &outcome.timings;
+        for (phase, took) in [
+            ("create", timings.create),
+            ("start", timings.start),
+            ("copy_in", timings.copy_in),
+            ("run", timings.run),
+            ("logs", timings.logs),
+            ("copy_out", timings.copy_out),
+        ] {
+            metrics.phase(phase, took);
+        }
+    }
+}
+
+/// What the audit record keeps of an attempt that ran: its exit code, its container and
+/// image, its outputs' digests, its error, and for file-agent's own script (the change
+/// report) the digest of what it reported.
+fn record_outcome(record: &mut Record, outcome: &Outcome, author: Author) {
+    record.exit_code = outcome.exit_code;
+    record.container = Some(outcome.container_id.clone());
+    record.container_kind = Some(if outcome.warm { "warm" } else { "cold" }.to_string());
+    record.container_created = Some(crate::time::format_rfc3339(outcome.container_created));
+    record.image_id = Some(outcome.image_id.clone());
+    record.outputs = outcome
+        .outputs
+        .iter()
+        .map(|file| FileDigest {
+            name: file.path.clone(),
+            bytes: file.bytes,
+            sha256: file.sha256.clone(),
+        })
+        .collect();
+    if outcome.status != Status::Ok {
+        record.error = Some(crate::text::tail(&outcome.message, AUDIT_ERROR_CHARS));
+    }
+    if author == Author::FileAgent {
+        record.report_sha256 = Some(crate::audit::sha256_hex(&outcome.stdout.bytes));
     }
 }
 

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::llm::Message;
 use crate::llm::code::extract_code;
-use crate::sandbox::{Input, InputSource, Job, Runner};
+use crate::sandbox::{Input, InputSource, Job, OutputFile, Runner};
 use crate::storage::{Caller, content_type_for};
 use crate::text::tail;
 use crate::untrusted::detect;
@@ -103,18 +103,7 @@ impl<R: Runner> Tools<R> {
             &original.name,
             &format!("original.{}", file_type.extension()),
         );
-        let system_prompt = match file_type {
-            FileType::Excel => self.prompts.modify_excel.clone(),
-            FileType::Docx => self.prompts.modify_docx.clone(),
-            FileType::Pptx => self.prompts.modify_pptx.clone(),
-            // `detect` refuses a PDF with its reason before this; no panic on a request path.
-            FileType::Pdf => {
-                return Err(ToolError::UnsupportedInput(format!(
-                    "{:?} is a PDF, which modify_file cannot change",
-                    original.name
-                )));
-            }
-        };
+        let system_prompt = self.modify_prompt(file_type, &original.name)?;
         let output_name = output_name(filename_hint, "modified", file_type.extension());
         let request = format!(
             "Modify the {} at the preset `input_file_path` ({INPUT_DIR}/{input_name}, read-only) and save the changed copy to the preset `file_path` (its name ends in .{}).\n\nInstructions:\n{instructions}",
@@ -129,6 +118,20 @@ impl<R: Runner> Tools<R> {
             input: Some(Input::from_bytes(input_name, original.bytes)),
         };
         self.write_file(task, "modified", caller, cancel).await
+    }
+
+    /// The system prompt for modifying a file of `file_type`; a PDF (named `name`) cannot be
+    /// modified.
+    fn modify_prompt(&self, file_type: FileType, name: &str) -> Result<String, ToolError> {
+        match file_type {
+            FileType::Excel => Ok(self.prompts.modify_excel.clone()),
+            FileType::Docx => Ok(self.prompts.modify_docx.clone()),
+            FileType::Pptx => Ok(self.prompts.modify_pptx.clone()),
+            // `detect` refuses a PDF with its reason before this; no panic on a request path.
+            FileType::Pdf => Err(ToolError::UnsupportedInput(format!(
+                "{name:?} is a PDF, which modify_file cannot change"
+            ))),
+        }
     }
 
     /// The loop: ask, run, check, and either store or report back to the model.
@@ -150,49 +153,13 @@ impl<R: Runner> Tools<R> {
             announce(Phase::Writing { attempt });
             let reply = self.llm.complete(&conversation, cancel).await?;
             conversation.push(Message::Assistant(reply.text.clone()));
-            let result = match extract_code(&reply.text) {
-                None => Err("your reply contained no Python code block".to_string()),
-                Some(code) => {
-                    tracing::debug!(attempt, %code, "generated code");
-                    announce(Phase::Running { attempt });
-                    self.try_code(&task, code, &file_path, cancel).await?
-                }
-            };
-            // The attempt's audit line waits for the comparison's verdict: an unchanged copy
-            // is a refused output, not `ok` (so the comparison's own line comes first).
-            let result = match (result, &task.input) {
-                (Ok((bytes, line)), Some(original)) => {
-                    match self
-                        .compare(&task, &original.source, &bytes, cancel)
-                        .await?
-                    {
-                        Ok(report) => {
-                            line.commit()?;
-                            Ok((bytes, Some(report)))
-                        }
-                        Err(why) => {
-                            line.refuse(&why);
-                            Err(why)
-                        }
-                    }
-                }
-                // The file goes to the caller only once its line is in the trail.
-                (Ok((bytes, line)), None) => {
-                    line.commit()?;
-                    Ok((bytes, None))
-                }
-                (Err(why), _) => Err(why),
-            };
-            match result {
+            match self
+                .checked_file(&task, &reply.text, attempt, &file_path, cancel)
+                .await?
+            {
                 Ok((bytes, report)) => {
-                    let size = bytes.len() as u64;
-                    let stored = self
-                        .store_result(
-                            &task.output_name,
-                            content_type_for(&task.output_name),
-                            bytes,
-                            caller,
-                        )
+                    let text = self
+                        .store_file(&task, verb, attempt, bytes, report, caller)
                         .await?;
                     tracing::info!(
                         attempt,
@@ -200,33 +167,13 @@ impl<R: Runner> Tools<R> {
                         attempt_ms = started.elapsed().as_millis() as u64,
                         "file written"
                     );
-                    let mut text = format!(
-                        "{} {verb}: [{}]({})\n\n{} ({}), file id `{}`; attempt {attempt} of {MAX_ATTEMPTS}.",
-                        task.file_type.label(),
-                        stored.name,
-                        stored.url,
-                        stored.name,
-                        human_size(size),
-                        stored.id,
-                    );
-                    if let Some(report) = report {
-                        text.push_str("\n\n");
-                        text.push_str(&report);
-                    }
                     return Ok(ToolOutput {
                         text,
                         attempts: attempt,
                     });
                 }
                 Err(error) => {
-                    tracing::info!(attempt, error = %tail(&error, 300), "attempt failed");
-                    if attempt < MAX_ATTEMPTS {
-                        announce(Phase::Retrying {
-                            attempt,
-                            reason: short_reason(&error),
-                        });
-                    }
-                    last_error = tail(&error, ERROR_TAIL_CHARS);
+                    last_error = failed_attempt(attempt, &error);
                     conversation.push(self.retry_message(attempt, &last_error));
                 }
             }
@@ -236,6 +183,81 @@ impl<R: Runner> Tools<R> {
             attempts: MAX_ATTEMPTS,
             last_error,
         })
+    }
+
+    /// One attempt at the model's `reply`: its code run, its file checked and, for a
+    /// modification, compared with the original. A valid file comes with its change report;
+    /// `Ok(Err(reason))` is a failed attempt to report to the model.
+    async fn checked_file(
+        &self,
+        task: &FileTask,
+        reply: &str,
+        attempt: usize,
+        file_path: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Result<(Vec<u8>, Option<String>), String>, ToolError> {
+        let Some(code) = extract_code(reply) else {
+            return Ok(Err("your reply contained no Python code block".to_string()));
+        };
+        tracing::debug!(attempt, %code, "generated code");
+        announce(Phase::Running { attempt });
+        let (bytes, line) = match self.try_code(task, code, file_path, cancel).await? {
+            Ok(written) => written,
+            Err(why) => return Ok(Err(why)),
+        };
+        // The attempt's audit line waits for the comparison's verdict: an unchanged copy is a
+        // refused output, not `ok` (so the comparison's own line comes first). The file goes
+        // to the caller only once its line is in the trail.
+        let Some(original) = &task.input else {
+            line.commit()?;
+            return Ok(Ok((bytes, None)));
+        };
+        match self.compare(task, &original.source, &bytes, cancel).await? {
+            Ok(report) => {
+                line.commit()?;
+                Ok(Ok((bytes, Some(report))))
+            }
+            Err(why) => {
+                line.refuse(&why);
+                Ok(Err(why))
+            }
+        }
+    }
+
+    /// Stores the valid file and words the answer: its link, its size and id, the attempt and
+    /// the change report of a modification.
+    async fn store_file(
+        &self,
+        task: &FileTask,
+        verb: &str,
+        attempt: usize,
+        bytes: Vec<u8>,
+        report: Option<String>,
+        caller: &Caller,
+    ) -> Result<String, ToolError> {
+        let size = bytes.len() as u64;
+        let stored = self
+            .store_result(
+                &task.output_name,
+                content_type_for(&task.output_name),
+                bytes,
+                caller,
+            )
+            .await?;
+        let mut text = format!(
+            "{} {verb}: [{}]({})\n\n{} ({}), file id `{}`; attempt {attempt} of {MAX_ATTEMPTS}.",
+            task.file_type.label(),
+            stored.name,
+            stored.url,
+            stored.name,
+            human_size(size),
+            stored.id,
+        );
+        if let Some(report) = report {
+            text.push_str("\n\n");
+            text.push_str(&report);
+        }
+        Ok(text)
     }
 
     /// Runs one script; `Ok(Err(reason))` is a failed attempt to report to the model (its
@@ -250,16 +272,7 @@ impl<R: Runner> Tools<R> {
     ) -> Result<Result<(Vec<u8>, AttemptLine), String>, ToolError> {
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
-        let input_file_path = task
-            .input
-            .as_ref()
-            .map(|input| format!("{INPUT_DIR}/{}", String::from_utf8_lossy(&input.name)));
-        let job = Job {
-            script: code,
-            inputs: task.input.iter().cloned().collect(),
-            file_path: Some(file_path.to_string()),
-            input_file_path,
-        };
+        let job = task.job(code, file_path);
         let (outcome, line) = self
             .run_judged(job, Author::Model, None, out_dir.path(), cancel)
             .await?;
@@ -272,15 +285,7 @@ impl<R: Runner> Tools<R> {
             .trim_start_matches(OUTPUT_DIR)
             .trim_start_matches('/');
         let Some(output) = outcome.outputs.iter().find(|file| file.path == wanted) else {
-            let written: Vec<&str> = outcome.outputs.iter().map(|f| f.path.as_str()).collect();
-            let why = format!(
-                "The script finished but wrote no file at file_path ({file_path}). Files written to {OUTPUT_DIR}: {written:?}. Save to the preset `file_path`.{}",
-                if stderr.trim().is_empty() {
-                    String::new()
-                } else {
-                    format!("\nstderr:\n{stderr}")
-                }
-            );
+            let why = no_file_at(file_path, &outcome.outputs, &stderr);
             line.refuse(&why);
             return Ok(Err(why));
         };
@@ -290,29 +295,7 @@ impl<R: Runner> Tools<R> {
         let bytes = tokio::fs::read(&output.host_path)
             .await
             .map_err(local_io("cannot read the attempt's output"))?;
-        let file_type = task.file_type;
-        let (bytes, verdict) = if file_type == FileType::Pdf {
-            // A PDF's parse has no memory bound of its own: it runs in a capped child.
-            let verdict = self
-                .pdf
-                .check(&bytes)
-                .await
-                .map_err(|error| local_io("cannot check the PDF")(std::io::Error::other(error)))?
-                .map(|_pages| ())
-                .map_err(|error| error.to_string());
-            (bytes, verdict)
-        } else {
-            // Inflating a package within its caps can still take a second of CPU: keep it
-            // off the async workers.
-            tokio::task::spawn_blocking(move || {
-                let verdict = detect::validate(file_type, &bytes);
-                (bytes, verdict)
-            })
-            .await
-            .map_err(|error| {
-                local_io("cannot check the attempt's output")(std::io::Error::other(error))
-            })?
-        };
+        let (bytes, verdict) = self.validate(task.file_type, bytes).await?;
         match verdict {
             Ok(()) => Ok(Ok((bytes, line))),
             Err(why) => {
@@ -324,6 +307,36 @@ impl<R: Runner> Tools<R> {
                 Ok(Err(why))
             }
         }
+    }
+
+    /// Whether `bytes` open as a valid file of `file_type`, by the caps-bound parsers of
+    /// `untrusted`; the bytes come back with the verdict.
+    async fn validate(
+        &self,
+        file_type: FileType,
+        bytes: Vec<u8>,
+    ) -> Result<(Vec<u8>, Result<(), String>), ToolError> {
+        if file_type == FileType::Pdf {
+            // A PDF's parse has no memory bound of its own: it runs in a capped child.
+            let verdict = self
+                .pdf
+                .check(&bytes)
+                .await
+                .map_err(|error| local_io("cannot check the PDF")(std::io::Error::other(error)))?
+                .map(|_pages| ())
+                .map_err(|error| error.to_string());
+            return Ok((bytes, verdict));
+        }
+        // Inflating a package within its caps can still take a second of CPU: keep it off the
+        // async workers.
+        tokio::task::spawn_blocking(move || {
+            let verdict = detect::validate(file_type, &bytes);
+            (bytes, verdict)
+        })
+        .await
+        .map_err(|error| {
+            local_io("cannot check the attempt's output")(std::io::Error::other(error))
+        })
     }
 
     /// Compares a modified copy (`result`) with its original in the sandbox. `Ok(Err(..))` when
@@ -350,29 +363,75 @@ impl<R: Runner> Tools<R> {
             &outcome.stdout.text(),
             &outcome.stderr.text(),
         );
-        let text = match compared {
-            Compared::Changed(report) => format!(
-                "**Changes** (computed by file-agent from the original and the result):\n{}",
-                report.render()
-            ),
-            Compared::Unchanged => {
-                return Ok(Err(format!(
-                    "Your script saved the file unchanged: file-agent compared {} with the original and found no difference in content or formatting. Make the requested changes before saving to `file_path`.",
-                    task.output_name
-                )));
-            }
-            Compared::ResultUnreadable(why) => {
-                return Ok(Err(format!(
-                    "The saved file passed the structure check but its library cannot open it: {why}"
-                )));
-            }
-            Compared::Unavailable(why) => {
-                tracing::warn!(error = %why, "no change report");
-                format!(
-                    "**Changes**: file-agent could not compare the files ({why}); open the copy to check it."
-                )
-            }
-        };
-        Ok(Ok(text))
+        Ok(change_report(task, compared))
+    }
+}
+
+/// The answer's change report from the comparison, or why the attempt failed: the copy is
+/// unchanged, or its library cannot open it. A comparison that could not be made still lets
+/// the copy through, saying so.
+fn change_report(task: &FileTask, compared: Compared) -> Result<String, String> {
+    match compared {
+        Compared::Changed(report) => Ok(format!(
+            "**Changes** (computed by file-agent from the original and the result):\n{}",
+            report.render()
+        )),
+        Compared::Unchanged => Err(format!(
+            "Your script saved the file unchanged: file-agent compared {} with the original and found no difference in content or formatting. Make the requested changes before saving to `file_path`.",
+            task.output_name
+        )),
+        Compared::ResultUnreadable(why) => Err(format!(
+            "The saved file passed the structure check but its library cannot open it: {why}"
+        )),
+        Compared::Unavailable(why) => {
+            tracing::warn!(error = %why, "no change report");
+            Ok(format!(
+                "**Changes**: file-agent could not compare the files ({why}); open the copy to check it."
+            ))
+        }
+    }
+}
+
+/// Logs a failed attempt and announces the retry if one is left; the error's tail, for the
+/// model and for the final error.
+fn failed_attempt(attempt: usize, error: &str) -> String {
+    tracing::info!(attempt, error = %tail(error, 300), "attempt failed");
+    if attempt < MAX_ATTEMPTS {
+        announce(Phase::Retrying {
+            attempt,
+            reason: short_reason(error),
+        });
+    }
+    tail(error, ERROR_TAIL_CHARS)
+}
+
+/// Why an attempt that ended well still failed: no file at `file_path`; what was written, and
+/// the script's stderr if it said anything.
+fn no_file_at(file_path: &str, outputs: &[OutputFile], stderr: &str) -> String {
+    let written: Vec<&str> = outputs.iter().map(|f| f.path.as_str()).collect();
+    format!(
+        "The script finished but wrote no file at file_path ({file_path}). Files written to {OUTPUT_DIR}: {written:?}. Save to the preset `file_path`.{}",
+        if stderr.trim().is_empty() {
+            String::new()
+        } else {
+            format!("\nstderr:\n{stderr}")
+        }
+    )
+}
+
+impl FileTask {
+    /// The job for one script of the model's: the input (if any) at `/work/in/<name>`, the
+    /// output expected at `file_path`.
+    fn job(&self, code: String, file_path: &str) -> Job {
+        let input_file_path = self
+            .input
+            .as_ref()
+            .map(|input| format!("{INPUT_DIR}/{}", String::from_utf8_lossy(&input.name)));
+        Job {
+            script: code,
+            inputs: self.input.iter().cloned().collect(),
+            file_path: Some(file_path.to_string()),
+            input_file_path,
+        }
     }
 }

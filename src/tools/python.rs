@@ -27,28 +27,11 @@ impl<R: Runner> Tools<R> {
         caller: &Caller,
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
-        if code.trim().is_empty() {
-            return Err(ToolError::InvalidArgument(
-                "code is empty; pass the Python to run".into(),
-            ));
-        }
-        if file_ids.len() > MAX_INPUTS {
-            return Err(ToolError::InvalidArgument(format!(
-                "{} file_ids given; at most {MAX_INPUTS} per call",
-                file_ids.len()
-            )));
-        }
+        check_arguments(code, file_ids)?;
         // Whatever the code writes to /work/out is stored, and which files it writes is only
         // known after it ran: without a credential to store them, refuse before running.
         self.require_credential(caller).await?;
-        let mut inputs = Vec::new();
-        let mut names = HashSet::new();
-        for id in file_ids {
-            announce(Phase::Fetching);
-            let download = self.storage.fetch(id.trim(), caller).await?;
-            let name = unique_name(safe_name(&download.name, "input"), &mut names);
-            inputs.push(Input::from_bytes(name, download.bytes));
-        }
+        let inputs = self.fetch_inputs(file_ids, caller).await?;
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let job = Job {
@@ -61,18 +44,7 @@ impl<R: Runner> Tools<R> {
         let outcome = self
             .run_attempt(job, Author::Caller, out_dir.path(), cancel)
             .await?;
-        let stdout = tail(&outcome.stdout.text(), OUTPUT_CHARS);
-        let stderr = tail(&outcome.stderr.text(), OUTPUT_CHARS);
-        if outcome.status != Status::Ok {
-            let mut report = format!("The code did not succeed: {}\n", outcome.message);
-            push_block(&mut report, "stdout", &stdout);
-            push_block(&mut report, "stderr", &stderr);
-            report.push_str("\nNo files were kept. Fix the code and call run_python again.");
-            return Err(ToolError::ScriptFailed(report));
-        }
-        let mut text = String::from("The code ran successfully.\n");
-        push_block(&mut text, "stdout", &stdout);
-        push_block(&mut text, "stderr", &stderr);
+        let mut text = output_text(&outcome)?;
         let links = self.store_outputs(&outcome, caller).await?;
         if links.is_empty() {
             text.push_str("\nNo files were written to /work/out.");
@@ -81,6 +53,23 @@ impl<R: Runner> Tools<R> {
             text.push_str(&links.join("\n"));
         }
         Ok(ToolOutput { text, attempts: 1 })
+    }
+
+    /// Fetches the caller's files for `/work/in`, each under a safe name unique in the call.
+    async fn fetch_inputs(
+        &self,
+        file_ids: &[String],
+        caller: &Caller,
+    ) -> Result<Vec<Input>, ToolError> {
+        let mut inputs = Vec::new();
+        let mut names = HashSet::new();
+        for id in file_ids {
+            announce(Phase::Fetching);
+            let download = self.storage.fetch(id.trim(), caller).await?;
+            let name = unique_name(safe_name(&download.name, "input"), &mut names);
+            inputs.push(Input::from_bytes(name, download.bytes));
+        }
+        Ok(inputs)
     }
 
     /// Stores every file an attempt wrote to `/work/out`; one Markdown line for each (a link),
@@ -126,4 +115,38 @@ fn push_block(text: &mut String, label: &str, body: &str) {
     if !body.trim().is_empty() {
         text.push_str(&format!("\n{label}:\n```\n{}\n```\n", body.trim_end()));
     }
+}
+
+/// Refuses empty code and more than [`MAX_INPUTS`] files.
+fn check_arguments(code: &str, file_ids: &[String]) -> Result<(), ToolError> {
+    if code.trim().is_empty() {
+        return Err(ToolError::InvalidArgument(
+            "code is empty; pass the Python to run".into(),
+        ));
+    }
+    if file_ids.len() > MAX_INPUTS {
+        return Err(ToolError::InvalidArgument(format!(
+            "{} file_ids given; at most {MAX_INPUTS} per call",
+            file_ids.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The run's stdout and stderr (their tails) for the answer; a run that did not succeed is
+/// the caller's error, with them and what to do.
+fn output_text(outcome: &Outcome) -> Result<String, ToolError> {
+    let stdout = tail(&outcome.stdout.text(), OUTPUT_CHARS);
+    let stderr = tail(&outcome.stderr.text(), OUTPUT_CHARS);
+    if outcome.status != Status::Ok {
+        let mut report = format!("The code did not succeed: {}\n", outcome.message);
+        push_block(&mut report, "stdout", &stdout);
+        push_block(&mut report, "stderr", &stderr);
+        report.push_str("\nNo files were kept. Fix the code and call run_python again.");
+        return Err(ToolError::ScriptFailed(report));
+    }
+    let mut text = String::from("The code ran successfully.\n");
+    push_block(&mut text, "stdout", &stdout);
+    push_block(&mut text, "stderr", &stderr);
+    Ok(text)
 }

@@ -28,29 +28,33 @@ impl<R: Runner> Tools<R> {
         self.require_llm()?;
         let config = &self.research;
         let started = Instant::now();
-        let mut run = self
+        let run = self
             .llm
             .start_research(&config.model, &self.prompts.research, instructions, cancel)
             .await?;
         tracing::info!(id = %run.id, model = %config.model, status = run.status.as_str(), "research started");
-        let report = |run: &ResearchRun, started: Instant| {
-            announce(Phase::Researching {
-                elapsed: started.elapsed().as_secs_f64(),
-                total: config.max_wait.as_secs_f64(),
-                status: run.status.as_str().replace('_', " "),
-            })
-        };
-        report(&run, started);
+        self.announce_progress(&run, started);
+        let run = self.wait_for(run, started, cancel).await?;
+        tracing::info!(id = %run.id, status = run.status.as_str(), searches = run.searches, elapsed_s = started.elapsed().as_secs(), "research ended");
+        finish(run, &config.model, started.elapsed())
+    }
+
+    /// Polls the run every `FILE_AGENT_RESEARCH_POLL` until it ends. Past
+    /// `FILE_AGENT_RESEARCH_TIMEOUT`, or when the call is cancelled, the run is cancelled too;
+    /// a transient failed poll is tried again at the next interval.
+    async fn wait_for(
+        &self,
+        mut run: ResearchRun,
+        started: Instant,
+        cancel: &CancellationToken,
+    ) -> Result<ResearchRun, ToolError> {
+        let config = &self.research;
         let mut failed_polls = 0u32;
         while !run.status.is_terminal() {
             let left = config.max_wait.saturating_sub(started.elapsed());
             if left.is_zero() {
                 self.llm.cancel_research(&run.id).await;
-                return Err(ToolError::Research(format!(
-                    "the research did not finish within {} s (status: {}) and was cancelled; narrow the question, or raise FILE_AGENT_RESEARCH_TIMEOUT",
-                    config.max_wait.as_secs(),
-                    run.status.as_str()
-                )));
+                return Err(self.timed_out(&run));
             }
             tokio::select! {
                 () = cancel.cancelled() => {
@@ -69,7 +73,7 @@ impl<R: Runner> Tools<R> {
                         tracing::info!(id = %run.id, from = run.status.as_str(), to = next.status.as_str(), elapsed_s = started.elapsed().as_secs(), "research status");
                     }
                     run = next;
-                    report(&run, started);
+                    self.announce_progress(&run, started);
                 }
                 Err(LlmError::Cancelled) => {
                     self.llm.cancel_research(&run.id).await;
@@ -82,8 +86,25 @@ impl<R: Runner> Tools<R> {
                 Err(error) => return Err(error.into()),
             }
         }
-        tracing::info!(id = %run.id, status = run.status.as_str(), searches = run.searches, elapsed_s = started.elapsed().as_secs(), "research ended");
-        finish(run, &config.model, started.elapsed())
+        Ok(run)
+    }
+
+    /// The error for a run that did not finish within `FILE_AGENT_RESEARCH_TIMEOUT`.
+    fn timed_out(&self, run: &ResearchRun) -> ToolError {
+        ToolError::Research(format!(
+            "the research did not finish within {} s (status: {}) and was cancelled; narrow the question, or raise FILE_AGENT_RESEARCH_TIMEOUT",
+            self.research.max_wait.as_secs(),
+            run.status.as_str()
+        ))
+    }
+
+    /// Announces the run's status and how much of the wait has passed.
+    fn announce_progress(&self, run: &ResearchRun, started: Instant) {
+        announce(Phase::Researching {
+            elapsed: started.elapsed().as_secs_f64(),
+            total: self.research.max_wait.as_secs_f64(),
+            status: run.status.as_str().replace('_', " "),
+        })
     }
 }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::{CALL, ToolError, Tools};
 use crate::audit::availability::Reservation;
 use crate::audit::{AuditLog, FileDigest, Record};
-use crate::config::AuditOnFailure;
-use crate::sandbox::{InputSource, Job, Runner};
+use crate::config::{AuditOnFailure, Limits};
+use crate::sandbox::{Input, InputSource, Job, Runner};
 
 /// Who wrote the code of an attempt, for the audit trail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +134,6 @@ impl<R: Runner> Tools<R> {
     pub(super) fn audit_record(&self, job: &Job, author: Author) -> Record {
         let caller = CALL.try_with(|call| call.info.clone()).unwrap_or_default();
         let config = self.runner.config();
-        let limits = &config.limits;
         let include_code = self
             .audit
             .as_ref()
@@ -146,42 +145,44 @@ impl<R: Runner> Tools<R> {
             model: (author == Author::Model).then(|| self.llm.model().to_string()),
             code_sha256: crate::audit::sha256_hex(job.script.as_bytes()),
             code: include_code.then(|| job.script.clone()),
-            inputs: job
-                .inputs
-                .iter()
-                .map(|input| {
-                    let (bytes, sha256) = match &input.source {
-                        InputSource::Bytes(bytes) => {
-                            (bytes.len() as u64, crate::audit::sha256_hex(bytes))
-                        }
-                        InputSource::Path(path) => (
-                            std::fs::metadata(path).map_or(0, |m| m.len()),
-                            crate::audit::sha256_file(path).unwrap_or_default(),
-                        ),
-                    };
-                    FileDigest {
-                        name: String::from_utf8_lossy(&input.name).into_owned(),
-                        bytes,
-                        sha256,
-                    }
-                })
-                .collect(),
+            inputs: job.inputs.iter().map(input_digest).collect(),
             image: config.image.clone(),
             runtime: config.runtime.clone().unwrap_or_else(|| "default".into()),
-            limits: serde_json::json!({
-                "timeout_s": limits.timeout.as_secs(),
-                "memory_mib": limits.memory_bytes / (1024 * 1024),
-                "cpus": limits.cpus,
-                "pids": limits.pids,
-                "nofile": limits.nofile,
-                "tmp_mib": limits.tmp_bytes / (1024 * 1024),
-                "output_max_mib": limits.output_max_bytes / (1024 * 1024),
-                "output_max_files": limits.output_max_files,
-                "network": "none",
-            }),
+            limits: limits_json(&config.limits),
             ..Record::default()
         }
     }
+}
+
+/// An input's name, size and SHA-256, for the audit record (a host file is read for it).
+fn input_digest(input: &Input) -> FileDigest {
+    let (bytes, sha256) = match &input.source {
+        InputSource::Bytes(bytes) => (bytes.len() as u64, crate::audit::sha256_hex(bytes)),
+        InputSource::Path(path) => (
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            crate::audit::sha256_file(path).unwrap_or_default(),
+        ),
+    };
+    FileDigest {
+        name: String::from_utf8_lossy(&input.name).into_owned(),
+        bytes,
+        sha256,
+    }
+}
+
+/// The limits an attempt ran under, as the audit record keeps them.
+fn limits_json(limits: &Limits) -> serde_json::Value {
+    serde_json::json!({
+        "timeout_s": limits.timeout.as_secs(),
+        "memory_mib": limits.memory_bytes / (1024 * 1024),
+        "cpus": limits.cpus,
+        "pids": limits.pids,
+        "nofile": limits.nofile,
+        "tmp_mib": limits.tmp_bytes / (1024 * 1024),
+        "output_max_mib": limits.output_max_bytes / (1024 * 1024),
+        "output_max_files": limits.output_max_files,
+        "network": "none",
+    })
 }
 
 /// `status` of an attempt whose script ended well but whose output file-agent refused: no

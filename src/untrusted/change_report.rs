@@ -288,6 +288,8 @@ fn thousands(count: u64) -> String {
     out
 }
 
+/// The workbook's lines: sheets added, removed and renamed, one line per changed sheet, and the
+/// workbook-level changes.
 fn workbook_lines(report: &WorkbookChanges) -> Vec<String> {
     let mut lines = Vec::new();
     if !report.sheets_added.is_empty() {
@@ -307,63 +309,7 @@ fn workbook_lines(report: &WorkbookChanges) -> Vec<String> {
         ));
     }
     for sheet in &report.sheets {
-        let mut parts = Vec::new();
-        if sheet.cells_changed > 0 {
-            let examples: Vec<String> = sheet
-                .examples
-                .iter()
-                .take(MAX_LISTED)
-                .map(|change| {
-                    format!(
-                        "{}!{}: {} -> {}",
-                        code(&sheet.name),
-                        cell_ref(&change.cell),
-                        code(&change.before),
-                        code(&change.after)
-                    )
-                })
-                .collect();
-            parts.push(format!(
-                "{} changed ({}{})",
-                plural(sheet.cells_changed, "cell", "cells"),
-                first_of(sheet.cells_changed, examples.len()),
-                examples.join("; ")
-            ));
-        }
-        if sheet.formatting_changed > 0 {
-            parts.push(format!(
-                "{} reformatted ({}{})",
-                plural(sheet.formatting_changed, "cell", "cells"),
-                first_of(
-                    sheet.formatting_changed,
-                    sheet.formatting_examples.len().min(MAX_LISTED)
-                ),
-                sheet
-                    .formatting_examples
-                    .iter()
-                    .take(MAX_LISTED)
-                    .map(|cell| cell_ref(cell))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        if sheet.rows_before != sheet.rows_after {
-            parts.push(format!(
-                "rows {} -> {}",
-                thousands(sheet.rows_before),
-                thousands(sheet.rows_after)
-            ));
-        }
-        if sheet.columns_before != sheet.columns_after {
-            parts.push(format!(
-                "columns {} -> {}",
-                thousands(sheet.columns_before),
-                thousands(sheet.columns_after)
-            ));
-        }
-        if !sheet.other.is_empty() {
-            parts.push(format!("also changed: {}", plain_list(&sheet.other)));
-        }
+        let parts = sheet_parts(sheet);
         if !parts.is_empty() {
             lines.push(format!("sheet {}: {}", code(&sheet.name), parts.join("; ")));
         }
@@ -372,6 +318,74 @@ fn workbook_lines(report: &WorkbookChanges) -> Vec<String> {
         lines.push(format!("workbook: {}", plain_list(&report.other)));
     }
     lines
+}
+
+/// What changed in one sheet: its cells (with examples), their formatting, its row and column
+/// counts, and whatever else the script noted.
+fn sheet_parts(sheet: &SheetChanges) -> Vec<String> {
+    let mut parts = Vec::new();
+    if sheet.cells_changed > 0 {
+        parts.push(cell_changes(sheet));
+    }
+    if sheet.formatting_changed > 0 {
+        parts.push(format!(
+            "{} reformatted ({}{})",
+            plural(sheet.formatting_changed, "cell", "cells"),
+            first_of(
+                sheet.formatting_changed,
+                sheet.formatting_examples.len().min(MAX_LISTED)
+            ),
+            sheet
+                .formatting_examples
+                .iter()
+                .take(MAX_LISTED)
+                .map(|cell| cell_ref(cell))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if sheet.rows_before != sheet.rows_after {
+        parts.push(format!(
+            "rows {} -> {}",
+            thousands(sheet.rows_before),
+            thousands(sheet.rows_after)
+        ));
+    }
+    if sheet.columns_before != sheet.columns_after {
+        parts.push(format!(
+            "columns {} -> {}",
+            thousands(sheet.columns_before),
+            thousands(sheet.columns_after)
+        ));
+    }
+    if !sheet.other.is_empty() {
+        parts.push(format!("also changed: {}", plain_list(&sheet.other)));
+    }
+    parts
+}
+
+/// The sheet's changed cells: how many, and the first few with their old and new values.
+fn cell_changes(sheet: &SheetChanges) -> String {
+    let examples: Vec<String> = sheet
+        .examples
+        .iter()
+        .take(MAX_LISTED)
+        .map(|change| {
+            format!(
+                "{}!{}: {} -> {}",
+                code(&sheet.name),
+                cell_ref(&change.cell),
+                code(&change.before),
+                code(&change.after)
+            )
+        })
+        .collect();
+    format!(
+        "{} changed ({}{})",
+        plural(sheet.cells_changed, "cell", "cells"),
+        first_of(sheet.cells_changed, examples.len()),
+        examples.join("; ")
+    )
 }
 
 /// Words the script chose (never values from a file), cut all the same.

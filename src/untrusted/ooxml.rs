@@ -127,22 +127,7 @@ pub fn check(bytes: &[u8], kind: FileType) -> Result<(), PackageError> {
     )?;
     let types = ContentTypes::parse(&content_types)?;
     let main = main_part(&archive)?;
-    let expected = main_content_type(kind)
-        .ok_or_else(|| structure(format!("a {} is not an Office package", kind.label())))?;
-    match types.of(&main) {
-        Some(found) if found == expected => {}
-        Some(found) => {
-            return Err(structure(format!(
-                "its main part {main} is of type {found}, not {expected}; save it as a plain .{} file",
-                kind.extension()
-            )));
-        }
-        None => {
-            return Err(structure(format!(
-                "{CONTENT_TYPES} gives no type for its main part {main}"
-            )));
-        }
-    }
+    check_main_type(&types, &main, kind)?;
     let listing = match kind {
         FileType::Excel => Some(&SHEETS),
         FileType::Pptx => Some(&SLIDES),
@@ -168,6 +153,22 @@ pub fn check(bytes: &[u8], kind: FileType) -> Result<(), PackageError> {
         }
     }
     Ok(())
+}
+
+/// Checks that `[Content_Types].xml` gives the main part the type of a plain file of `kind`.
+fn check_main_type(types: &ContentTypes, main: &str, kind: FileType) -> Result<(), PackageError> {
+    let expected = main_content_type(kind)
+        .ok_or_else(|| structure(format!("a {} is not an Office package", kind.label())))?;
+    match types.of(main) {
+        Some(found) if found == expected => Ok(()),
+        Some(found) => Err(structure(format!(
+            "its main part {main} is of type {found}, not {expected}; save it as a plain .{} file",
+            kind.extension()
+        ))),
+        None => Err(structure(format!(
+            "{CONTENT_TYPES} gives no type for its main part {main}"
+        ))),
+    }
 }
 
 /// A part parsed whole, within [`MAX_PARSED_PART_BYTES`].
@@ -317,10 +318,35 @@ fn listed_parts(
     listing: &Listing,
 ) -> Result<Vec<String>, PackageError> {
     let xml = read_part(archive, main)?;
+    let item_ids = item_ids(&xml, main, listing)?;
+    let what = listing.what;
+    let (folder, file) = main.rsplit_once('/').unwrap_or(("", main));
+    let rels_name = if folder.is_empty() {
+        format!("_rels/{file}.rels")
+    } else {
+        format!("{folder}/_rels/{file}.rels")
+    };
+    let rels = read_required_part(archive, &rels_name, &format!("its {what}s cannot be found"))?;
+    let relations = relationships(&rels, &rels_name, folder)?;
+    item_ids
+        .iter()
+        .map(|id| {
+            let relation = relations
+                .iter()
+                .find(|relation| &relation.id == id)
+                .ok_or_else(|| structure(format!("{what} {id} is not in {rels_name}")))?;
+            present_part(archive, &format!("the {what} part"), &relation.target)
+        })
+        .collect()
+}
+
+/// The relationship ids of the items (sheets, slides) the main part lists, in order; the part
+/// must have the listing's root element and list at least one item, each with an id.
+fn item_ids(xml: &[u8], main: &str, listing: &Listing) -> Result<Vec<String>, PackageError> {
     let mut root_seen = false;
     let mut item_ids = Vec::new();
     let what = listing.what;
-    walk_xml(&xml, main, false, |element| {
+    walk_xml(xml, main, false, |element| {
         if !root_seen {
             root_seen = true;
             if element.local_name().as_ref() != listing.root {
@@ -347,24 +373,7 @@ fn listed_parts(
     if item_ids.is_empty() {
         return Err(structure(format!("the {} has no {what}s", listing.root)));
     }
-    let (folder, file) = main.rsplit_once('/').unwrap_or(("", main));
-    let rels_name = if folder.is_empty() {
-        format!("_rels/{file}.rels")
-    } else {
-        format!("{folder}/_rels/{file}.rels")
-    };
-    let rels = read_required_part(archive, &rels_name, &format!("its {what}s cannot be found"))?;
-    let relations = relationships(&rels, &rels_name, folder)?;
-    item_ids
-        .iter()
-        .map(|id| {
-            let relation = relations
-                .iter()
-                .find(|relation| &relation.id == id)
-                .ok_or_else(|| structure(format!("{what} {id} is not in {rels_name}")))?;
-            present_part(archive, &format!("the {what} part"), &relation.target)
-        })
-        .collect()
+    Ok(item_ids)
 }
 
 /// Checks that a listed part (a sheet, a slide) starts with one of its kind's root elements.

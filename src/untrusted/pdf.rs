@@ -157,16 +157,7 @@ impl Checker {
             .await
             .map_err(|error| spawn_error(std::io::Error::other(error)))?;
         let memory = CHECK_MEMORY + bytes.len() as u64;
-        let mut child = tokio::process::Command::new(&self.program)
-            .arg(CHILD_COMMAND)
-            .arg(memory.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .env_clear()
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(spawn_error)?;
+        let mut child = self.spawn(memory).map_err(spawn_error)?;
         let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(spawn_error(std::io::Error::other("no pipes to the child")));
         };
@@ -190,21 +181,47 @@ impl Checker {
             Err(_elapsed) => return Ok(Err(too_costly)),
             Ok(ended) => ended.map_err(spawn_error)?,
         };
-        if status.code() == Some(PANIC_EXIT_CODE) {
-            return Ok(Err(PdfError::ReaderFailed));
-        }
-        if !status.success() {
-            // Out of memory (an abort), out of CPU time (SIGXCPU/SIGKILL), or a stack
-            // overflow: the file asked for more than the child may have.
-            return Ok(Err(too_costly));
-        }
-        serde_json::from_slice::<Result<usize, PdfError>>(&answer).map_err(|error| {
-            CheckerError::NoAnswer {
-                program: program.clone(),
-                detail: format!("{error}: {}", String::from_utf8_lossy(&answer)),
-            }
-        })
+        verdict(status, &answer, too_costly, &program)
     }
+
+    /// Starts the checking child with an address space of `memory` bytes, its stdin and
+    /// stdout piped, nothing of this process's environment, killed if dropped.
+    fn spawn(&self, memory: u64) -> std::io::Result<tokio::process::Child> {
+        tokio::process::Command::new(&self.program)
+            .arg(CHILD_COMMAND)
+            .arg(memory.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .env_clear()
+            .kill_on_drop(true)
+            .spawn()
+    }
+}
+
+/// The child's verdict from how it exited and what it printed: a panic is the reader's
+/// failure; any other failed exit is a file that asked for more than the child may have
+/// (`too_costly`); a clean exit must have printed its verdict.
+fn verdict(
+    status: std::process::ExitStatus,
+    answer: &[u8],
+    too_costly: PdfError,
+    program: &str,
+) -> Result<Result<usize, PdfError>, CheckerError> {
+    if status.code() == Some(PANIC_EXIT_CODE) {
+        return Ok(Err(PdfError::ReaderFailed));
+    }
+    if !status.success() {
+        // Out of memory (an abort), out of CPU time (SIGXCPU/SIGKILL), or a stack
+        // overflow: the file asked for more than the child may have.
+        return Ok(Err(too_costly));
+    }
+    serde_json::from_slice::<Result<usize, PdfError>>(answer).map_err(|error| {
+        CheckerError::NoAnswer {
+            program: program.to_string(),
+            detail: format!("{error}: {}", String::from_utf8_lossy(answer)),
+        }
+    })
 }
 
 /// The checking child (`file-agent check-pdf <address-space-bytes>`): caps its own address

@@ -66,38 +66,9 @@ pub fn detect(bytes: &[u8], name: &str) -> Result<Detected, String> {
             "{name:?} is a PDF, not a table; export the table as CSV or Excel and try again"
         ));
     } else if bytes.starts_with(&OLE) {
-        if contains_utf16(bytes, "WordDocument") {
-            return Err(format!(
-                "{name:?} is a legacy Word document (.doc), not a table; export the table as CSV or Excel"
-            ));
-        }
-        if contains_utf16(bytes, "PowerPoint Document") {
-            return Err(format!(
-                "{name:?} is a legacy PowerPoint file, not a table; export the table as CSV or Excel"
-            ));
-        }
-        TableKind::Xls
+        ole_kind(bytes, name)?
     } else if bytes.starts_with(b"PK\x03\x04") {
-        // Only the directory is read here (bounded in entries and name lengths); the file
-        // itself is opened by the inspection, inside the sandbox.
-        let archive = Archive::open(bytes, ZipLimits::OFFICE).map_err(|e| {
-            format!("{name:?} looks like a zip file but cannot be read (it {e}); upload it again")
-        })?;
-        if archive.find("xl/workbook.xml").is_some() {
-            TableKind::Xlsx
-        } else if archive.find("word/document.xml").is_some() {
-            return Err(format!(
-                "{name:?} is a Word document, not a table; put the table in a CSV or Excel file"
-            ));
-        } else if archive.find("ppt/presentation.xml").is_some() {
-            return Err(format!(
-                "{name:?} is a PowerPoint file, not a table; put the table in a CSV or Excel file"
-            ));
-        } else {
-            return Err(format!(
-                "{name:?} is a zip archive, not a table; unpack it and analyse the CSV or Excel file inside"
-            ));
-        }
+        zip_kind(bytes, name)?
     } else if looks_like_text(bytes) {
         TableKind::Csv
     } else {
@@ -109,6 +80,46 @@ pub fn detect(bytes: &[u8], name: &str) -> Result<Detected, String> {
         kind,
         note: name_disagrees(name, kind),
     })
+}
+
+/// An OLE compound file: a legacy workbook (.xls), unless its streams say it is a legacy Word
+/// or PowerPoint file.
+fn ole_kind(bytes: &[u8], name: &str) -> Result<TableKind, String> {
+    if contains_utf16(bytes, "WordDocument") {
+        return Err(format!(
+            "{name:?} is a legacy Word document (.doc), not a table; export the table as CSV or Excel"
+        ));
+    }
+    if contains_utf16(bytes, "PowerPoint Document") {
+        return Err(format!(
+            "{name:?} is a legacy PowerPoint file, not a table; export the table as CSV or Excel"
+        ));
+    }
+    Ok(TableKind::Xls)
+}
+
+/// A zip: a workbook (.xlsx) when it has `xl/workbook.xml`; a Word or PowerPoint file, or any
+/// other archive, is no table. Only the directory is read here (bounded in entries and name
+/// lengths); the file itself is opened by the inspection, inside the sandbox.
+fn zip_kind(bytes: &[u8], name: &str) -> Result<TableKind, String> {
+    let archive = Archive::open(bytes, ZipLimits::OFFICE).map_err(|e| {
+        format!("{name:?} looks like a zip file but cannot be read (it {e}); upload it again")
+    })?;
+    if archive.find("xl/workbook.xml").is_some() {
+        Ok(TableKind::Xlsx)
+    } else if archive.find("word/document.xml").is_some() {
+        Err(format!(
+            "{name:?} is a Word document, not a table; put the table in a CSV or Excel file"
+        ))
+    } else if archive.find("ppt/presentation.xml").is_some() {
+        Err(format!(
+            "{name:?} is a PowerPoint file, not a table; put the table in a CSV or Excel file"
+        ))
+    } else {
+        Err(format!(
+            "{name:?} is a zip archive, not a table; unpack it and analyse the CSV or Excel file inside"
+        ))
+    }
 }
 
 fn name_disagrees(name: &str, kind: TableKind) -> Option<String> {

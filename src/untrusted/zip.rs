@@ -245,18 +245,7 @@ fn find_directory(bytes: &[u8]) -> Result<Directory, ZipError> {
     if bytes.len() < END_OF_DIRECTORY_LEN {
         return Err(ZipError::NotZip("it is too short"));
     }
-    let last = bytes.len() - END_OF_DIRECTORY_LEN;
-    let first = last.saturating_sub(MAX_COMMENT_LEN);
-    let signature = END_OF_DIRECTORY.to_le_bytes();
-    let position = (first..=last)
-        .rev()
-        .find(|&at| {
-            bytes[at..at + 4] == signature && {
-                let comment = u16::from_le_bytes([bytes[at + 20], bytes[at + 21]]) as usize;
-                at + END_OF_DIRECTORY_LEN + comment <= bytes.len()
-            }
-        })
-        .ok_or(ZipError::NotZip("it has no end-of-directory record"))?;
+    let position = end_of_directory(bytes)?;
     let mut cursor = Cursor::at(bytes, position + 4);
     let disk = cursor.u16()?;
     let directory_disk = cursor.u16()?;
@@ -278,6 +267,29 @@ fn find_directory(bytes: &[u8]) -> Result<Directory, ZipError> {
             entries: entries.into(),
         });
     }
+    zip64_directory(bytes, position)
+}
+
+/// Where the end-of-directory record is: the last signature, within the longest comment of
+/// the end, whose comment fits in the file (`bytes` is at least one record long).
+fn end_of_directory(bytes: &[u8]) -> Result<usize, ZipError> {
+    let last = bytes.len() - END_OF_DIRECTORY_LEN;
+    let first = last.saturating_sub(MAX_COMMENT_LEN);
+    let signature = END_OF_DIRECTORY.to_le_bytes();
+    (first..=last)
+        .rev()
+        .find(|&at| {
+            bytes[at..at + 4] == signature && {
+                let comment = u16::from_le_bytes([bytes[at + 20], bytes[at + 21]]) as usize;
+                at + END_OF_DIRECTORY_LEN + comment <= bytes.len()
+            }
+        })
+        .ok_or(ZipError::NotZip("it has no end-of-directory record"))
+}
+
+/// The directory as the zip64 end-of-directory record says, found through its locator just
+/// before the end-of-directory record at `position`; the record must lie before the locator.
+fn zip64_directory(bytes: &[u8], position: usize) -> Result<Directory, ZipError> {
     let locator = position
         .checked_sub(ZIP64_END_LOCATOR_LEN)
         .ok_or_else(|| damaged("its zip64 locator is missing"))?;
@@ -421,73 +433,29 @@ impl<'a> Archive<'a> {
         total: &mut u64,
         sink: &mut dyn FnMut(&[u8]) -> Result<(), ZipError>,
     ) -> Result<(), ZipError> {
-        let limits = &self.limits;
         let data_end = entry
             .data_start
             .checked_add(to_usize(entry.compressed_size)?)
             .filter(|end| *end <= self.bytes.len())
             .ok_or_else(|| damaged(format!("part {} runs past the end of the file", entry.name)))?;
         let data = &self.bytes[entry.data_start..data_end];
-        let mut crc = crc32fast::Hasher::new();
-        let mut produced: u64 = 0;
-        let mut count = |chunk: &[u8], consumed: u64| -> Result<(), ZipError> {
-            produced += chunk.len() as u64;
-            *total += chunk.len() as u64;
-            if produced > limits.max_entry_bytes {
-                return Err(ZipError::EntryTooLarge {
-                    name: entry.name.clone(),
-                    max_mib: limits.max_entry_bytes / MIB,
-                });
-            }
-            if *total > limits.max_total_bytes {
-                return Err(ZipError::TotalTooLarge {
-                    max_mib: limits.max_total_bytes / MIB,
-                });
-            }
-            if produced > limits.ratio_checked_from
-                && produced > consumed.max(1).saturating_mul(limits.max_ratio)
-            {
-                return Err(ZipError::RatioTooHigh {
-                    name: entry.name.clone(),
-                    ratio: limits.max_ratio,
-                });
-            }
-            crc.update(chunk);
+        let mut meter = Meter {
+            name: &entry.name,
+            limits: &self.limits,
+            total,
+            produced: 0,
+            crc: crc32fast::Hasher::new(),
+        };
+        let mut emit = |chunk: &[u8], consumed: u64| -> Result<(), ZipError> {
+            meter.count(chunk, consumed)?;
             sink(chunk)
         };
         match entry.method {
-            0 => {
-                // Stored data never exceeds a ratio of 1: the compressed bytes consumed once a
-                // chunk is read are the bytes up to its end.
-                let mut consumed: u64 = 0;
-                for chunk in data.chunks(INFLATE_BUFFER_BYTES) {
-                    consumed += chunk.len() as u64;
-                    count(chunk, consumed)?;
-                }
-            }
-            _ => {
-                let mut inflater = Decompress::new(false);
-                let mut buffer = vec![0u8; INFLATE_BUFFER_BYTES];
-                loop {
-                    let (before_in, before_out) = (inflater.total_in(), inflater.total_out());
-                    let input = &data[to_usize(before_in)?..];
-                    let status = inflater
-                        .decompress(input, &mut buffer, FlushDecompress::None)
-                        .map_err(|error| {
-                            damaged(format!("part {} does not inflate: {error}", entry.name))
-                        })?;
-                    let written = (inflater.total_out() - before_out) as usize;
-                    count(&buffer[..written], inflater.total_in())?;
-                    if status == Status::StreamEnd {
-                        break;
-                    }
-                    if written == 0 && inflater.total_in() == before_in {
-                        return Err(damaged(format!("part {} is cut short", entry.name)));
-                    }
-                }
-            }
+            0 => unstore(data, &mut emit)?,
+            _ => inflate_deflated(data, &entry.name, &mut emit)?,
         }
-        if crc.finalize() != entry.crc32 {
+        let produced = meter.produced;
+        if meter.crc.finalize() != entry.crc32 {
             return Err(damaged(format!(
                 "part {} does not match its checksum",
                 entry.name
@@ -500,6 +468,90 @@ impl<'a> Archive<'a> {
             )));
         }
         Ok(())
+    }
+}
+
+/// What inflating one entry has produced so far, checked against the caps as it grows.
+struct Meter<'a> {
+    /// The entry's name, for the errors.
+    name: &'a str,
+    /// The caps.
+    limits: &'a ZipLimits,
+    /// Bytes inflated from every entry read so far, this one included.
+    total: &'a mut u64,
+    /// Bytes inflated from this entry.
+    produced: u64,
+    /// The CRC-32 of what this entry inflated to.
+    crc: crc32fast::Hasher,
+}
+
+impl Meter<'_> {
+    /// Counts a chunk inflated once `consumed` compressed bytes were read: refused past the
+    /// entry cap, the total cap, or (past `ratio_checked_from`) the ratio.
+    fn count(&mut self, chunk: &[u8], consumed: u64) -> Result<(), ZipError> {
+        let limits = self.limits;
+        self.produced += chunk.len() as u64;
+        *self.total += chunk.len() as u64;
+        if self.produced > limits.max_entry_bytes {
+            return Err(ZipError::EntryTooLarge {
+                name: self.name.to_string(),
+                max_mib: limits.max_entry_bytes / MIB,
+            });
+        }
+        if *self.total > limits.max_total_bytes {
+            return Err(ZipError::TotalTooLarge {
+                max_mib: limits.max_total_bytes / MIB,
+            });
+        }
+        if self.produced > limits.ratio_checked_from
+            && self.produced > consumed.max(1).saturating_mul(limits.max_ratio)
+        {
+            return Err(ZipError::RatioTooHigh {
+                name: self.name.to_string(),
+                ratio: limits.max_ratio,
+            });
+        }
+        self.crc.update(chunk);
+        Ok(())
+    }
+}
+
+/// Takes each inflated chunk with the compressed bytes consumed so far (the caps are counted
+/// there).
+type Emit<'a> = dyn FnMut(&[u8], u64) -> Result<(), ZipError> + 'a;
+
+/// A stored entry's `data`, in chunks of [`INFLATE_BUFFER_BYTES`], to `emit`. Stored data never
+/// exceeds a ratio of 1: the compressed bytes consumed once a chunk is read are the bytes up to
+/// its end.
+fn unstore(data: &[u8], emit: &mut Emit<'_>) -> Result<(), ZipError> {
+    let mut consumed: u64 = 0;
+    for chunk in data.chunks(INFLATE_BUFFER_BYTES) {
+        consumed += chunk.len() as u64;
+        emit(chunk, consumed)?;
+    }
+    Ok(())
+}
+
+/// Inflates a deflated entry's `data` through a buffer of [`INFLATE_BUFFER_BYTES`], each chunk
+/// to `emit` with the compressed bytes consumed so far; a stream that stops giving or taking
+/// bytes before its end is cut short.
+fn inflate_deflated(data: &[u8], name: &str, emit: &mut Emit<'_>) -> Result<(), ZipError> {
+    let mut inflater = Decompress::new(false);
+    let mut buffer = vec![0u8; INFLATE_BUFFER_BYTES];
+    loop {
+        let (before_in, before_out) = (inflater.total_in(), inflater.total_out());
+        let input = &data[to_usize(before_in)?..];
+        let status = inflater
+            .decompress(input, &mut buffer, FlushDecompress::None)
+            .map_err(|error| damaged(format!("part {name} does not inflate: {error}")))?;
+        let written = (inflater.total_out() - before_out) as usize;
+        emit(&buffer[..written], inflater.total_in())?;
+        if status == Status::StreamEnd {
+            return Ok(());
+        }
+        if written == 0 && inflater.total_in() == before_in {
+            return Err(damaged(format!("part {name} is cut short")));
+        }
     }
 }
 
@@ -516,15 +568,15 @@ fn read_central_entry(cursor: &mut Cursor<'_>, bytes: &[u8]) -> Result<Entry, Zi
     let method = fields.u16()?;
     let _time = fields.u32()?;
     let crc32 = fields.u32()?;
-    let mut compressed_size = u64::from(fields.u32()?);
-    let mut declared_size = u64::from(fields.u32()?);
+    let compressed_size = u64::from(fields.u32()?);
+    let declared_size = u64::from(fields.u32()?);
     let name_len = fields.u16()? as usize;
     let extra_len = fields.u16()? as usize;
     let comment_len = fields.u16()? as usize;
     let _disk = fields.u16()?;
     let _internal = fields.u16()?;
     let _external = fields.u32()?;
-    let mut local_offset = u64::from(fields.u32()?);
+    let local_offset = u64::from(fields.u32()?);
     if name_len > MAX_NAME_BYTES {
         return Err(damaged(format!(
             "a part's name is longer than {MAX_NAME_BYTES} bytes"
@@ -535,7 +587,26 @@ fn read_central_entry(cursor: &mut Cursor<'_>, bytes: &[u8]) -> Result<Entry, Zi
     let extra = cursor.take(extra_len)?;
     let _comment = cursor.take(comment_len)?;
 
-    // Fields at their 32-bit maximum are in the zip64 extra field, in this order.
+    let (declared_size, compressed_size, local_offset) =
+        widen(extra, (declared_size, compressed_size, local_offset))?;
+    check_method(&name, flags, method, compressed_size, declared_size)?;
+    let local = to_usize(local_offset)?;
+    let data_start = data_start(bytes, local, &name, raw_name)?;
+    Ok(Entry {
+        name,
+        method,
+        crc32,
+        compressed_size,
+        declared_size,
+        data_start,
+        local_start: local,
+    })
+}
+
+/// The declared size, the compressed size and the local header's offset, each read from the
+/// zip64 extra field (in this order) when its 32-bit field is at its maximum.
+fn widen(extra: &[u8], narrow: (u64, u64, u64)) -> Result<(u64, u64, u64), ZipError> {
+    let (mut declared_size, mut compressed_size, mut local_offset) = narrow;
     let mut extras = Cursor::at(extra, 0);
     while extras.at + 4 <= extra.len() {
         let id = extras.u16()?;
@@ -554,15 +625,27 @@ fn read_central_entry(cursor: &mut Cursor<'_>, bytes: &[u8]) -> Result<Entry, Zi
             }
         }
     }
+    Ok((declared_size, compressed_size, local_offset))
+}
+
+/// Refuses an encrypted entry, a method other than stored (0) or deflated (8), and a stored
+/// entry whose two sizes differ.
+fn check_method(
+    name: &str,
+    flags: u16,
+    method: u16,
+    compressed_size: u64,
+    declared_size: u64,
+) -> Result<(), ZipError> {
     if flags & 0x1 != 0 {
         return Err(ZipError::Unsupported {
-            name,
+            name: name.to_string(),
             what: "is encrypted".into(),
         });
     }
     if method != 0 && method != 8 {
         return Err(ZipError::Unsupported {
-            name,
+            name: name.to_string(),
             what: format!("is compressed with method {method}"),
         });
     }
@@ -572,7 +655,13 @@ fn read_central_entry(cursor: &mut Cursor<'_>, bytes: &[u8]) -> Result<Entry, Zi
         )));
     }
 
-    let local = to_usize(local_offset)?;
+    Ok(())
+}
+
+/// Where the entry's data starts, after its local header at `local`; the local header must
+/// name the entry as the central directory does (`raw_name`), as another reader that walks
+/// the local headers would see it.
+fn data_start(bytes: &[u8], local: usize, name: &str, raw_name: &[u8]) -> Result<usize, ZipError> {
     let mut header = Cursor::at(bytes, local);
     if header.u32()? != LOCAL_HEADER {
         return Err(damaged(format!("part {name} has no local header")));
@@ -580,22 +669,13 @@ fn read_central_entry(cursor: &mut Cursor<'_>, bytes: &[u8]) -> Result<Entry, Zi
     let fixed = header.take(LOCAL_HEADER_LEN - 4)?;
     let local_name_len = u16::from_le_bytes([fixed[22], fixed[23]]) as usize;
     let local_extra_len = u16::from_le_bytes([fixed[24], fixed[25]]) as usize;
-    // Another reader that walks the local headers must see the same name.
     if header.take(local_name_len)? != raw_name {
         return Err(damaged(format!(
             "part {name} has another name in its local header"
         )));
     }
     header.take(local_extra_len)?;
-    Ok(Entry {
-        name,
-        method,
-        crc32,
-        compressed_size,
-        declared_size,
-        data_start: header.at,
-        local_start: local,
-    })
+    Ok(header.at)
 }
 
 /// Refuses entries whose bytes (local header to the end of the compressed data) overlap.

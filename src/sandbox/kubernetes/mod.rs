@@ -29,16 +29,19 @@ use std::time::{Duration, Instant, SystemTime};
 use bollard::container::LogOutput;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, AttachParams, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, AttachParams, AttachedProcess, DeleteParams, ListParams, PostParams, WatchEvent,
+    WatchParams,
+};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::guard::{PendingRemovals, Remover};
 use super::policy::{INSTANCE_LABEL, Kind, MANAGED_LABEL, WARM_LABEL};
-use super::started::{Attached, OutputStream, Started};
+use super::started::{Attached, InputStream, OutputStream, Started};
 use super::{ContainerGuard, ReapFilter, ReapReport, SandboxError};
 use crate::config::{KubernetesConfig, SandboxConfig};
 use pod::Owner;
@@ -149,6 +152,102 @@ enum WatchEnd {
     Broke(String),
 }
 
+/// What reading the pod again came to, in [`Cluster::watch_pod`].
+enum Reread<T> {
+    /// `until` answered (`Some`), or the pod is gone (`None`): the wait is over.
+    Over(Option<T>),
+    /// The pod's version as read: watch from there.
+    At(String),
+    /// The read failed and its backoff was waited: read again.
+    Again,
+}
+
+/// What following one watch request came to, in [`Cluster::watch_pod`].
+enum Watched<T> {
+    /// `until` answered (`Some`), or the pod was deleted (`None`): the wait is over.
+    Over(Option<T>),
+    /// The watch ended with no answer, and how.
+    Ended(WatchEnd),
+}
+
+/// Follows the events of one watch of pod `name`, keeping `version` at the last one seen,
+/// until `until` answers, the pod is deleted, or the watch ends. The server ends a watch at
+/// [`WATCH_SECONDS`]; one that says nothing for longer went dead without a reset (a vanished
+/// API server), and is given up.
+async fn follow<T>(
+    events: impl Stream<Item = Result<WatchEvent<Pod>, kube::Error>>,
+    name: &str,
+    outage: &mut Outage,
+    until: &impl Fn(&Pod) -> Option<T>,
+    version: &mut String,
+) -> Watched<T> {
+    let mut events = std::pin::pin!(events);
+    let silent = tokio::time::Instant::now()
+        + Duration::from_secs(u64::from(WATCH_SECONDS))
+        + WATCH_SILENCE_SLACK;
+    loop {
+        let event = match tokio::time::timeout_at(silent, events.next()).await {
+            Err(_) => return Watched::Ended(WatchEnd::Broke("the watch went silent".to_string())),
+            Ok(None) => return Watched::Ended(WatchEnd::Clean),
+            Ok(Some(Err(error))) => return Watched::Ended(WatchEnd::Broke(error.to_string())),
+            Ok(Some(Ok(event))) => event,
+        };
+        match event {
+            WatchEvent::Added(pod) | WatchEvent::Modified(pod)
+                if pod.metadata.name.as_deref() == Some(name) =>
+            {
+                outage.reached();
+                if let Some(found) = until(&pod) {
+                    return Watched::Over(Some(found));
+                }
+                *version = pod.metadata.resource_version.clone().unwrap_or_default();
+            }
+            WatchEvent::Deleted(pod) if pod.metadata.name.as_deref() == Some(name) => {
+                return Watched::Over(None);
+            }
+            WatchEvent::Bookmark(bookmark) => {
+                outage.reached();
+                *version = bookmark.metadata.resource_version;
+            }
+            // The version is too old: start again from the pod as it is now.
+            WatchEvent::Error(status) if status.code == 410 => {
+                return Watched::Ended(WatchEnd::Expired);
+            }
+            WatchEvent::Error(status) => {
+                return Watched::Ended(WatchEnd::Broke(format!(
+                    "an ERROR event: {} ({})",
+                    status.message, status.code
+                )));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// After a watch that `ended` with no answer: whether the pod must be read again before the
+/// next watch. A clean end is renewed from the last version (after [`RETRY_BACKOFF_MIN`] when
+/// it came sooner than [`WATCH_MIN_LIFE`]: a server that ends every watch at once is not asked
+/// again at once); a broken one counts towards the outage.
+async fn after_watch(
+    ended: WatchEnd,
+    began: Instant,
+    name: &str,
+    outage: &mut Outage,
+) -> Result<bool, SandboxError> {
+    match ended {
+        WatchEnd::Clean if began.elapsed() >= WATCH_MIN_LIFE => Ok(false),
+        WatchEnd::Clean => {
+            tokio::time::sleep(RETRY_BACKOFF_MIN).await;
+            Ok(false)
+        }
+        WatchEnd::Expired => Ok(true),
+        WatchEnd::Broke(error) => {
+            outage.failed(name, error).await?;
+            Ok(true)
+        }
+    }
+}
+
 /// An API server failing for a while, as one wait sees it: each failure waits a doubling
 /// backoff; once failures have gone on, with no answer between them, past `max`, the wait
 /// gives up with [`SandboxError::ApiUnreachable`].
@@ -215,6 +314,31 @@ impl Outage {
     }
 }
 
+/// The client's settings: from the one file `KUBECONFIG` names, or inferred (in-cluster, or
+/// kube's own reading of `KUBECONFIG`, a list of files `a:b` included).
+async fn client_config(config: &KubernetesConfig) -> Result<kube::Config, SandboxError> {
+    match &config.kubeconfig {
+        Some(path) if !path.to_string_lossy().contains(':') => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| cannot_connect(format!("KUBECONFIG={}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &Default::default())
+                .await
+                .map_err(|e| cannot_connect(format!("KUBECONFIG={}: {e}", path.display())))
+        }
+        _ => kube::Config::infer()
+            .await
+            .map_err(|e| cannot_connect(e.to_string())),
+    }
+}
+
+/// The API server cannot be reached, or its settings not read: `message`, and what to do.
+fn cannot_connect(message: String) -> SandboxError {
+    SandboxError::Kubernetes {
+        action: "connecting to the API server",
+        message: format!("{message}; run file-agent in the cluster, or set KUBECONFIG"),
+    }
+}
+
 /// Waiting reasons after which a pod will not run without someone acting: an image it may
 /// never pull, a name that is no image, a container it cannot make. A failed pull
 /// (`ErrImagePull`, then `ImagePullBackOff`) is not one: the kubelet pulls again after its
@@ -227,6 +351,71 @@ fn is_fatal_waiting(reason: &str) -> bool {
             | "CreateContainerConfigError"
             | "CreateContainerError"
     )
+}
+
+/// Why a pod's container cannot start, if one of its waiting reasons says it never will
+/// ([`is_fatal_waiting`]), or its pull failed again after the kubelet's back-off (`backed_off`
+/// is set on `ImagePullBackOff`, and the `ErrImagePull` after it is the retry failing too).
+fn cannot_start(status: &PodStatus, backed_off: &AtomicBool, image: &str) -> Option<SandboxError> {
+    let waiting = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|s| s.state.as_ref()?.waiting.as_ref());
+    for waiting in waiting {
+        let reason = waiting.reason.as_deref().unwrap_or_default();
+        let retry_failed = reason == "ErrImagePull" && backed_off.load(Ordering::SeqCst);
+        if reason == "ImagePullBackOff" {
+            backed_off.store(true, Ordering::SeqCst);
+        }
+        if is_fatal_waiting(reason) || retry_failed {
+            let retried = if retry_failed {
+                " (and again after the kubelet's ImagePullBackOff)"
+            } else {
+                ""
+            };
+            return Some(SandboxError::Kubernetes {
+                action: "starting the sandbox pod",
+                message: format!(
+                    "{reason}{retried}: {} (image {image}); push the sandbox image where the cluster can pull it and set SANDBOX_IMAGE",
+                    waiting.message.clone().unwrap_or_default()
+                ),
+            });
+        }
+    }
+    None
+}
+
+/// The error for a pod that ended (`phase`) before it ran an attempt.
+fn ended_before_running(
+    pod: &Pod,
+    status: &PodStatus,
+    phase: &str,
+    namespace: &str,
+) -> SandboxError {
+    SandboxError::Kubernetes {
+        action: "starting the sandbox pod",
+        message: format!(
+            "pod {} ended ({phase}: {}) before it ran an attempt; see `kubectl -n {namespace} describe pod`",
+            pod.metadata.name.clone().unwrap_or_default(),
+            status
+                .reason
+                .clone()
+                .or(status.message.clone())
+                .unwrap_or_default()
+        ),
+    }
+}
+
+/// Keeps why pod `name` is Pending in `pending` (for the start timeout's error), and logs it
+/// when it changes.
+fn note_pending(pod: &Pod, name: &str, pending: &std::sync::Mutex<Option<String>>) {
+    let why = pending_reason(pod);
+    let mut last = pending.lock().unwrap_or_else(|e| e.into_inner());
+    if why.is_some() && *last != why {
+        tracing::info!(pod = %name, reason = why.as_deref().unwrap_or_default(), "the sandbox pod is pending");
+        *last = why;
+    }
 }
 
 /// Why a pod is still Pending, in words, if its status says: not scheduled (the scheduler's
@@ -268,26 +457,11 @@ impl Cluster {
     /// Connects with the in-cluster settings or `KUBECONFIG`, and checks the server's own pod
     /// (the owner of its sandbox pods) when `POD_NAME` and `POD_UID` say which it is.
     pub(crate) async fn connect(config: &KubernetesConfig) -> Result<Self, SandboxError> {
-        let unreachable = |message: String| SandboxError::Kubernetes {
-            action: "connecting to the API server",
-            message: format!("{message}; run file-agent in the cluster, or set KUBECONFIG"),
-        };
-        let kube_config = match &config.kubeconfig {
-            // One file (a list of them, `a:b`, is kube's own business).
-            Some(path) if !path.to_string_lossy().contains(':') => {
-                let file = kube::config::Kubeconfig::read_from(path)
-                    .map_err(|e| unreachable(format!("KUBECONFIG={}: {e}", path.display())))?;
-                kube::Config::from_custom_kubeconfig(file, &Default::default())
-                    .await
-                    .map_err(|e| unreachable(format!("KUBECONFIG={}: {e}", path.display())))?
-            }
-            _ => kube::Config::infer()
-                .await
-                .map_err(|e| unreachable(e.to_string()))?,
-        };
+        let kube_config = client_config(config).await?;
         let default_namespace = kube_config.default_namespace.clone();
         let api_server = kube_config.cluster_url.clone();
-        let client = kube::Client::try_from(kube_config).map_err(|e| unreachable(e.to_string()))?;
+        let client =
+            kube::Client::try_from(kube_config).map_err(|e| cannot_connect(e.to_string()))?;
         let pods = Api::namespaced(client.clone(), &config.namespace);
         let mut cluster = Self {
             client,
@@ -304,28 +478,33 @@ impl Cluster {
             if owner_namespace != config.namespace {
                 tracing::warn!(server_namespace = %owner_namespace, sandbox_namespace = %config.namespace, "the sandbox pods get no owner reference: Kubernetes only honours an owner in the same namespace. A crashed replica's pods end at their activeDeadlineSeconds and the other replicas' reaper deletes them");
             } else {
-                let found = cluster
-                    .pods
-                    .get(&owner.name)
-                    .await
-                    .map_err(|e| api_error("reading the server's own pod (POD_NAME)", e))?;
-                let uid = found.metadata.uid.unwrap_or_default();
-                if uid != owner.uid {
-                    return Err(SandboxError::Kubernetes {
-                        action: "checking the server's own pod",
-                        message: format!(
-                            "pod {} has uid {uid}, but POD_UID is {}; set both from the downward API (metadata.name, metadata.uid)",
-                            owner.name, owner.uid
-                        ),
-                    });
-                }
-                cluster.owner = Some(Owner {
-                    name: owner.name.clone(),
-                    uid: owner.uid.clone(),
-                });
+                cluster.owner = Some(cluster.check_owner(&owner.name, &owner.uid).await?);
             }
         }
         Ok(cluster)
+    }
+
+    /// Reads the server's own pod `name` and checks that its uid is `uid` (`POD_NAME` and
+    /// `POD_UID`): the owner the sandbox pods will name.
+    async fn check_owner(&self, name: &str, uid: &str) -> Result<Owner, SandboxError> {
+        let found = self
+            .pods
+            .get(name)
+            .await
+            .map_err(|e| api_error("reading the server's own pod (POD_NAME)", e))?;
+        let found_uid = found.metadata.uid.unwrap_or_default();
+        if found_uid != uid {
+            return Err(SandboxError::Kubernetes {
+                action: "checking the server's own pod",
+                message: format!(
+                    "pod {name} has uid {found_uid}, but POD_UID is {uid}; set both from the downward API (metadata.name, metadata.uid)"
+                ),
+            });
+        }
+        Ok(Owner {
+            name: name.to_string(),
+            uid: uid.to_string(),
+        })
     }
 
     /// The API server's addresses, `ip:port` (or its `host:port` when the name does not
@@ -449,49 +628,22 @@ impl Cluster {
         pod::verify(wanted, &created)?;
         let name = created.metadata.name.clone().unwrap_or_default();
         let phase = Instant::now();
-        let pending = std::sync::Mutex::new(None);
-        let running = tokio::time::timeout(self.start_timeout, self.wait_running(&created, &pending))
-            .await
-            .map_err(|_| {
-                let why = pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take()
-                    .map(|why| format!(", last Pending because {why}"))
-                    .unwrap_or_default();
-                SandboxError::Kubernetes {
-                    action: "starting the sandbox pod",
-                    message: format!(
-                        "pod {name} did not run within {} s (SANDBOX_POD_START_TIMEOUT){why}; see `kubectl -n {} describe pod {name}` (image pull, scheduling, quota, RuntimeClass)",
-                        self.start_timeout.as_secs(),
-                        self.namespace
-                    ),
-                }
-            })??;
+        let running = self.wait_running_in_time(&created, &name).await?;
         pod::verify(wanted, &running)?;
         pod::verify_image(image, &running)?;
-        let params = AttachParams {
-            container: Some(pod::CONTAINER.to_string()),
-            stdin: true,
-            stdout: true,
-            stderr: true,
-            tty: false,
-            max_stdin_buf_size: Some(ATTACH_BUFFER_BYTES),
-            max_stdout_buf_size: Some(ATTACH_BUFFER_BYTES),
-            max_stderr_buf_size: Some(ATTACH_BUFFER_BYTES),
-        };
-        // Nothing reached the runner when the attach was refused: it can be asked again.
-        let mut outage = Outage::new(self.outage_max, "attaching to the sandbox pod");
-        let mut attached = loop {
-            match outage.bounded(self.pods.attach(&name, &params)).await {
-                Ok(Ok(attached)) => break attached,
-                Ok(Err(error)) if !retryable(&error) => {
-                    return Err(api_error("attaching to the sandbox pod", error));
-                }
-                Ok(Err(error)) => outage.failed(&name, error.to_string()).await?,
-                Err(silence) => outage.failed(&name, silence).await?,
-            }
-        };
+        let attached = self.attach(&name).await?;
+        let (output, stdin) = self.streams(attached, name, kind)?;
+        Ok((pod::image_id(&running), output, stdin, phase.elapsed()))
+    }
+
+    /// The attach session's stdout and stderr as one [`OutputStream`] (which holds the session
+    /// open), and its stdin. A warm pod's output says READY once, from its log or the attach.
+    fn streams(
+        &self,
+        mut attached: AttachedProcess,
+        name: String,
+        kind: Kind,
+    ) -> Result<(OutputStream, InputStream), SandboxError> {
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (attached.stdin(), attached.stdout(), attached.stderr())
         else {
@@ -515,16 +667,62 @@ impl Cluster {
             Kind::Cold { .. } => Box::pin(output),
             Kind::Warm { .. } => {
                 let said = Arc::new(AtomicBool::new(false));
-                let from_log = self.ready_from_log(name.clone(), said.clone());
+                let from_log = self.ready_from_log(name, said.clone());
                 warm_output(from_log, Box::pin(output), said)
             }
         };
-        Ok((
-            pod::image_id(&running),
-            output,
-            Box::pin(stdin),
-            phase.elapsed(),
-        ))
+        Ok((output, Box::pin(stdin)))
+    }
+
+    /// [`Self::wait_running`] within `SANDBOX_POD_START_TIMEOUT`; a pod that takes longer is
+    /// an error that says why it was last Pending and where to look.
+    async fn wait_running_in_time(&self, created: &Pod, name: &str) -> Result<Pod, SandboxError> {
+        let pending = std::sync::Mutex::new(None);
+        tokio::time::timeout(self.start_timeout, self.wait_running(created, &pending))
+            .await
+            .map_err(|_| {
+                let why = pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .map(|why| format!(", last Pending because {why}"))
+                    .unwrap_or_default();
+                SandboxError::Kubernetes {
+                    action: "starting the sandbox pod",
+                    message: format!(
+                        "pod {name} did not run within {} s (SANDBOX_POD_START_TIMEOUT){why}; see `kubectl -n {} describe pod {name}` (image pull, scheduling, quota, RuntimeClass)",
+                        self.start_timeout.as_secs(),
+                        self.namespace
+                    ),
+                }
+            })?
+    }
+
+    /// Attaches to the sandbox container's stdin, stdout and stderr, riding out an unreachable
+    /// API server: nothing reached the runner when the attach was refused, so it can be asked
+    /// again.
+    async fn attach(&self, name: &str) -> Result<AttachedProcess, SandboxError> {
+        let params = AttachParams {
+            container: Some(pod::CONTAINER.to_string()),
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: false,
+            max_stdin_buf_size: Some(ATTACH_BUFFER_BYTES),
+            max_stdout_buf_size: Some(ATTACH_BUFFER_BYTES),
+            max_stderr_buf_size: Some(ATTACH_BUFFER_BYTES),
+        };
+        let mut outage = Outage::new(self.outage_max, "attaching to the sandbox pod");
+        loop {
+            match outage.bounded(self.pods.attach(name, &params)).await {
+                Ok(Ok(attached)) => return Ok(attached),
+                Ok(Err(error)) if !retryable(&error) => {
+                    return Err(api_error("attaching to the sandbox pod", error));
+                }
+                Ok(Err(error)) => outage.failed(name, error.to_string()).await?,
+                Err(silence) => outage.failed(name, silence).await?,
+            }
+        }
     }
 
     /// Whether a warm pod's log shows its READY line: polled until it does (`true`), until the
@@ -579,55 +777,22 @@ impl Cluster {
         // retry failing too, and then the image is taken to be unpullable.
         let backed_off = AtomicBool::new(false);
         let outcome = Box::pin(self.watch_pod(created, |pod| {
-                let status = pod.status.as_ref()?;
-                let waiting = status
-                    .container_statuses
-                    .iter()
-                    .flatten()
-                    .filter_map(|s| s.state.as_ref()?.waiting.as_ref());
-                for waiting in waiting {
-                    let reason = waiting.reason.as_deref().unwrap_or_default();
-                    let retry_failed = reason == "ErrImagePull" && backed_off.load(Ordering::SeqCst);
-                    if reason == "ImagePullBackOff" {
-                        backed_off.store(true, Ordering::SeqCst);
-                    }
-                    if is_fatal_waiting(reason) || retry_failed {
-                        let retried = if retry_failed {
-                            " (and again after the kubelet's ImagePullBackOff)"
-                        } else {
-                            ""
-                        };
-                        return Some(Err(SandboxError::Kubernetes {
-                            action: "starting the sandbox pod",
-                            message: format!(
-                                "{reason}{retried}: {} (image {image}); push the sandbox image where the cluster can pull it and set SANDBOX_IMAGE",
-                                waiting.message.clone().unwrap_or_default()
-                            ),
-                        }));
-                    }
+            let status = pod.status.as_ref()?;
+            if let Some(error) = cannot_start(status, &backed_off, &image) {
+                return Some(Err(error));
+            }
+            match status.phase.as_deref() {
+                Some("Running") => Some(Ok(pod.clone())),
+                Some(phase @ ("Failed" | "Succeeded")) => {
+                    Some(Err(ended_before_running(pod, status, phase, &namespace)))
                 }
-                match status.phase.as_deref() {
-                    Some("Running") => Some(Ok(pod.clone())),
-                    Some(phase @ ("Failed" | "Succeeded")) => Some(Err(SandboxError::Kubernetes {
-                        action: "starting the sandbox pod",
-                        message: format!(
-                            "pod {} ended ({phase}: {}) before it ran an attempt; see `kubectl -n {namespace} describe pod`",
-                            pod.metadata.name.clone().unwrap_or_default(),
-                            status.reason.clone().or(status.message.clone()).unwrap_or_default()
-                        ),
-                    })),
-                    _ => {
-                        let why = pending_reason(pod);
-                        let mut last = pending.lock().unwrap_or_else(|e| e.into_inner());
-                        if why.is_some() && *last != why {
-                            tracing::info!(pod = %name, reason = why.as_deref().unwrap_or_default(), "the sandbox pod is pending");
-                            *last = why;
-                        }
-                        None
-                    }
+                _ => {
+                    note_pending(pod, &name, pending);
+                    None
                 }
-            }))
-            .await?;
+            }
+        }))
+        .await?;
         outcome.unwrap_or_else(|| {
             Err(SandboxError::Kubernetes {
                 action: "starting the sandbox pod",
@@ -662,96 +827,82 @@ impl Cluster {
         let mut reread = false;
         loop {
             if reread {
-                match outage.bounded(self.pods.get_opt(&name)).await {
-                    Ok(Ok(Some(pod))) => {
-                        outage.reached();
-                        if let Some(found) = until(&pod) {
-                            return Ok(Some(found));
-                        }
-                        version = pod.metadata.resource_version.unwrap_or_default();
-                        reread = false;
-                    }
-                    Ok(Ok(None)) => return Ok(None),
-                    Ok(Err(error)) if !retryable(&error) => {
-                        return Err(api_error("reading the sandbox pod", error));
-                    }
-                    Ok(Err(error)) => {
-                        outage.failed(&name, error.to_string()).await?;
-                        continue;
-                    }
-                    Err(silence) => {
-                        outage.failed(&name, silence).await?;
-                        continue;
-                    }
+                match self.reread(&name, &mut outage, &until).await? {
+                    Reread::Over(found) => return Ok(found),
+                    Reread::At(now) => version = now,
+                    Reread::Again => continue,
                 }
             }
             let began = Instant::now();
-            let events = match outage.bounded(self.pods.watch(&params, &version)).await {
-                Ok(Ok(events)) => events,
-                Ok(Err(error)) if !retryable(&error) => {
-                    return Err(api_error("watching the sandbox pod", error));
-                }
-                Ok(Err(error)) => {
-                    outage.failed(&name, error.to_string()).await?;
-                    reread = true;
-                    continue;
-                }
-                Err(silence) => {
-                    outage.failed(&name, silence).await?;
-                    reread = true;
-                    continue;
-                }
+            let Some(events) = self.watch(&name, &params, &version, &mut outage).await? else {
+                reread = true;
+                continue;
             };
-            let mut events = std::pin::pin!(events);
-            // The server ends a watch at `WATCH_SECONDS`; one that says nothing for longer
-            // went dead without a reset (a vanished API server), and is given up.
-            let silent = tokio::time::Instant::now()
-                + Duration::from_secs(u64::from(WATCH_SECONDS))
-                + WATCH_SILENCE_SLACK;
-            let ended = loop {
-                let event = match tokio::time::timeout_at(silent, events.next()).await {
-                    Err(_) => break WatchEnd::Broke("the watch went silent".to_string()),
-                    Ok(None) => break WatchEnd::Clean,
-                    Ok(Some(Err(error))) => break WatchEnd::Broke(error.to_string()),
-                    Ok(Some(Ok(event))) => event,
-                };
-                match event {
-                    WatchEvent::Added(pod) | WatchEvent::Modified(pod)
-                        if pod.metadata.name.as_deref() == Some(&name) =>
-                    {
-                        outage.reached();
-                        if let Some(found) = until(&pod) {
-                            return Ok(Some(found));
-                        }
-                        version = pod.metadata.resource_version.clone().unwrap_or_default();
-                    }
-                    WatchEvent::Deleted(pod) if pod.metadata.name.as_deref() == Some(&name) => {
-                        return Ok(None);
-                    }
-                    WatchEvent::Bookmark(bookmark) => {
-                        outage.reached();
-                        version = bookmark.metadata.resource_version;
-                    }
-                    // The version is too old: start again from the pod as it is now.
-                    WatchEvent::Error(status) if status.code == 410 => break WatchEnd::Expired,
-                    WatchEvent::Error(status) => {
-                        break WatchEnd::Broke(format!(
-                            "an ERROR event: {} ({})",
-                            status.message, status.code
-                        ));
-                    }
-                    _ => {}
-                }
+            let ended = match follow(events, &name, &mut outage, &until, &mut version).await {
+                Watched::Over(found) => return Ok(found),
+                Watched::Ended(ended) => ended,
             };
-            match ended {
-                WatchEnd::Clean if began.elapsed() >= WATCH_MIN_LIFE => {}
-                // A server that ends every watch at once is not asked again at once.
-                WatchEnd::Clean => tokio::time::sleep(RETRY_BACKOFF_MIN).await,
-                WatchEnd::Expired => reread = true,
-                WatchEnd::Broke(error) => {
-                    outage.failed(&name, error).await?;
-                    reread = true;
+            reread = after_watch(ended, began, &name, &mut outage).await?;
+        }
+    }
+
+    /// Starts one watch of pod `name` from `version`; `None` after a retryable failure and its
+    /// backoff (the pod is then read again, as events may have been lost).
+    async fn watch(
+        &self,
+        name: &str,
+        params: &WatchParams,
+        version: &str,
+        outage: &mut Outage,
+    ) -> Result<
+        Option<impl Stream<Item = Result<WatchEvent<Pod>, kube::Error>> + use<>>,
+        SandboxError,
+    > {
+        match outage.bounded(self.pods.watch(params, version)).await {
+            Ok(Ok(events)) => Ok(Some(events)),
+            Ok(Err(error)) if !retryable(&error) => {
+                Err(api_error("watching the sandbox pod", error))
+            }
+            Ok(Err(error)) => {
+                outage.failed(name, error.to_string()).await?;
+                Ok(None)
+            }
+            Err(silence) => {
+                outage.failed(name, silence).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Reads pod `name` again after a broken watch, for [`Self::watch_pod`]: `until`'s answer,
+    /// the version to watch from, or, after a retryable failure and its backoff, a try again.
+    async fn reread<T>(
+        &self,
+        name: &str,
+        outage: &mut Outage,
+        until: &impl Fn(&Pod) -> Option<T>,
+    ) -> Result<Reread<T>, SandboxError> {
+        match outage.bounded(self.pods.get_opt(name)).await {
+            Ok(Ok(Some(pod))) => {
+                outage.reached();
+                if let Some(found) = until(&pod) {
+                    return Ok(Reread::Over(Some(found)));
                 }
+                Ok(Reread::At(
+                    pod.metadata.resource_version.unwrap_or_default(),
+                ))
+            }
+            Ok(Ok(None)) => Ok(Reread::Over(None)),
+            Ok(Err(error)) if !retryable(&error) => {
+                Err(api_error("reading the sandbox pod", error))
+            }
+            Ok(Err(error)) => {
+                outage.failed(name, error.to_string()).await?;
+                Ok(Reread::Again)
+            }
+            Err(silence) => {
+                outage.failed(name, silence).await?;
+                Ok(Reread::Again)
             }
         }
     }

@@ -98,66 +98,8 @@ pub fn pod_spec(
     owner: Option<&Owner>,
     kind: Kind,
 ) -> Pod {
-    let limits = &config.limits;
-    let mut labels = BTreeMap::from([
-        (MANAGED_LABEL.to_string(), "true".to_string()),
-        (INSTANCE_LABEL.to_string(), instance.to_string()),
-    ]);
-    if kind.is_warm() {
-        labels.insert(WARM_LABEL.to_string(), "true".to_string());
-    }
-    let resources = BTreeMap::from([
-        ("cpu".to_string(), cpu_quantity(limits.cpus)),
-        ("memory".to_string(), byte_quantity(limits.memory_bytes)),
-        (
-            "ephemeral-storage".to_string(),
-            byte_quantity(ephemeral_storage_bytes(limits)),
-        ),
-    ]);
-    let memory_volume = |volume: &str, bytes: u64| Volume {
-        name: volume.to_string(),
-        empty_dir: Some(EmptyDirVolumeSource {
-            medium: Some("Memory".to_string()),
-            size_limit: Some(byte_quantity(bytes)),
-        }),
-        ..Default::default()
-    };
-    let mount = |volume: &str, path: &str| VolumeMount {
-        name: volume.to_string(),
-        mount_path: path.to_string(),
-        ..Default::default()
-    };
-    let restricted = SecurityContext {
-        allow_privilege_escalation: Some(false),
-        privileged: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        run_as_user: Some(SANDBOX_UID),
-        run_as_group: Some(SANDBOX_UID),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_string()]),
-            add: None,
-        }),
-        seccomp_profile: Some(runtime_default()),
-        ..Default::default()
-    };
     Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(namespace.to_string()),
-            labels: Some(labels),
-            owner_references: owner.map(|owner| {
-                vec![OwnerReference {
-                    api_version: "v1".to_string(),
-                    kind: "Pod".to_string(),
-                    name: owner.name.clone(),
-                    uid: owner.uid.clone(),
-                    controller: Some(false),
-                    block_owner_deletion: Some(false),
-                }]
-            }),
-            ..Default::default()
-        },
+        metadata: metadata(namespace, name, instance, owner, kind),
         spec: Some(PodSpec {
             restart_policy: Some("Never".to_string()),
             active_deadline_seconds: Some(deadline(config, kind).as_secs() as i64),
@@ -170,49 +112,157 @@ pub fn pod_spec(
             share_process_namespace: Some(false),
             hostname: Some("sandbox".to_string()),
             runtime_class_name: config.runtime.clone(),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(SANDBOX_UID),
-                run_as_group: Some(SANDBOX_UID),
-                seccomp_profile: Some(runtime_default()),
-                ..Default::default()
-            }),
-            containers: vec![Container {
-                name: CONTAINER.to_string(),
-                image: Some(config.image.clone()),
-                image_pull_policy: Some("IfNotPresent".to_string()),
-                command: Some(policy::runner_command(kind)),
-                working_dir: Some("/work".to_string()),
-                env: Some(Vec::new()),
-                env_from: Some(Vec::new()),
-                // The attempt arrives on stdin, which stays open while it runs: when the one
-                // attached client (the server) goes, the kubelet closes it (stdinOnce) and the
-                // runner stops.
-                stdin: Some(true),
-                stdin_once: Some(true),
-                tty: Some(false),
-                resources: Some(ResourceRequirements {
-                    limits: Some(resources.clone()),
-                    requests: Some(resources),
-                    ..Default::default()
-                }),
-                security_context: Some(restricted),
-                volume_mounts: Some(vec![mount("tmp", "/tmp"), mount("work", "/work")]),
-                ..Default::default()
-            }],
-            // One volume for the upload and the outputs: a mount inside another is made by
-            // the runtime as root and can leave `/work` unwritable for uid 10001. The output
-            // cap is the copy-out's (as with Docker), the memory limit bounds both.
-            volumes: Some(vec![
-                memory_volume("tmp", limits.tmp_bytes),
-                memory_volume(
-                    "work",
-                    policy::work_bytes(config, kind).saturating_add(limits.output_max_bytes),
-                ),
-            ]),
+            security_context: Some(pod_security_context()),
+            containers: vec![sandbox_container(config, kind)],
+            volumes: Some(volumes(config, kind)),
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+/// The pod's security context: non-root uid and gid 10001, seccomp `RuntimeDefault`.
+fn pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(SANDBOX_UID),
+        run_as_group: Some(SANDBOX_UID),
+        seccomp_profile: Some(runtime_default()),
+        ..Default::default()
+    }
+}
+
+/// The memory-backed `/tmp` and `/work`.
+///
+/// One volume for the upload and the outputs: a mount inside another is made by the runtime as
+/// root and can leave `/work` unwritable for uid 10001. The output cap is the copy-out's (as
+/// with Docker), the memory limit bounds both.
+fn volumes(config: &SandboxConfig, kind: Kind) -> Vec<Volume> {
+    vec![
+        memory_volume("tmp", config.limits.tmp_bytes),
+        memory_volume(
+            "work",
+            policy::work_bytes(config, kind).saturating_add(config.limits.output_max_bytes),
+        ),
+    ]
+}
+
+/// The pod's name and namespace, its labels, and its owner reference.
+fn metadata(
+    namespace: &str,
+    name: &str,
+    instance: &str,
+    owner: Option<&Owner>,
+    kind: Kind,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        labels: Some(labels(instance, kind)),
+        owner_references: owner.map(|owner| vec![owner_reference(owner)]),
+        ..Default::default()
+    }
+}
+
+/// The managed and instance labels, and the warm label on a warm pod.
+fn labels(instance: &str, kind: Kind) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        (MANAGED_LABEL.to_string(), "true".to_string()),
+        (INSTANCE_LABEL.to_string(), instance.to_string()),
+    ]);
+    if kind.is_warm() {
+        labels.insert(WARM_LABEL.to_string(), "true".to_string());
+    }
+    labels
+}
+
+/// The reference to the server's own pod, which garbage-collects the sandbox pod with it but
+/// neither controls it nor blocks its own deletion.
+fn owner_reference(owner: &Owner) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".to_string(),
+        kind: "Pod".to_string(),
+        name: owner.name.clone(),
+        uid: owner.uid.clone(),
+        controller: Some(false),
+        block_owner_deletion: Some(false),
+    }
+}
+
+/// The one container: the runner on stdin, no environment, limits equal to requests, the
+/// restricted security context, `/tmp` and `/work` mounted.
+fn sandbox_container(config: &SandboxConfig, kind: Kind) -> Container {
+    let limits = &config.limits;
+    let resources = BTreeMap::from([
+        ("cpu".to_string(), cpu_quantity(limits.cpus)),
+        ("memory".to_string(), byte_quantity(limits.memory_bytes)),
+        (
+            "ephemeral-storage".to_string(),
+            byte_quantity(ephemeral_storage_bytes(limits)),
+        ),
+    ]);
+    Container {
+        name: CONTAINER.to_string(),
+        image: Some(config.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_string()),
+        command: Some(policy::runner_command(kind)),
+        working_dir: Some("/work".to_string()),
+        env: Some(Vec::new()),
+        env_from: Some(Vec::new()),
+        // The attempt arrives on stdin, which stays open while it runs: when the one
+        // attached client (the server) goes, the kubelet closes it (stdinOnce) and the
+        // runner stops.
+        stdin: Some(true),
+        stdin_once: Some(true),
+        tty: Some(false),
+        resources: Some(ResourceRequirements {
+            limits: Some(resources.clone()),
+            requests: Some(resources),
+            ..Default::default()
+        }),
+        security_context: Some(restricted()),
+        volume_mounts: Some(vec![mount("tmp", "/tmp"), mount("work", "/work")]),
+        ..Default::default()
+    }
+}
+
+/// Pod Security "restricted" for the container: non-root uid and gid 10001, read-only root, no
+/// privilege or its escalation, every capability dropped, seccomp `RuntimeDefault`.
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        run_as_user: Some(SANDBOX_UID),
+        run_as_group: Some(SANDBOX_UID),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add: None,
+        }),
+        seccomp_profile: Some(runtime_default()),
+        ..Default::default()
+    }
+}
+
+/// A memory-backed `emptyDir` named `volume` of at most `bytes`.
+fn memory_volume(volume: &str, bytes: u64) -> Volume {
+    Volume {
+        name: volume.to_string(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".to_string()),
+            size_limit: Some(byte_quantity(bytes)),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The volume `volume` mounted at `path`.
+fn mount(volume: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_string(),
+        mount_path: path.to_string(),
+        ..Default::default()
     }
 }
 
@@ -301,8 +351,20 @@ pub fn verify(wanted: &Pod, applied: &Pod) -> Result<(), SandboxError> {
         compare(part, "", &wanted_json[part], applied_part)
             .map_err(|(field, wanted, applied)| mismatch(field, wanted, applied))?;
     }
-    let spec = applied.spec.clone().unwrap_or_default();
-    for (field, count) in [
+    if let Some((field, count)) = added_containers(applied) {
+        return Err(mismatch(
+            field.to_string(),
+            "none".to_string(),
+            format!("{count} container(s)"),
+        ));
+    }
+    Ok(())
+}
+
+/// The first kind of container the pod should not have (init or ephemeral), and how many.
+fn added_containers(pod: &Pod) -> Option<(&'static str, usize)> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    [
         (
             "spec.initContainers",
             spec.init_containers.map_or(0, |c| c.len()),
@@ -311,16 +373,9 @@ pub fn verify(wanted: &Pod, applied: &Pod) -> Result<(), SandboxError> {
             "spec.ephemeralContainers",
             spec.ephemeral_containers.map_or(0, |c| c.len()),
         ),
-    ] {
-        if count > 0 {
-            return Err(mismatch(
-                field.to_string(),
-                "none".to_string(),
-                format!("{count} container(s)"),
-            ));
-        }
-    }
-    Ok(())
+    ]
+    .into_iter()
+    .find(|(_, count)| *count > 0)
 }
 
 /// Checks that the running container's image is the one pinned in `image` (`...@sha256:...`);
@@ -357,54 +412,9 @@ type Difference = (String, String, String);
 /// `wanted` against `applied` at `path` (`key` is the last step's name, for
 /// [`CLOSED_OBJECTS`]).
 fn compare(path: &str, key: &str, wanted: &Value, applied: &Value) -> Result<(), Difference> {
-    let differ = || {
-        Err((
-            path.to_string(),
-            wanted.to_string(),
-            if applied.is_null() {
-                "absent".to_string()
-            } else {
-                applied.to_string()
-            },
-        ))
-    };
     match (wanted, applied) {
-        (Value::Object(want), Value::Object(got)) => {
-            for (field, value) in want {
-                let next = format!("{path}.{field}");
-                compare(&next, field, value, got.get(field).unwrap_or(&Value::Null))?;
-            }
-            if CLOSED_OBJECTS.contains(&key)
-                && let Some(extra) = got.keys().find(|field| !want.contains_key(*field))
-            {
-                return Err((
-                    format!("{path}.{extra}"),
-                    "absent".to_string(),
-                    got[extra].to_string(),
-                ));
-            }
-            Ok(())
-        }
-        (Value::Array(want), got) => {
-            let empty = Vec::new();
-            let got = match got {
-                Value::Array(got) => got,
-                Value::Null => &empty,
-                _ => return differ(),
-            };
-            if want.len() != got.len() {
-                return Err((
-                    path.to_string(),
-                    format!("{} item(s): {wanted}", want.len()),
-                    format!("{} item(s): {applied}", got.len()),
-                ));
-            }
-            let item_key = format!("{key}[]");
-            for (index, (want, got)) in want.iter().zip(got).enumerate() {
-                compare(&format!("{path}[{index}]"), &item_key, want, got)?;
-            }
-            Ok(())
-        }
+        (Value::Object(want), Value::Object(got)) => compare_objects(path, key, want, got),
+        (Value::Array(want), _) => compare_lists(path, key, want, applied),
         (Value::Bool(false), Value::Null) => Ok(()),
         (Value::String(want), Value::String(got)) if want == got => Ok(()),
         (Value::String(want), Value::String(got))
@@ -415,8 +425,66 @@ fn compare(path: &str, key: &str, wanted: &Value, applied: &Value) -> Result<(),
             Ok(())
         }
         (want, got) if want == got => Ok(()),
-        _ => differ(),
+        _ => Err(difference(path, wanted, applied)),
     }
+}
+
+/// Every field of `want` compared with the same field of `got`; in one of [`CLOSED_OBJECTS`],
+/// a field only `got` has is a difference too.
+fn compare_objects(
+    path: &str,
+    key: &str,
+    want: &serde_json::Map<String, Value>,
+    got: &serde_json::Map<String, Value>,
+) -> Result<(), Difference> {
+    for (field, value) in want {
+        let next = format!("{path}.{field}");
+        compare(&next, field, value, got.get(field).unwrap_or(&Value::Null))?;
+    }
+    if CLOSED_OBJECTS.contains(&key)
+        && let Some(extra) = got.keys().find(|field| !want.contains_key(*field))
+    {
+        return Err((
+            format!("{path}.{extra}"),
+            "absent".to_string(),
+            got[extra].to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// Two lists of the same length compared item by item (an absent list is an empty one).
+fn compare_lists(path: &str, key: &str, want: &[Value], applied: &Value) -> Result<(), Difference> {
+    let got: &[Value] = match applied {
+        Value::Array(got) => got,
+        Value::Null => &[],
+        _ => return Err(difference(path, &Value::from(want), applied)),
+    };
+    if want.len() != got.len() {
+        return Err((
+            path.to_string(),
+            format!("{} item(s): {}", want.len(), Value::from(want)),
+            format!("{} item(s): {applied}", got.len()),
+        ));
+    }
+    let item_key = format!("{key}[]");
+    for (index, (want, got)) in want.iter().zip(got).enumerate() {
+        compare(&format!("{path}[{index}]"), &item_key, want, got)?;
+    }
+    Ok(())
+}
+
+/// The difference at `path`: what was wanted and what was applied (`absent` for nothing).
+fn difference(path: &str, wanted: &Value, applied: &Value) -> Difference {
+    (
+        path.to_string(),
+        wanted.to_string(),
+        if applied.is_null() {
+            "absent".to_string()
+        } else {
+            applied.to_string()
+        },
+    )
 }
 
 fn is_quantity_path(path: &str) -> bool {

@@ -116,47 +116,31 @@ impl Cluster {
             }
             Err(error) => return Err(api_error("reading the data folder's claim", error)),
         };
-        let spec = found.spec.clone().unwrap_or_default();
-        let status = found.status.clone().unwrap_or_default();
-        let modes = spec.access_modes.unwrap_or_default().join(", ");
-        let class = spec
-            .storage_class_name
-            .map_or("the default class".to_string(), |class| {
-                format!("class {class}")
-            });
-        let phase = status.phase.unwrap_or_else(|| "Pending".into());
-        if phase == "Bound" {
-            let capacity = status
-                .capacity
-                .and_then(|capacity| capacity.get("storage").map(|q| q.0.clone()))
-                .unwrap_or_default();
-            return Ok(ClaimCheck::Bound {
-                claim,
-                detail: format!("{modes}, {capacity}, {class}"),
-            });
-        }
-        let events = Api::<Event>::namespaced(self.client.clone(), &namespace)
+        let (phase, detail) = match claim_state(&found) {
+            ClaimState::Bound(detail) => return Ok(ClaimCheck::Bound { claim, detail }),
+            ClaimState::Unbound { phase, detail } => (phase, detail),
+        };
+        let (why, waits_for_consumer) = self.why_unbound(&namespace, &name).await;
+        Ok(ClaimCheck::Unbound {
+            claim,
+            phase,
+            detail,
+            why,
+            waits_for_consumer,
+        })
+    }
+
+    /// Why claim `name` is not Bound, from the latest event about it, and whether that event
+    /// says it only waits for a pod to use it; or why the events could not be read.
+    async fn why_unbound(&self, namespace: &str, name: &str) -> (Option<String>, bool) {
+        let events = Api::<Event>::namespaced(self.client.clone(), namespace)
             .list(&ListParams::default().fields(&format!(
                 "involvedObject.kind=PersistentVolumeClaim,involvedObject.name={name}"
             )))
             .await;
-        let (why, waits_for_consumer) = match events {
+        match events {
             Ok(list) => {
-                let latest = list.items.into_iter().max_by_key(|event| {
-                    event
-                        .last_timestamp
-                        .as_ref()
-                        .map(|t| t.0.to_string())
-                        .or_else(|| event.event_time.as_ref().map(|t| t.0.to_string()))
-                        .or_else(|| {
-                            event
-                                .metadata
-                                .creation_timestamp
-                                .as_ref()
-                                .map(|t| t.0.to_string())
-                        })
-                        .unwrap_or_default()
-                });
+                let latest = list.items.into_iter().max_by_key(event_time);
                 let waits = latest
                     .as_ref()
                     .is_some_and(|e| e.reason.as_deref() == Some("WaitForFirstConsumer"));
@@ -177,13 +161,57 @@ impl Cluster {
                 Some(format!("its events could not be read: {error}")),
                 false,
             ),
-        };
-        Ok(ClaimCheck::Unbound {
-            claim,
-            phase,
-            detail: format!("{modes}, {class}"),
-            why,
-            waits_for_consumer,
-        })
+        }
     }
+}
+
+/// A claim's phase, in words.
+enum ClaimState {
+    /// Bound: its access modes, capacity and class.
+    Bound(String),
+    /// Not bound: its phase (`Pending` when it has none), its access modes and class.
+    Unbound { phase: String, detail: String },
+}
+
+/// What a claim's spec and status say: its phase, access modes, class and, once Bound, its
+/// capacity.
+fn claim_state(found: &PersistentVolumeClaim) -> ClaimState {
+    let spec = found.spec.clone().unwrap_or_default();
+    let status = found.status.clone().unwrap_or_default();
+    let modes = spec.access_modes.unwrap_or_default().join(", ");
+    let class = spec
+        .storage_class_name
+        .map_or("the default class".to_string(), |class| {
+            format!("class {class}")
+        });
+    let phase = status.phase.unwrap_or_else(|| "Pending".into());
+    if phase == "Bound" {
+        let capacity = status
+            .capacity
+            .and_then(|capacity| capacity.get("storage").map(|q| q.0.clone()))
+            .unwrap_or_default();
+        return ClaimState::Bound(format!("{modes}, {capacity}, {class}"));
+    }
+    ClaimState::Unbound {
+        phase,
+        detail: format!("{modes}, {class}"),
+    }
+}
+
+/// When an event happened, as text that sorts by time: its last timestamp, else its event
+/// time, else when it was created.
+fn event_time(event: &Event) -> String {
+    event
+        .last_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .or_else(|| event.event_time.as_ref().map(|t| t.0.to_string()))
+        .or_else(|| {
+            event
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+        })
+        .unwrap_or_default()
 }

@@ -29,7 +29,7 @@ use super::{Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, 
 use crate::llm::code::extract_code;
 use crate::llm::{LlmError, Message};
 use crate::prompts::render;
-use crate::sandbox::{Input, Job, Runner, Status};
+use crate::sandbox::{Input, Job, OutputFile, Runner, Status};
 use crate::storage::{Caller, Download};
 use crate::text::{fenced, head, tail};
 use crate::untrusted::table::{self as table_kind, TableKind};
@@ -177,6 +177,51 @@ struct PassFailure {
     error: String,
 }
 
+/// One analysis in progress: the conversation with the model, what each step runs with (the
+/// job, whose script each step replaces, and the inspection, which the fix prompt repeats),
+/// the running totals, and the call's token.
+struct Session<'a> {
+    conversation: Vec<Message>,
+    job: Job,
+    inspection: String,
+    clock: Clock,
+    cancel: &'a CancellationToken,
+}
+
+impl<'a> Session<'a> {
+    /// The session for `question` about the file `file_name` (the step's `input`), opened with
+    /// the `system` prompt and the question with the inspection.
+    fn new(
+        system: &str,
+        question: &str,
+        file_name: &str,
+        input: Input,
+        inspection: String,
+        cancel: &'a CancellationToken,
+    ) -> Self {
+        let conversation = vec![
+            Message::System(system.to_string()),
+            Message::User(format!(
+                "Question:\n{question}\n\nThe file `{file_name}` is at `input_file_path`. Its inspection:\n\n{}",
+                fenced("text", &inspection)
+            )),
+        ];
+        let job = Job {
+            script: String::new(),
+            input_file_path: Some(format!("/work/in/{file_name}")),
+            inputs: vec![input],
+            file_path: None,
+        };
+        Self {
+            conversation,
+            job,
+            inspection,
+            clock: Clock::default(),
+            cancel,
+        }
+    }
+}
+
 /// Running totals of one analysis.
 #[derive(Default)]
 struct Clock {
@@ -247,35 +292,9 @@ impl<R: Runner> Tools<R> {
         cancel: &CancellationToken,
     ) -> Result<Analysis, ToolError> {
         let started = Instant::now();
-        let detected = table_kind::detect(&download.bytes, &download.name)
-            .map_err(ToolError::UnsupportedInput)?;
-        let file_name = safe_name(&download.name, &format!("data.{}", detected.kind.code()));
-        let input = Input::from_bytes(file_name.as_str(), download.bytes);
-        let mut clock = Clock::default();
-        let (mut inspection, inspection_time) = self
-            .inspect(input.clone(), detected.kind, &file_name, &mut clock, cancel)
-            .await?;
-        if let Some(note) = detected.note {
-            inspection = format!("{note}\n\n{inspection}");
-        }
-        let job = Job {
-            script: String::new(),
-            input_file_path: Some(format!("/work/in/{file_name}")),
-            inputs: vec![input],
-            file_path: None,
-        };
-
-        let mut conversation = vec![
-            Message::System(self.prompts.analyze.clone()),
-            Message::User(format!(
-                "Question:\n{question}\n\nThe file `{file_name}` is at `input_file_path`. Its inspection:\n\n{}",
-                fenced("text", &inspection)
-            )),
-        ];
-        let first = match self
-            .pass(&mut conversation, &job, &inspection, &mut clock, cancel)
-            .await?
-        {
+        let (mut session, file_name, inspection_time) =
+            self.open_session(download, question, cancel).await?;
+        let first = match self.pass(&mut session).await? {
             PassEnd::Done(pass) => pass,
             PassEnd::BrokeDown(failure) => {
                 return Err(ToolError::AttemptsExhausted {
@@ -289,51 +308,87 @@ impl<R: Runner> Tools<R> {
                 });
             }
         };
-        let first_verdict = self
-            .review(question, &inspection, &first, &mut clock, cancel)
-            .await?;
+        let first_verdict = self.review(question, &first, &mut session).await?;
         let (redo, second_verdict) = match &first_verdict {
-            Verdict::Fail(feedback) => {
-                conversation.push(Message::User(render(
-                    &self.prompts.analysis_redo,
-                    &[("feedback", feedback)],
-                )));
-                match self
-                    .pass(&mut conversation, &job, &inspection, &mut clock, cancel)
-                    .await?
-                {
-                    PassEnd::Done(pass) => {
-                        let verdict = self
-                            .review(question, &inspection, &pass, &mut clock, cancel)
-                            .await?;
-                        (Some(Ok(pass)), Some(verdict))
-                    }
-                    PassEnd::BrokeDown(failure) => (
-                        Some(Err(format!(
-                            "step {} of the redo failed {MAX_ATTEMPTS} times: {}",
-                            failure.steps + 1,
-                            failure.error
-                        ))),
-                        None,
-                    ),
-                }
-            }
+            Verdict::Fail(feedback) => self.redo(question, feedback, &mut session).await?,
             _ => (None, None),
         };
         Ok(Analysis {
             question: question.to_string(),
             file_name,
-            inspection,
+            inspection: session.inspection,
             inspection_time,
             first,
             first_verdict,
             redo,
             second_verdict,
-            model_time: clock.model,
-            sandbox_time: clock.sandbox,
-            attempts: clock.attempts,
+            model_time: session.clock.model,
+            sandbox_time: session.clock.sandbox,
+            attempts: session.clock.attempts,
             total_time: started.elapsed(),
         })
+    }
+
+    /// Detects the table's kind, inspects it, and opens the session with the inspection (and
+    /// a note when the file's name misleads): the session, the file's name in the sandbox and
+    /// the inspection's time.
+    async fn open_session<'a>(
+        &self,
+        download: Download,
+        question: &str,
+        cancel: &'a CancellationToken,
+    ) -> Result<(Session<'a>, String, Duration), ToolError> {
+        let detected = table_kind::detect(&download.bytes, &download.name)
+            .map_err(ToolError::UnsupportedInput)?;
+        let file_name = safe_name(&download.name, &format!("data.{}", detected.kind.code()));
+        let input = Input::from_bytes(file_name.as_str(), download.bytes);
+        let mut clock = Clock::default();
+        let (mut inspection, inspection_time) = self
+            .inspect(input.clone(), detected.kind, &file_name, &mut clock, cancel)
+            .await?;
+        if let Some(note) = detected.note {
+            inspection = format!("{note}\n\n{inspection}");
+        }
+        let session = Session {
+            clock,
+            ..Session::new(
+                &self.prompts.analyze,
+                question,
+                &file_name,
+                input,
+                inspection,
+                cancel,
+            )
+        };
+        Ok((session, file_name, inspection_time))
+    }
+
+    /// The redo after the checker failed the first pass with `feedback`: its pass and the
+    /// checker's verdict on it, or why it broke down.
+    async fn redo(
+        &self,
+        question: &str,
+        feedback: &str,
+        session: &mut Session<'_>,
+    ) -> Result<(Option<Result<Pass, String>>, Option<Verdict>), ToolError> {
+        session.conversation.push(Message::User(render(
+            &self.prompts.analysis_redo,
+            &[("feedback", feedback)],
+        )));
+        match self.pass(session).await? {
+            PassEnd::Done(pass) => {
+                let verdict = self.review(question, &pass, session).await?;
+                Ok((Some(Ok(pass)), Some(verdict)))
+            }
+            PassEnd::BrokeDown(failure) => Ok((
+                Some(Err(format!(
+                    "step {} of the redo failed {MAX_ATTEMPTS} times: {}",
+                    failure.steps + 1,
+                    failure.error
+                ))),
+                None,
+            )),
+        }
     }
 
     /// Runs the image's inspection script; an unreadable file is the caller's error.
@@ -377,19 +432,12 @@ impl<R: Runner> Tools<R> {
     }
 
     /// One pass of up to [`MAX_STEPS`] steps.
-    async fn pass(
-        &self,
-        conversation: &mut Vec<Message>,
-        job: &Job,
-        inspection: &str,
-        clock: &mut Clock,
-        cancel: &CancellationToken,
-    ) -> Result<PassEnd, ToolError> {
+    async fn pass(&self, session: &mut Session<'_>) -> Result<PassEnd, ToolError> {
         let mut steps: Vec<Step> = Vec::new();
         let mut chart_names = HashSet::new();
         for step_number in 1..=MAX_STEPS {
             super::progress::announce(Phase::Computing { step: step_number });
-            let mut reply = self.ask(conversation, clock, cancel).await?;
+            let reply = self.ask(session).await?;
             if let Some(answer) = final_answer(&reply) {
                 return Ok(PassEnd::Done(Pass {
                     steps,
@@ -397,67 +445,27 @@ impl<R: Runner> Tools<R> {
                     limit_reached: false,
                 }));
             }
-            let mut failures = Vec::new();
-            let step = loop {
-                let attempt = failures.len() + 1;
-                let result = match extract_code(&reply) {
-                    None => StepRun::Failed(format!(
-                        "your reply had neither a fenced python block nor a line with {COMPLETE_MARKER}"
-                    )),
-                    Some(code) => {
-                        tracing::debug!(step = step_number, attempt, %code, "analysis code");
-                        self.run_step(job, code, &mut chart_names, clock, cancel)
-                            .await?
-                    }
-                };
-                match result {
-                    StepRun::Ran(mut step) => {
-                        step.attempts = attempt;
-                        step.failures = failures;
-                        break step;
-                    }
-                    StepRun::Failed(error) => {
-                        tracing::info!(step = step_number, attempt, error = %tail(&error, 300), "analysis attempt failed");
-                        if attempt == MAX_ATTEMPTS {
-                            return Ok(PassEnd::BrokeDown(PassFailure {
-                                steps: steps.len(),
-                                error: tail(&error, super::ERROR_TAIL_CHARS),
-                            }));
-                        }
-                        failures.push(last_line(&error));
-                        conversation.push(Message::User(render(
-                            &self.prompts.analysis_fix,
-                            &[
-                                ("attempt", &attempt.to_string()),
-                                ("max_attempts", &MAX_ATTEMPTS.to_string()),
-                                (
-                                    "error",
-                                    &fenced("text", &tail(&error, super::ERROR_TAIL_CHARS)),
-                                ),
-                                ("inspection", &fenced("text", inspection)),
-                            ],
-                        )));
-                        reply = self.ask(conversation, clock, cancel).await?;
-                    }
+            let step = match self
+                .step(session, reply, step_number, &mut chart_names)
+                .await?
+            {
+                Ok(step) => step,
+                Err(error) => {
+                    return Ok(PassEnd::BrokeDown(PassFailure {
+                        steps: steps.len(),
+                        error,
+                    }));
                 }
             };
-            let shown = if step.output.trim().is_empty() {
-                "(the step printed nothing)".to_string()
-            } else {
-                head(&step.output, MODEL_OUTPUT_CHARS)
-            };
-            conversation.push(Message::User(render(
-                &self.prompts.analysis_step,
-                &[
-                    ("step", &step_number.to_string()),
-                    ("max_steps", &MAX_STEPS.to_string()),
-                    ("output", &fenced("text", &shown)),
-                ],
-            )));
+            session
+                .conversation
+                .push(self.step_message(step_number, &step));
             steps.push(step);
         }
-        conversation.push(Message::User(self.prompts.analysis_final.clone()));
-        let reply = self.ask(conversation, clock, cancel).await?;
+        session
+            .conversation
+            .push(Message::User(self.prompts.analysis_final.clone()));
+        let reply = self.ask(session).await?;
         let answer = final_answer(&reply).unwrap_or_else(|| reply.trim().to_string());
         Ok(PassEnd::Done(Pass {
             steps,
@@ -466,39 +474,114 @@ impl<R: Runner> Tools<R> {
         }))
     }
 
-    /// Asks the model and records its answer in the conversation.
-    async fn ask(
+    /// One step, from the model's `reply`: its code run, and on failure the error sent back
+    /// for a fix, up to [`MAX_ATTEMPTS`] attempts. `Ok(Err(error))` when every attempt failed:
+    /// the last error's tail.
+    async fn step(
         &self,
-        conversation: &mut Vec<Message>,
-        clock: &mut Clock,
-        cancel: &CancellationToken,
-    ) -> Result<String, ToolError> {
-        let reply = self.llm.complete(conversation, cancel).await?;
-        clock.model += reply.elapsed;
-        conversation.push(Message::Assistant(reply.text.clone()));
+        session: &mut Session<'_>,
+        mut reply: String,
+        step_number: usize,
+        chart_names: &mut HashSet<String>,
+    ) -> Result<Result<Step, String>, ToolError> {
+        let mut failures = Vec::new();
+        loop {
+            let attempt = failures.len() + 1;
+            let result = match extract_code(&reply) {
+                None => StepRun::Failed(format!(
+                    "your reply had neither a fenced python block nor a line with {COMPLETE_MARKER}"
+                )),
+                Some(code) => {
+                    tracing::debug!(step = step_number, attempt, %code, "analysis code");
+                    self.run_step(session, code, chart_names).await?
+                }
+            };
+            match result {
+                StepRun::Ran(mut step) => {
+                    step.attempts = attempt;
+                    step.failures = failures;
+                    return Ok(Ok(step));
+                }
+                StepRun::Failed(error) => {
+                    tracing::info!(step = step_number, attempt, error = %tail(&error, 300), "analysis attempt failed");
+                    if attempt == MAX_ATTEMPTS {
+                        return Ok(Err(tail(&error, super::ERROR_TAIL_CHARS)));
+                    }
+                    failures.push(last_line(&error));
+                    let fix = self.fix_message(attempt, &error, &session.inspection);
+                    session.conversation.push(fix);
+                    reply = self.ask(session).await?;
+                }
+            }
+        }
+    }
+
+    /// The message that asks for a fix of attempt `attempt` after `error`, with the
+    /// inspection again.
+    fn fix_message(&self, attempt: usize, error: &str, inspection: &str) -> Message {
+        Message::User(render(
+            &self.prompts.analysis_fix,
+            &[
+                ("attempt", &attempt.to_string()),
+                ("max_attempts", &MAX_ATTEMPTS.to_string()),
+                (
+                    "error",
+                    &fenced("text", &tail(error, super::ERROR_TAIL_CHARS)),
+                ),
+                ("inspection", &fenced("text", inspection)),
+            ],
+        ))
+    }
+
+    /// The message that gives the model step `step_number`'s output, cut to
+    /// [`MODEL_OUTPUT_CHARS`].
+    fn step_message(&self, step_number: usize, step: &Step) -> Message {
+        let shown = if step.output.trim().is_empty() {
+            "(the step printed nothing)".to_string()
+        } else {
+            head(&step.output, MODEL_OUTPUT_CHARS)
+        };
+        Message::User(render(
+            &self.prompts.analysis_step,
+            &[
+                ("step", &step_number.to_string()),
+                ("max_steps", &MAX_STEPS.to_string()),
+                ("output", &fenced("text", &shown)),
+            ],
+        ))
+    }
+
+    /// Asks the model and records its answer in the conversation.
+    async fn ask(&self, session: &mut Session<'_>) -> Result<String, ToolError> {
+        let reply = self
+            .llm
+            .complete(&session.conversation, session.cancel)
+            .await?;
+        session.clock.model += reply.elapsed;
+        session
+            .conversation
+            .push(Message::Assistant(reply.text.clone()));
         Ok(reply.text)
     }
 
     /// Runs one attempt at a step's code.
     async fn run_step(
         &self,
-        job: &Job,
+        session: &mut Session<'_>,
         code: String,
         chart_names: &mut HashSet<String>,
-        clock: &mut Clock,
-        cancel: &CancellationToken,
     ) -> Result<StepRun, ToolError> {
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let job = Job {
             script: code.clone(),
-            ..job.clone()
+            ..session.job.clone()
         };
         let outcome = self
-            .run_attempt(job, Author::Model, out_dir.path(), cancel)
+            .run_attempt(job, Author::Model, out_dir.path(), session.cancel)
             .await?;
-        clock.sandbox += outcome.timings.total;
-        clock.attempts += 1;
+        session.clock.sandbox += outcome.timings.total;
+        session.clock.attempts += 1;
         if let Some(reason) = failure_reason(&outcome, self.runner.config()) {
             return Ok(StepRun::Failed(reason));
         }
@@ -510,26 +593,7 @@ impl<R: Runner> Tools<R> {
             }
             output.push_str(&format!("[stderr]\n{}", warnings.trim_end()));
         }
-        let mut charts = Vec::new();
-        for file in &outcome.outputs {
-            if !file.path.to_ascii_lowercase().ends_with(".png")
-                || chart_names.len() >= MAX_CHARTS
-                || file.bytes > MAX_CHART_BYTES
-            {
-                continue;
-            }
-            let bytes = tokio::fs::read(&file.host_path)
-                .await
-                .map_err(local_io("cannot read a chart"))?;
-            if !bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-                continue;
-            }
-            let name = super::unique_name(
-                safe_name(&file.path.replace('/', "_"), "chart.png"),
-                chart_names,
-            );
-            charts.push(Chart { name, bytes });
-        }
+        let charts = charts(&outcome.outputs, chart_names).await?;
         Ok(StepRun::Ran(Step {
             code,
             output,
@@ -545,19 +609,21 @@ impl<R: Runner> Tools<R> {
     async fn review(
         &self,
         question: &str,
-        inspection: &str,
         pass: &Pass,
-        clock: &mut Clock,
-        cancel: &CancellationToken,
+        session: &mut Session<'_>,
     ) -> Result<Verdict, ToolError> {
         super::progress::announce(Phase::Reviewing);
         let messages = [
             Message::System(self.prompts.checker.clone()),
-            Message::User(checker::review_material(question, inspection, pass)),
+            Message::User(checker::review_material(
+                question,
+                &session.inspection,
+                pass,
+            )),
         ];
-        match self.llm.complete(&messages, cancel).await {
+        match self.llm.complete(&messages, session.cancel).await {
             Ok(reply) => {
-                clock.model += reply.elapsed;
+                session.clock.model += reply.elapsed;
                 let verdict = checker::parse_verdict(&reply.text);
                 tracing::info!(verdict = ?verdict, "checker");
                 Ok(verdict)
@@ -575,6 +641,35 @@ impl Pass {
     pub fn charts(&self) -> Vec<&Chart> {
         self.steps.iter().flat_map(|step| &step.charts).collect()
     }
+}
+
+/// The charts among a step's `outputs`: PNGs (by name and by signature) no larger than
+/// [`MAX_CHART_BYTES`], up to [`MAX_CHARTS`] in the pass, each under a name unique in it.
+async fn charts(
+    outputs: &[OutputFile],
+    chart_names: &mut HashSet<String>,
+) -> Result<Vec<Chart>, ToolError> {
+    let mut charts = Vec::new();
+    for file in outputs {
+        if !file.path.to_ascii_lowercase().ends_with(".png")
+            || chart_names.len() >= MAX_CHARTS
+            || file.bytes > MAX_CHART_BYTES
+        {
+            continue;
+        }
+        let bytes = tokio::fs::read(&file.host_path)
+            .await
+            .map_err(local_io("cannot read a chart"))?;
+        if !bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+            continue;
+        }
+        let name = super::unique_name(
+            safe_name(&file.path.replace('/', "_"), "chart.png"),
+            chart_names,
+        );
+        charts.push(Chart { name, bytes });
+    }
+    Ok(charts)
 }
 
 /// The answer after a line that is only the marker (bold or code markup around it is fine);

@@ -105,19 +105,10 @@ pub fn json(analysis: &Analysis) -> String {
     value.to_string()
 }
 
-fn quality_assurance(analysis: &Analysis) -> String {
-    let pass = analysis.accepted();
+/// The review lines after the first: the redo and its review, or the caveat of a result that
+/// was never reviewed or never passed.
+fn redo_lines(analysis: &Analysis) -> Vec<String> {
     let mut lines = Vec::new();
-    let verdict = match analysis.quality() {
-        Quality::Passed => "passed",
-        Quality::PassedAfterCorrection => "passed after correction",
-        Quality::AcceptedWithCaveats => "accepted with caveats",
-    };
-    lines.push(format!("- **Checker verdict: {verdict}**"));
-    lines.push(format!(
-        "- First review: {}",
-        verdict_words(&analysis.first_verdict)
-    ));
     match &analysis.redo {
         Some(Ok(_)) => {
             lines.push(
@@ -142,6 +133,24 @@ fn quality_assurance(analysis: &Analysis) -> String {
             }
         }
     }
+    lines
+}
+
+/// The quality-assurance section: the verdict, the reviews, the steps and the time.
+fn quality_assurance(analysis: &Analysis) -> String {
+    let pass = analysis.accepted();
+    let mut lines = Vec::new();
+    let verdict = match analysis.quality() {
+        Quality::Passed => "passed",
+        Quality::PassedAfterCorrection => "passed after correction",
+        Quality::AcceptedWithCaveats => "accepted with caveats",
+    };
+    lines.push(format!("- **Checker verdict: {verdict}**"));
+    lines.push(format!(
+        "- First review: {}",
+        verdict_words(&analysis.first_verdict)
+    ));
+    lines.extend(redo_lines(analysis));
     let attempts: usize = pass.steps.iter().map(|s| s.attempts).sum();
     lines.push(format!(
         "- Steps: {} of at most {MAX_STEPS}{}; {} sandbox runs in all (inspection included)",

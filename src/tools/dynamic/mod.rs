@@ -25,7 +25,9 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, local_io};
+use super::{
+    AttemptLine, Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, local_io,
+};
 use crate::audit::ToolMark;
 use crate::config::DynamicTools;
 use crate::identity::SCOPE_SAVED_TOOLS;
@@ -349,20 +351,7 @@ impl<R: Runner> Tools<R> {
         for attempt in 1..=MAX_ATTEMPTS {
             let reply = self.llm.complete(&conversation, cancel).await?;
             conversation.push(Message::Assistant(reply.text.clone()));
-            let (text, fixed) = (reply.text.clone(), name.map(str::to_string));
-            let checked = self
-                .checked(
-                    move || parse_reply(&text, fixed.as_deref()).and_then(check),
-                    cancel,
-                )
-                .await?;
-            let outcome = match checked {
-                Err(error) => Err(error),
-                Ok(checked) => self
-                    .try_tool(&checked, Author::Model, cancel)
-                    .await?
-                    .map(|result| (checked, result)),
-            };
+            let outcome = self.try_reply(&reply.text, name, cancel).await?;
             match outcome {
                 Ok((checked, result)) => {
                     return self.save_tool(identity, checked, Author::Model, &result, attempt);
@@ -377,6 +366,31 @@ impl<R: Runner> Tools<R> {
             what: "tool",
             attempts: MAX_ATTEMPTS,
             last_error,
+        })
+    }
+
+    /// One attempt at a model's `reply`: the tool parsed from it (under `name` if the caller
+    /// fixed one), checked, and called with its example arguments. `Ok(Err(..))` is what goes
+    /// back to the model.
+    async fn try_reply(
+        &self,
+        reply: &str,
+        name: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<Result<(Checked, Value), String>, ToolError> {
+        let (text, fixed) = (reply.to_string(), name.map(str::to_string));
+        let checked = self
+            .checked(
+                move || parse_reply(&text, fixed.as_deref()).and_then(check),
+                cancel,
+            )
+            .await?;
+        Ok(match checked {
+            Err(error) => Err(error),
+            Ok(checked) => self
+                .try_tool(&checked, Author::Model, cancel)
+                .await?
+                .map(|result| (checked, result)),
         })
     }
 
@@ -511,27 +525,7 @@ impl<R: Runner> Tools<R> {
             author,
             ToolMark::new(action, &stored.name, &stored.version, Some(owner)),
         );
-        let listed = stored.listed_name();
-        let mut text = format!(
-            "Tool `{listed}` {action} (version `{}`, revision {}). Call it as `{listed}` with arguments that fit its schema.\n\nTest call with {} returned:\n```json\n{}\n```",
-            stored.short_version(),
-            stored.revision,
-            Value::Object(tool.example),
-            tail(
-                &serde_json::to_string_pretty(result).unwrap_or_default(),
-                RESULT_CHARS
-            ),
-        );
-        if let Saved::Updated { previous } = saved {
-            text.push_str(&format!("\n\nIt replaces version `{}`.", &previous[..12]));
-        }
-        if author == Author::Model {
-            text.push_str(&format!(
-                "\n\nSchema:\n```json\n{}\n```\n\nCode:\n```python\n{}\n```",
-                serde_json::to_string_pretty(&stored.input_schema).unwrap_or_default(),
-                stored.code.trim_end()
-            ));
-        }
+        let text = saved_answer(&stored, saved, action, tool.example, result, author);
         Ok(ToolOutput { text, attempts })
     }
 
@@ -609,8 +603,53 @@ impl<R: Runner> Tools<R> {
         caller: &Caller,
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
+        let tool = self.saved_tool(identity, name)?;
+        let arguments = self
+            .checked_arguments(&tool, name, arguments, cancel)
+            .await?;
+        self.require_credential(caller).await?;
+        let out_dir = tempfile::tempdir()
+            .map_err(local_io("cannot create a temporary folder for the outputs"))?;
+        let job = tool_job(
+            "call",
+            tool_inputs(&tool.code, &tool.input_schema, &arguments),
+        );
+        let mark = ToolMark::new("call", &tool.name, &tool.version, Some(tool.owner.clone()));
+        let (outcome, line) = self
+            .run_judged(job, author_of(&tool), Some(mark), out_dir.path(), cancel)
+            .await?;
+        let (result, outcome) = self.returned(outcome, line, name)?;
+        let text = self.call_answer(&result, &outcome, caller).await?;
+        Ok(ToolOutput { text, attempts: 1 })
+    }
+
+    /// What the call of `name` returned, its audit line written: the result and the outcome,
+    /// or the script's failure.
+    fn returned(
+        &self,
+        outcome: Outcome,
+        line: AttemptLine,
+        name: &str,
+    ) -> Result<(Value, Box<Outcome>), ToolError> {
+        match ran(outcome, self.runner.config()) {
+            Ran::Failed(error) => {
+                line.refuse(&error);
+                Err(ToolError::ScriptFailed(format!(
+                    "{}{name} failed: {error}",
+                    super::catalog::SAVED_TOOL_PREFIX
+                )))
+            }
+            Ran::Returned(result, outcome) => {
+                line.commit()?;
+                Ok((result, outcome))
+            }
+        }
+    }
+
+    /// The saved tool `name` in `identity`'s space.
+    fn saved_tool(&self, identity: &Identity, name: &str) -> Result<SavedTool, ToolError> {
         let saved_tools = self.saved_tools()?;
-        let tool = saved_tools
+        saved_tools
             .registry
             .get(&saved_tools.space(identity)?, name)
             .ok_or_else(|| {
@@ -618,7 +657,39 @@ impl<R: Runner> Tools<R> {
                     "there is no tool {}{name} for you; list_tools shows your saved tools",
                     super::catalog::SAVED_TOOL_PREFIX
                 ))
-            })?;
+            })
+    }
+
+    /// The answer to a call: the tool's JSON result (its tail, when long), and links to the
+    /// files it wrote, stored for the caller.
+    async fn call_answer(
+        &self,
+        result: &Value,
+        outcome: &Outcome,
+        caller: &Caller,
+    ) -> Result<String, ToolError> {
+        let mut text = tail(
+            &serde_json::to_string_pretty(result).unwrap_or_default(),
+            RESULT_CHARS,
+        );
+        if !outcome.outputs.is_empty() {
+            let links = self.store_outputs(outcome, caller).await?;
+            text.push_str("\n\nFiles:\n");
+            text.push_str(&links.join("\n"));
+        }
+        Ok(text)
+    }
+
+    /// The arguments of a call of `tool` (called `name`), as the JSON object its script gets:
+    /// none is an empty object; too large, not fitting the schema (a refusal the audit trail
+    /// records) or not an object, they are refused.
+    async fn checked_arguments(
+        &self,
+        tool: &SavedTool,
+        name: &str,
+        arguments: Value,
+        cancel: &CancellationToken,
+    ) -> Result<Map<String, Value>, ToolError> {
         let arguments = match arguments {
             Value::Null => Value::Object(Map::new()),
             other => other,
@@ -629,7 +700,7 @@ impl<R: Runner> Tools<R> {
                 MAX_ARGUMENTS_BYTES / 1024
             )));
         }
-        let validator = self.validator_of(&tool, cancel).await?;
+        let validator = self.validator_of(tool, cancel).await?;
         if let Err(error) = schema::check_arguments(&validator, &arguments) {
             self.audit_event(
                 Author::Caller,
@@ -650,45 +721,51 @@ impl<R: Runner> Tools<R> {
                 "the arguments must be a JSON object".into(),
             ));
         };
-        self.require_credential(caller).await?;
-        let out_dir = tempfile::tempdir()
-            .map_err(local_io("cannot create a temporary folder for the outputs"))?;
-        let job = tool_job(
-            "call",
-            tool_inputs(&tool.code, &tool.input_schema, &arguments),
-        );
-        let author = if tool.author == "model" {
-            Author::Model
-        } else {
-            Author::Caller
-        };
-        let mark = ToolMark::new("call", &tool.name, &tool.version, Some(tool.owner.clone()));
-        let (outcome, line) = self
-            .run_judged(job, author, Some(mark), out_dir.path(), cancel)
-            .await?;
-        let (result, outcome) = match ran(outcome, self.runner.config()) {
-            Ran::Failed(error) => {
-                line.refuse(&error);
-                return Err(ToolError::ScriptFailed(format!(
-                    "{}{name} failed: {error}",
-                    super::catalog::SAVED_TOOL_PREFIX
-                )));
-            }
-            Ran::Returned(result, outcome) => {
-                line.commit()?;
-                (result, outcome)
-            }
-        };
-        let mut text = tail(
-            &serde_json::to_string_pretty(&result).unwrap_or_default(),
-            RESULT_CHARS,
-        );
-        if !outcome.outputs.is_empty() {
-            let links = self.store_outputs(&outcome, caller).await?;
-            text.push_str("\n\nFiles:\n");
-            text.push_str(&links.join("\n"));
-        }
-        Ok(ToolOutput { text, attempts: 1 })
+        Ok(arguments)
+    }
+}
+
+/// The answer to a save: the tool's listed name, what happened (`action`), its version and
+/// revision, the test call and its result, the version it replaced, and for a model-written
+/// tool its schema and code.
+fn saved_answer(
+    stored: &SavedTool,
+    saved: Saved,
+    action: &str,
+    example: Map<String, Value>,
+    result: &Value,
+    author: Author,
+) -> String {
+    let listed = stored.listed_name();
+    let mut text = format!(
+        "Tool `{listed}` {action} (version `{}`, revision {}). Call it as `{listed}` with arguments that fit its schema.\n\nTest call with {} returned:\n```json\n{}\n```",
+        stored.short_version(),
+        stored.revision,
+        Value::Object(example),
+        tail(
+            &serde_json::to_string_pretty(result).unwrap_or_default(),
+            RESULT_CHARS
+        ),
+    );
+    if let Saved::Updated { previous } = saved {
+        text.push_str(&format!("\n\nIt replaces version `{}`.", &previous[..12]));
+    }
+    if author == Author::Model {
+        text.push_str(&format!(
+            "\n\nSchema:\n```json\n{}\n```\n\nCode:\n```python\n{}\n```",
+            serde_json::to_string_pretty(&stored.input_schema).unwrap_or_default(),
+            stored.code.trim_end()
+        ));
+    }
+    text
+}
+
+/// Who wrote a saved tool, for the audit trail: the model, or the caller.
+fn author_of(tool: &SavedTool) -> Author {
+    if tool.author == "model" {
+        Author::Model
+    } else {
+        Author::Caller
     }
 }
 

@@ -97,6 +97,20 @@ pub fn check_schema(schema: &Value) -> Result<(Map<String, Value>, jsonschema::V
             "input_schema must have \"type\": \"object\" (a tool takes named arguments)".into(),
         );
     }
+    check_properties(object)?;
+    let draft = draft_of(object)?;
+    let meta = match draft {
+        jsonschema::Draft::Draft7 => jsonschema::draft7::meta::validate(schema),
+        _ => jsonschema::draft202012::meta::validate(schema),
+    };
+    meta.map_err(|error| format!("input_schema is not a valid JSON Schema: {error}"))?;
+    let validator = compile(schema)?;
+    Ok((object.clone(), validator))
+}
+
+/// The schema's properties (at most [`MAX_PROPERTIES`], each a usable parameter name) and its
+/// `required` list, which may name only those properties.
+fn check_properties(object: &Map<String, Value>) -> Result<(), String> {
     let properties = match object.get("properties") {
         None => Map::new(),
         Some(Value::Object(properties)) => properties.clone(),
@@ -126,14 +140,7 @@ pub fn check_schema(schema: &Value) -> Result<(Map<String, Value>, jsonschema::V
             }
         }
     }
-    let draft = draft_of(object)?;
-    let meta = match draft {
-        jsonschema::Draft::Draft7 => jsonschema::draft7::meta::validate(schema),
-        _ => jsonschema::draft202012::meta::validate(schema),
-    };
-    meta.map_err(|error| format!("input_schema is not a valid JSON Schema: {error}"))?;
-    let validator = compile(schema)?;
-    Ok((object.clone(), validator))
+    Ok(())
 }
 
 /// A property name must be usable as a parameter of `run`.
