@@ -66,3 +66,6 @@ pub(crate) fn bearer_token(headers: &http::HeaderMap) -> Option<String> {
 
 #[cfg(test)]
 mod layering;
+
+#[cfg(test)]
+mod function_length;
