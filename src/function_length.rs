@@ -4,23 +4,14 @@
 //! from its signature's first line to its closing brace. `cargo nextest run function_length
 //! --no-capture` prints the figures and the longest functions.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::layering::rust_files;
 
 /// The longest a function may be: about one screen.
 const LONGEST: usize = 80;
 /// What nine functions in ten stay within.
 const P90: usize = 35;
-
-fn rust_files(folder: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(folder).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// `text` with every comment, string and character literal turned into spaces (line breaks
 /// kept), so that braces and `fn` inside them do not count.

@@ -21,7 +21,8 @@ fn module_of(src: &Path, file: &Path) -> Vec<String> {
     parts
 }
 
-fn rust_files(folder: &Path, out: &mut Vec<PathBuf>) {
+/// Every `.rs` file below `folder`.
+pub(crate) fn rust_files(folder: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(folder).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {

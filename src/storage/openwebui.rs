@@ -267,6 +267,17 @@ impl OpenWebUi {
         cache.insert(key, (answer, Instant::now()));
     }
 
+    /// `GET url` as the caller (`token`); a request that gets no answer is Open WebUI
+    /// unreachable.
+    async fn get_as(&self, url: &str, token: &str) -> Result<reqwest::Response, StorageError> {
+        self.http
+            .get(url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))
+    }
+
     fn unreachable(&self, error: &reqwest::Error) -> StorageError {
         StorageError::Unreachable {
             url: self.internal_url.clone(),
@@ -291,13 +302,7 @@ impl OpenWebUi {
     /// content type, and its name (from the Content-Disposition, else asked for).
     async fn download(&self, id: &str, token: &str) -> Result<Download, StorageError> {
         let url = format!("{}/api/v1/files/{id}/content", self.internal_url);
-        let response = self
-            .http
-            .get(&url)
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|e| self.unreachable(&e))?;
+        let response = self.get_as(&url, token).await?;
         let response_status = response.status();
         if !response_status.is_success() {
             return Err(error_for(response, id, "downloading a file").await);
@@ -336,13 +341,7 @@ impl OpenWebUi {
     /// Content-Disposition).
     async fn name_of(&self, id: &str, token: &str) -> Result<String, StorageError> {
         let url = format!("{}/api/v1/files/{id}", self.internal_url);
-        let response = self
-            .http
-            .get(&url)
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|e| self.unreachable(&e))?;
+        let response = self.get_as(&url, token).await?;
         if !response.status().is_success() {
             return Err(error_for(response, id, "reading a file's details").await);
         }
