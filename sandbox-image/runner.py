@@ -117,7 +117,9 @@ IDLE_PRELOAD = ("openpyxl", "docx", "pptx", "matplotlib.pyplot", "reportlab.plat
 IDLE_PRELOAD_AFTER_S = 3.0
 READY = b"--file-agent-ready--\n"
 # What the worker writes on its status pipe once the script has ended, before its exit code.
-DONE = "done "
+DONE = b"done "
+# The longest report PID 1 reads there (``DONE``, three digits and a line break fit).
+DONE_MAX_BYTES = 64
 HEADER_MAX_BYTES = 64 * 1024
 # The largest payload of one frame; file-agent refuses a longer one.
 FRAME_MAX_BYTES = 64 * 1024
@@ -518,7 +520,7 @@ def _report_done(status, code):
     try:
         os.close(1)
         os.close(2)
-        _write_all(status, f"{DONE}{code}\n".encode())
+        _write_all(status, DONE + str(code).encode() + b"\n")
     except OSError:
         pass  # PID 1 then learns the end from waitpid, as for a worker that died
 
@@ -800,6 +802,9 @@ class _Worker:
         gone"). The end is the worker's own report (``DONE``) or, when it died without one, its
         wait status."""
         watched = {self.stdout: FRAME_STDOUT, self.stderr: FRAME_STDERR}
+        # What the worker wrote on its status pipe so far; the pipe is watched until it ends,
+        # holds a line that is no report, or more than a report's length.
+        said = b""
         status = [self.status]
         while True:
             if self.reap() is not None:
@@ -815,30 +820,18 @@ class _Worker:
                     frames.relay(watched[fd], data)
                 else:
                     del watched[fd]
-            if self.status in ready and self.status in status:
-                self.exit = self._read_done()
+            if status and self.status in ready:
+                # One read of what is there: the script can write this pipe too, and must not
+                # be able to hold PID 1 in a read that waits for a line break.
+                chunk = os.read(self.status, DONE_MAX_BYTES)
+                said += chunk
+                self.exit = _reported_exit(said)
                 if self.exit is not None:
                     return "ended"
-                status.clear()
+                if not chunk or said.endswith(b"\n") or len(said) >= DONE_MAX_BYTES:
+                    status.clear()
             if 0 in ready and not os.read(0, 4096):
                 return "server gone"
-
-    def _read_done(self):
-        """The worker's report on its status pipe: (exit code, None); None at its end or when
-        it is not one (the script can write there too: it gains nothing, since it could as
-        well have exited with the code it writes)."""
-        line = b""
-        while not line.endswith(b"\n") and len(line) < 64:
-            chunk = os.read(self.status, 64 - len(line))
-            if not chunk:
-                return None
-            line += chunk
-        text = line.decode("ascii", "replace").strip()
-        if text.startswith(DONE.strip()) and text[len(DONE) - 1 :].strip().isdigit():
-            code = int(text[len(DONE) - 1 :])
-            if code <= 0xFF:
-                return code, None
-        return None
 
     def drain(self, frames):
         """Relays what is left in the pipes, once everything that could write them has been
@@ -879,6 +872,16 @@ class _Worker:
             except ChildProcessError:
                 pass
         self.reap()
+
+
+def _reported_exit(said):
+    """(exit code, None) when ``said`` is the worker's whole report on its status pipe, else
+    None. The script can write there too: it gains nothing, since it could as well have exited
+    with the code it writes."""
+    number = said[len(DONE) : -1]
+    if said.startswith(DONE) and said.endswith(b"\n") and number.isdigit() and int(number) <= 0xFF:
+        return int(number), None
+    return None
 
 
 def _exit_of(wait_status):

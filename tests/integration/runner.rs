@@ -164,3 +164,21 @@ async fn a_forged_result_is_neither_answered_nor_audited_as_ok_under_runc() {
 async fn a_forged_result_is_neither_answered_nor_audited_as_ok_under_runsc() {
     a_forged_result_is_neither_answered_nor_audited_as_ok(crate::common::Runtime::Gvisor).await;
 }
+
+/// The status pipe on which the worker reports the script's end is one the script can write
+/// too: half a line there does not stop PID 1 relaying the script's output, and the script's
+/// end still comes from its exit.
+#[tokio::test]
+async fn half_a_line_on_the_status_pipe_does_not_stall_the_runner() {
+    let sandbox = TestSandbox::new(|c| c.limits.timeout = Duration::from_secs(10)).await;
+    let outcome =
+        crate::common::run_script(&sandbox, &crate::common::fixture_script("status_pipe.py")).await;
+    assert_eq!(
+        outcome.status,
+        file_agent::sandbox::Status::Ok,
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.exit_code, Some(0));
+    assert!(outcome.stdout.text().ends_with("after\n"), "{outcome:?}");
+    sandbox.assert_nothing_left().await;
+}
