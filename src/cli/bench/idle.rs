@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::Command;
 
-use super::settle;
+use super::{filling, settle};
 use crate::sandbox::{Sandbox, policy};
 
 /// When the runner starts its idle imports (`IDLE_PRELOAD_AFTER_S` in runner.py).
@@ -56,14 +56,10 @@ pub(super) async fn measure(warm: &Sandbox, instance: &str) -> anyhow::Result<Id
 /// From now (an attempt's end) until the pool is full again, nothing starting.
 pub(super) async fn refill(warm: &Sandbox) -> Duration {
     let started = Instant::now();
-    loop {
-        match warm.pool_stats() {
-            Some(pool) if pool.ready < pool.target || pool.starting > 0 => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            _ => return started.elapsed(),
-        }
+    while filling(warm) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    started.elapsed()
 }
 
 /// The one running container labelled with `instance`.

@@ -248,17 +248,18 @@ impl Rate {
 /// Waits until the sandbox's pool (if any) is full, nothing is starting and every finished
 /// container has been removed.
 async fn settle(sandbox: &Sandbox) {
-    loop {
-        let ready = match sandbox.pool_stats() {
-            Some(pool) if pool.ready < pool.target || pool.starting > 0 => None,
-            Some(pool) => Some(pool.ready),
-            None => Some(0),
-        };
-        if ready == Some(sandbox.live_containers()) {
-            return;
-        }
+    while filling(sandbox)
+        || sandbox.pool_stats().map_or(0, |pool| pool.ready) != sandbox.live_containers()
+    {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether the sandbox's pool is below its target or still starting a container.
+fn filling(sandbox: &Sandbox) -> bool {
+    sandbox
+        .pool_stats()
+        .is_some_and(|pool| pool.ready < pool.target || pool.starting > 0)
 }
 
 async fn attempt(sandbox: &Sandbox, cancel: &CancellationToken) -> anyhow::Result<Timings> {
