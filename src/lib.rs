@@ -17,6 +17,7 @@
 //! - [`metrics`]: counters and histograms for `/metrics` (Prometheus text format);
 //! - [`identity`]: who called, and what proves it (Open WebUI's signed user token, OAuth 2.1
 //!   access tokens, Open WebUI's session, a plain header, an access token);
+//! - [`owner`]: whose data something is, the one owner key of files, uploads and saved tools;
 //! - [`mcp`]: the MCP adapter over the tools, the only module that knows MCP types;
 //! - [`server`]: HTTP (`/mcp`, `/health`, `/files`) and stdio wiring, start-up and shutdown;
 //! - [`prompts`]: the texts the model reads, from `prompts/`;
@@ -34,6 +35,7 @@ pub mod identity;
 pub mod llm;
 pub mod mcp;
 pub mod metrics;
+pub mod owner;
 pub mod prompts;
 pub mod report;
 pub mod sandbox;

@@ -90,6 +90,11 @@ pub struct CallInfo {
     pub identity_refused: Option<String>,
     /// Open WebUI's chat id (`X-OpenWebUI-Chat-Id`), when sent.
     pub chat: Option<String>,
+    /// Whose the call's data is (`owner::Owner`'s key: the files it stores, the saved tools it
+    /// sees), so that the review page counts each owner once; absent in lines written before
+    /// owner keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// What a line says about a saved tool (`create_tool`, `generate_tool`, a `my_<name>` call).

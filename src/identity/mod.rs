@@ -16,6 +16,8 @@
 pub mod oauth;
 pub mod openwebui;
 
+pub use crate::owner::Owner;
+
 /// The scope an OAuth token needs to call any tool (the built-in ones and saved ones).
 pub const SCOPE_RUN: &str = "file-agent.run";
 /// The scope an OAuth token needs to create, generate or delete saved tools.
@@ -24,8 +26,6 @@ pub const SCOPE_SAVED_TOOLS: &str = "file-agent.saved-tools";
 pub const SCOPES: [&str; 2] = [SCOPE_RUN, SCOPE_SAVED_TOOLS];
 /// Longest user id, name, email or role kept, in characters.
 pub const FIELD_MAX_CHARS: usize = 200;
-/// The owner of calls that carry no identity: stdio (one user, the one who started the server).
-pub const LOCAL_OWNER: &str = "local";
 
 /// What identified a caller. The audit trail writes [`Source::as_str`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,21 +149,19 @@ impl Identity {
             .is_none_or(|scopes| scopes.iter().any(|s| s == scope))
     }
 
-    /// The owner this identity stands for, for saved tools: an OAuth user in its issuer's
-    /// namespace; an Open WebUI user within the access token it came with (so that saved tools
-    /// stay the same when Open WebUI moves from plain headers to its signed token); the token
-    /// alone; or [`LOCAL_OWNER`] when the request carried neither (stdio: one user).
-    pub fn owner(&self) -> String {
+    /// The owner of everything this caller makes and may see again (files, uploads, saved
+    /// tools, the review page's row): [`crate::owner`] has the keys. The one place an
+    /// identity becomes an owner.
+    pub fn owner(&self) -> Owner {
         match (&self.user, &self.token) {
-            (Some(user), _) if user.source == Source::OAuth => format!(
-                "oauth:{}/user:{}",
-                user.issuer.as_deref().unwrap_or_default(),
-                user.id
-            ),
-            (Some(user), Some(token)) => format!("token:{token}/user:{}", user.id),
-            (Some(user), None) => format!("user:{}", user.id),
-            (None, Some(token)) => format!("token:{token}"),
-            (None, None) => LOCAL_OWNER.to_string(),
+            (Some(user), _) if user.source == Source::OAuth => {
+                Owner::oauth(user.issuer.as_deref().unwrap_or_default(), &user.id)
+            }
+            (Some(user), token) => Owner::user(user.source.as_str(), token.as_deref(), &user.id),
+            (None, token) if self.user_required.is_some() => Owner::unproven(token.as_deref()),
+            (None, Some(token)) => Owner::token(token),
+            (None, None) if self.over_http => Owner::anonymous(),
+            (None, None) => Owner::local(),
         }
     }
 }
@@ -240,7 +238,7 @@ mod tests {
     }
 
     #[test]
-    fn owners_keep_sources_apart_and_open_webui_users_within_their_token() {
+    fn owners_name_the_source_the_token_or_issuer_and_the_user() {
         let token = Some("abcd".to_string());
         let jwt = Identity {
             user: user("alice", Source::OpenWebUiJwt),
@@ -252,25 +250,35 @@ mod tests {
             user: user("alice", Source::Header),
             ..jwt.clone()
         };
-        // Moving Open WebUI from plain headers to its signed token keeps a user's tools.
-        assert_eq!(jwt.owner(), "token:abcd/user:alice");
-        assert_eq!(jwt.owner(), header.owner());
+        let other_token = Identity {
+            token: Some("ef01".into()),
+            ..header.clone()
+        };
+        assert_eq!(jwt.owner().as_str(), "token:abcd/openwebui-jwt:alice");
+        // A plain header's alice is not the signed alice, nor another token's alice.
+        assert_ne!(jwt.owner(), header.owner());
+        assert_ne!(header.owner(), other_token.owner());
         let mut oauth = Identity {
             user: user("alice", Source::OAuth),
             over_http: true,
             ..Identity::default()
         };
         oauth.user.as_mut().unwrap().issuer = Some("https://idp.example".into());
-        assert_eq!(oauth.owner(), "oauth:https://idp.example/user:alice");
-        assert_ne!(oauth.owner(), jwt.owner());
+        assert_eq!(
+            oauth.owner().as_str(),
+            "oauth:https:%2F%2Fidp.example/user:alice"
+        );
+        let mut other_issuer = oauth.clone();
+        other_issuer.user.as_mut().unwrap().issuer = Some("https://idp2.example".into());
+        assert_ne!(oauth.owner(), other_issuer.owner());
         let token_only = Identity {
             token,
             over_http: true,
             ..Identity::default()
         };
-        assert_eq!(token_only.owner(), "token:abcd");
+        assert_eq!(token_only.owner().as_str(), "token:abcd");
         assert_eq!(token_only.source(), Some(Source::AccessToken));
-        assert_eq!(Identity::default().owner(), LOCAL_OWNER);
+        assert_eq!(Identity::default().owner(), Owner::local());
         assert!(
             !Identity::default().names_nobody(),
             "stdio is the local user"
@@ -281,6 +289,7 @@ mod tests {
         };
         assert!(nobody.names_nobody());
         assert_eq!(nobody.source(), None);
+        assert_eq!(nobody.owner(), Owner::anonymous(), "not the stdio user");
     }
 
     #[test]

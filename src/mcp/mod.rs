@@ -523,6 +523,7 @@ fn call_info(
         .map(|info| crate::identity::capped(&format!("{}/{}", info.name, info.version)))
         .or_else(|| header("user-agent"));
     let identity = identity_of(context);
+    let owner = identity.owner().to_string();
     CallInfo {
         call: call.to_string(),
         request,
@@ -534,27 +535,22 @@ fn call_info(
         identity_refused: identity.refused.clone(),
         user: identity.user.map(|user| user.id),
         chat: header("x-openwebui-chat-id"),
+        owner: Some(owner),
     }
 }
 
 /// The caller as storage sees it: the bearer token of the HTTP request behind this call, if
-/// any (none over stdio), and whose the files it makes are: its proven or trusted user over
-/// HTTP, the one local user over stdio.
+/// any (none over stdio; never one of file-agent's own, which the gate took out), and its
+/// owner ([`Identity::owner`]).
 fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
-    let parts = context.extensions.get::<http::request::Parts>();
-    let bearer = parts
+    let bearer = context
+        .extensions
+        .get::<http::request::Parts>()
         .and_then(|parts| crate::bearer_token(&parts.headers))
         .map(Secret::new);
-    let owner = match parts {
-        Some(_) => identity_of(context)
-            .user
-            .map(|user| format!("user:{}", user.id)),
-        None => Some(crate::identity::LOCAL_OWNER.to_string()),
-    };
     Caller {
         bearer,
-        owner,
-        local_files: Vec::new(),
+        ..Caller::new(identity_of(context).owner())
     }
 }
 

@@ -355,14 +355,15 @@ pub struct AttentionRow {
     pub anchor: String,
 }
 
-/// What named the user of a line, for the per-user table: its source, an OAuth user's issuer,
-/// the access token of a line with no user; `-` when the line says nothing.
+/// What named the user of a line, for the per-user table: its source, with an OAuth user's
+/// issuer or the access token the line came with; `-` when the line says nothing.
 fn proof_of(caller: &crate::audit::CallInfo) -> String {
     match (&caller.identity, &caller.issuer, &caller.token_id) {
         (Some(source), Some(issuer), _) => format!("{source} ({issuer})"),
         (Some(source), None, Some(token)) if source == "access-token" => {
             format!("{source} {token}")
         }
+        (Some(source), None, Some(token)) => format!("{source} (token {token})"),
         (Some(source), _, _) => source.clone(),
         (None, _, _) => "-".into(),
     }
@@ -695,10 +696,14 @@ impl FirstPass {
             .user
             .clone()
             .unwrap_or_else(|| "(none)".into());
-        // A user named by a plain header and one proven by a signature are not the same
-        // person for a reviewer: each source is a row of its own.
+        // One row per owner (`owner::Owner`), the key each caller's data is kept under: a user
+        // named by a plain header and one proven by a signature, or two access tokens' users of
+        // one name, are rows of their own. Lines from before owner keys go by user and proof.
         let proof = proof_of(&record.caller);
-        let key = format!("{user}\u{0}{proof}");
+        let key = match &record.caller.owner {
+            Some(owner) => format!("owner\u{0}{owner}"),
+            None => format!("{user}\u{0}{proof}"),
+        };
         Tally::count(&mut self.users, key, user, Some(proof), record, ending);
         let tool = record.caller.tool.clone();
         Tally::count(&mut self.tools, tool.clone(), tool, None, record, ending);

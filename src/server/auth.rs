@@ -22,10 +22,13 @@ pub const KEY_HEADER: &str = "x-file-agent-key";
 /// The shortest token accepted: shorter ones are guessable.
 pub const MIN_TOKEN_CHARS: usize = 16;
 
-/// The accepted tokens, as digests. Empty means no authentication.
+/// The accepted tokens, as digests (compared) and as themselves (only to find them where they
+/// must not go: [`Self::found_in`]). Empty means no authentication.
 #[derive(Debug, Clone, Default)]
 pub struct AccessTokens {
     digests: Arc<Vec<[u8; 32]>>,
+    /// The tokens, whose `Debug` prints nothing.
+    secrets: Arc<Vec<Secret>>,
 }
 
 /// A token list that cannot be used.
@@ -65,16 +68,33 @@ impl AccessTokens {
                 "{source}: token number {number} is shorter than {MIN_TOKEN_CHARS} characters; use a random one (e.g. `openssl rand -hex 32`)"
             )));
         }
-        Ok(Self {
-            digests: Arc::new(tokens.iter().map(|t| digest(t.expose())).collect()),
-        })
+        Ok(Self::from_secrets(tokens.iter()))
     }
 
     /// Exactly these tokens (no length rule: for a separately configured metrics token).
     pub fn from_secrets<'a>(tokens: impl Iterator<Item = &'a Secret>) -> Self {
+        let secrets: Vec<Secret> = tokens
+            .filter(|token| !token.expose().is_empty())
+            .cloned()
+            .collect();
         Self {
-            digests: Arc::new(tokens.map(|t| digest(t.expose())).collect()),
+            digests: Arc::new(secrets.iter().map(|t| digest(t.expose())).collect()),
+            secrets: Arc::new(secrets),
         }
+    }
+
+    /// These tokens and `more`'s, for finding any of them ([`Self::found_in`]).
+    pub fn with(&self, more: &AccessTokens) -> Self {
+        Self::from_secrets(self.secrets.iter().chain(more.secrets.iter()))
+    }
+
+    /// Whether `bytes` hold one of these tokens anywhere: a header value that carries one,
+    /// whatever its name or form (`Bearer <token>`, the token inside a longer value).
+    pub fn found_in(&self, bytes: &[u8]) -> bool {
+        self.secrets.iter().any(|secret| {
+            let token = secret.expose().as_bytes();
+            bytes.windows(token.len()).any(|window| window == token)
+        })
     }
 
     /// Whether any token is configured.

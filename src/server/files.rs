@@ -1,6 +1,8 @@
 //! The local store over HTTP: `GET /files/{id}/{name}` downloads a stored file (an unguessable
 //! id is the capability), `POST /files` (multipart field `file`) stores an input and answers
-//! with its id, for `modify_file` and `run_python`. An upload is streamed to disk as it
+//! with its id, for `modify_file` and `run_python`. An upload passes the same gate as `/mcp`
+//! and belongs to the caller it names (`identity::Identity::owner`): only that caller's tool
+//! calls take it as an input. An upload is streamed to disk as it
 //! arrives, within `FILE_AGENT_INPUT_MAX_MIB`, and at most `FILE_AGENT_MAX_UPLOADS` at once.
 //!
 //! Downloads are sent as attachments with `nosniff` and a sandboxing CSP, so an HTML or SVG
@@ -16,6 +18,7 @@ use axum::routing::{get, post};
 use serde_json::json;
 
 use super::gate::Gate;
+use crate::identity::{Identity, Owner};
 use crate::storage::local::{LocalStore, Upload, UploadError};
 use crate::storage::{content_type_for, encode_path_segment};
 use crate::tools::Tools;
@@ -128,8 +131,31 @@ fn attachment_headers(headers: &mut axum::http::HeaderMap, name: &str, length: O
 async fn upload(
     axum::Extension(store): axum::Extension<LocalStore>,
     axum::Extension(uploads): axum::Extension<Uploads>,
+    identity: Option<axum::Extension<Identity>>,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Response {
+    // The gate put the caller's identity here, as for `/mcp`; the upload is its owner's.
+    let identity = identity
+        .map(|axum::Extension(identity)| identity)
+        .unwrap_or(Identity {
+            over_http: true,
+            ..Identity::default()
+        });
+    if let Some(refused) = identity
+        .conflict
+        .as_ref()
+        .or(identity.user_required.as_ref())
+    {
+        let mut response = error(
+            StatusCode::FORBIDDEN,
+            format!("the upload is refused, as its tool calls would be: {refused}"),
+        );
+        // The body was not read: the connection cannot carry another request.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
     let mut multipart = match multipart {
         Ok(multipart) => multipart,
         Err(rejection) => {
@@ -145,7 +171,7 @@ async fn upload(
     let Ok(_slot) = uploads.0.clone().try_acquire_owned() else {
         return busy();
     };
-    let upload = match receive(&store, &mut multipart).await {
+    let upload = match receive(&store, &mut multipart, &identity.owner()).await {
         Ok(upload) => upload,
         Err(response) => return response,
     };
@@ -178,7 +204,11 @@ fn busy() -> Response {
 
 /// Reads the form: its one part named `file`, written to the store as it arrives (other parts
 /// are skipped).
-async fn receive(store: &LocalStore, multipart: &mut Multipart) -> Result<Upload, Response> {
+async fn receive(
+    store: &LocalStore,
+    multipart: &mut Multipart,
+    owner: &Owner,
+) -> Result<Upload, Response> {
     let mut stored = None;
     while let Some(mut field) = multipart
         .next_field()
@@ -194,7 +224,7 @@ async fn receive(store: &LocalStore, multipart: &mut Multipart) -> Result<Upload
                 "the form has more than one part named \"file\"; upload one file per request",
             ));
         }
-        stored = Some(write_field(store, &mut field).await?);
+        stored = Some(write_field(store, &mut field, owner).await?);
     }
     stored.ok_or_else(|| {
         error(
@@ -205,9 +235,13 @@ async fn receive(store: &LocalStore, multipart: &mut Multipart) -> Result<Upload
 }
 
 /// Streams one part to a new file of the store, under the part's file name made safe.
-async fn write_field(store: &LocalStore, field: &mut Field<'_>) -> Result<Upload, Response> {
+async fn write_field(
+    store: &LocalStore,
+    field: &mut Field<'_>,
+    owner: &Owner,
+) -> Result<Upload, Response> {
     let name = safe_name(field.file_name().unwrap_or("upload"), "upload");
-    let mut upload = store.begin(&name).await.map_err(storage_failed)?;
+    let mut upload = store.begin(&name, owner).await.map_err(storage_failed)?;
     while let Some(chunk) = field.chunk().await.map_err(|e| malformed(store, e))? {
         upload.write(&chunk).await.map_err(|e| match e {
             UploadError::TooLarge(_) => too_large(store),

@@ -7,8 +7,10 @@
 //! OAuth 2.1 access tokens from a configured issuer ([`crate::identity::oauth`]). The custom
 //! header keeps Open WebUI's "session" auth working next to a token: Open WebUI sends the
 //! user's own token as the bearer (forwarded to its files API) and the server's token in the
-//! header. A server token or an OAuth token is removed from the request before the tools see
-//! it, so it is never forwarded to Open WebUI as if it were a user's. Then the gate names the
+//! header. An OAuth token, and every header that carries one of the server's own tokens (an
+//! access token or the metrics token, in whatever header and form), are removed from the
+//! request before the tools see it, so none is ever forwarded to Open WebUI as if it were a
+//! user's, sent to the model or a fetched URL, or logged. Then the gate names the
 //! user ([`crate::identity`] lists the sources and what each proves) and puts the [`Identity`]
 //! in the request, where `mcp` finds it.
 //!
@@ -42,6 +44,9 @@ pub const USER_ID_HEADER: &str = "x-openwebui-user-id";
 #[derive(Debug, Clone, Default)]
 pub struct Gate {
     tokens: AccessTokens,
+    /// Every token of the server's own (the access tokens and the metrics token): a header
+    /// that carries one goes no further than the gate.
+    own: AccessTokens,
     oauth: Option<OAuth>,
     openwebui_jwt: Option<OpenWebUiJwt>,
     /// Open WebUI, when files live there (it answers only while users' tokens are forwarded).
@@ -65,7 +70,9 @@ impl Gate {
             .as_ref()
             .map(|oauth| OAuth::new(oauth, &format!("{public_url}/mcp")))
             .transpose()?;
+        let metrics = AccessTokens::from_secrets(config.server.metrics_token.iter());
         Ok(Self {
+            own: tokens.with(&metrics),
             tokens,
             metadata_url: oauth
                 .as_ref()
@@ -86,7 +93,8 @@ impl Gate {
     }
 
     /// Who sent a request with `headers`, or why it is refused. Credentials the tools must not
-    /// see are taken out of `headers`: a server token, an OAuth token.
+    /// see are taken out of `headers`: an OAuth token, and every header that carries one of
+    /// the server's own tokens ([`Self::take_own_tokens`]), whatever its name.
     ///
     /// Admission, first match: an access token in `X-File-Agent-Key` (a wrong one refuses);
     /// an access token as the bearer; an OAuth token as the bearer (when a key admitted the
@@ -120,6 +128,12 @@ impl Gate {
             bearer = None;
             admitted = true;
         }
+        if self
+            .take_own_tokens(headers)
+            .contains(&header::AUTHORIZATION)
+        {
+            bearer = None;
+        }
         if let (Some(oauth), Some(token)) = (&self.oauth, bearer.as_deref())
             && (!admitted || oauth.claims_to_be_ours(token))
         {
@@ -141,6 +155,28 @@ impl Gate {
                 .await;
         }
         Ok(identity)
+    }
+
+    /// Removes every header that carries one of the server's own tokens (the same token as the
+    /// key sent again as the bearer, the metrics token, a token in any other header), so that
+    /// none reaches the tools, Open WebUI, the model, a fetched URL or a log; the names of
+    /// those removed. Runs after admission, which has already taken the headers it read.
+    fn take_own_tokens(&self, headers: &mut HeaderMap) -> Vec<header::HeaderName> {
+        let carrying: Vec<header::HeaderName> = headers
+            .iter()
+            .filter(|(_, value)| self.own.found_in(value.as_bytes()))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &carrying {
+            headers.remove(name);
+        }
+        if !carrying.is_empty() {
+            tracing::debug!(
+                headers = ?carrying,
+                "headers that carried one of file-agent's own tokens were removed"
+            );
+        }
+        carrying
     }
 
     /// The user of a request that no OAuth token named, first match: Open WebUI's signed token

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Download, StorageError, Stored, encode_path_segment};
 use crate::config::{LocalStoreConfig, TransferLimits};
+use crate::owner::Owner;
 
 /// Characters in an id: 32 lowercase hex digits.
 const ID_LEN: usize = 32;
@@ -68,27 +69,45 @@ impl LocalStore {
         }
     }
 
-    /// Who made file `id` (as [`super::Caller::owner`] named them), if anyone known did.
-    pub fn owner_of(&self, id: &str) -> Option<String> {
+    /// Who made file `id`, as recorded beside it (an [`Owner`]'s key, or an owner from before
+    /// owner keys): `None` when nobody known did (no record, or `id` is no id). A record that
+    /// cannot be read, or is longer than any key, is an error: the file is then nobody's to
+    /// read, rather than everybody's.
+    pub fn owner_of(&self, id: &str) -> Result<Option<String>, StorageError> {
         if !is_id(id) {
-            return None;
+            return Ok(None);
         }
+        let path = self.root.join(id).join(OWNER_NAME);
+        let unreadable = io(format!("cannot read the owner of file {id}"));
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(unreadable(error)),
+        };
         let mut owner = String::new();
-        let file = std::fs::File::open(self.root.join(id).join(OWNER_NAME)).ok()?;
-        std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_OWNER_BYTES), &mut owner)
-            .ok()?;
-        Some(owner)
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(file, MAX_OWNER_BYTES + 1),
+            &mut owner,
+        )
+        .map_err(io(format!("cannot read the owner of file {id}")))?;
+        if owner.len() as u64 > MAX_OWNER_BYTES {
+            return Err(unreadable(std::io::Error::other(format!(
+                "{} is longer than {MAX_OWNER_BYTES} bytes",
+                path.display()
+            ))));
+        }
+        Ok(Some(owner))
     }
 
     /// The newest files (at most `limit`) that `owner` made, newest first.
-    pub fn made_by(&self, owner: &str, limit: usize) -> Vec<Stored> {
+    pub fn made_by(&self, owner: &Owner, limit: usize) -> Vec<Stored> {
         let Ok(entries) = std::fs::read_dir(&self.root) else {
             return Vec::new();
         };
         let mut found = Vec::new();
         for entry in entries.flatten() {
             let id = entry.file_name().to_string_lossy().into_owned();
-            if self.owner_of(&id).as_deref() != Some(owner) {
+            if !matches!(self.owner_of(&id), Ok(Some(made)) if owner.lists(&made)) {
                 continue;
             }
             let Ok((name, path)) = self.only_file(&id) else {
@@ -169,17 +188,17 @@ impl LocalStore {
         })
     }
 
-    /// Stores `bytes` as `name` under a new id, made by `owner` when a known caller did.
+    /// Stores `bytes` as `name` under a new id, made by `owner`.
     pub async fn store(
         &self,
         name: &str,
         bytes: Vec<u8>,
-        owner: Option<&str>,
+        owner: &Owner,
     ) -> Result<Stored, StorageError> {
         let store = self.clone();
         let name = name.to_string();
-        let owner = owner.map(str::to_string);
-        tokio::task::spawn_blocking(move || store.store_blocking(&name, &bytes, owner.as_deref()))
+        let owner = owner.clone();
+        tokio::task::spawn_blocking(move || store.store_blocking(&name, &bytes, &owner))
             .await
             .map_err(|e| StorageError::Io {
                 action: "storing a file".into(),
@@ -191,7 +210,7 @@ impl LocalStore {
         &self,
         name: &str,
         bytes: &[u8],
-        owner: Option<&str>,
+        owner: &Owner,
     ) -> Result<Stored, StorageError> {
         if !is_plain_name(name) {
             return Err(StorageError::BadId {
@@ -204,10 +223,7 @@ impl LocalStore {
         // create_dir (not _all) fails if the folder exists: a fresh id, never a reused one.
         std::fs::create_dir(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
         // The owner first: a file is never readable without the owner it has.
-        let result = owner
-            .map_or(Ok(()), |owner| {
-                write_new(&dir, OWNER_NAME, owner.as_bytes())
-            })
+        let result = write_new(&dir, OWNER_NAME, owner.as_str().as_bytes())
             .and_then(|()| write_new(&dir, name, bytes));
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
@@ -221,10 +237,10 @@ impl LocalStore {
         })
     }
 
-    /// Starts storing an upload named `name` under a new id: its bytes go to disk as they
-    /// arrive ([`Upload::write`]), never whole into memory, and nothing of it stays unless
-    /// [`Upload::finish`] is reached.
-    pub async fn begin(&self, name: &str) -> Result<Upload, StorageError> {
+    /// Starts storing an upload named `name` under a new id, made by `owner`: its bytes go to
+    /// disk as they arrive ([`Upload::write`]), never whole into memory, and nothing of it
+    /// stays unless [`Upload::finish`] is reached.
+    pub async fn begin(&self, name: &str, owner: &Owner) -> Result<Upload, StorageError> {
         if !is_plain_name(name) {
             return Err(StorageError::BadId {
                 id: name.to_string(),
@@ -249,6 +265,15 @@ impl LocalStore {
                 bytes: 0,
             },
         };
+        // The owner first, as for any stored file (the upload's drop removes the folder).
+        let folder = dir.clone();
+        let key = owner.as_str().as_bytes().to_vec();
+        tokio::task::spawn_blocking(move || write_new(&folder, OWNER_NAME, &key))
+            .await
+            .map_err(|e| StorageError::Io {
+                action: "storing an upload".into(),
+                source: std::io::Error::other(e.to_string()),
+            })??;
         // A temporary name in the new folder; the file gets its own name only when complete.
         let file = tokio::fs::OpenOptions::new()
             .write(true)
@@ -300,8 +325,9 @@ const PARTIAL_NAME: &str = ".partial";
 /// The file beside a stored file that names who made it: hidden, so never served or fetched.
 const OWNER_NAME: &str = ".owner";
 
-/// The most of an `.owner` file read (an owner is a user id, capped where it is read).
-const MAX_OWNER_BYTES: u64 = 1024;
+/// The longest `.owner` file read: a key holds a user id of at most
+/// `identity::FIELD_MAX_CHARS` characters, and an issuer's URL, each percent-encoded.
+const MAX_OWNER_BYTES: u64 = 4096;
 
 /// Reads the file at `path` on this machine (an input a stdio client named by path, already
 /// checked against its roots), refusing one over `max_bytes` before reading it.
@@ -473,9 +499,16 @@ mod tests {
     async fn stores_under_fresh_ids_and_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let store = store(dir.path());
-        let a = store.store("a b.txt", b"one".to_vec(), None).await.unwrap();
+        let (alice, bob) = (
+            Owner::user("header", Some("aaaa"), "alice"),
+            Owner::user("header", Some("bbbb"), "alice"),
+        );
+        let a = store
+            .store("a b.txt", b"one".to_vec(), &Owner::local())
+            .await
+            .unwrap();
         let b = store
-            .store("a b.txt", b"two".to_vec(), Some("user:alice"))
+            .store("a b.txt", b"two".to_vec(), &alice)
             .await
             .unwrap();
         assert_ne!(a.id, b.id);
@@ -485,14 +518,36 @@ mod tests {
         assert!(store.locate(&a.id, "a b.txt").is_some());
         assert!(store.locate(&a.id, "../a b.txt").is_none());
         // The owner is kept beside the file, never served, and lists the owner's files only.
-        assert_eq!(store.owner_of(&a.id), None);
-        assert_eq!(store.owner_of(&b.id).as_deref(), Some("user:alice"));
+        assert_eq!(store.owner_of(&a.id).unwrap().as_deref(), Some("local"));
+        assert_eq!(
+            store.owner_of(&b.id).unwrap().as_deref(),
+            Some("token:aaaa/header:alice")
+        );
         assert!(store.locate(&b.id, ".owner").is_none());
         assert_eq!(store.fetch(&b.id).await.unwrap().name, "a b.txt");
-        let listed = store.made_by("user:alice", 10);
+        let listed = store.made_by(&alice, 10);
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].id, b.id);
-        assert!(store.made_by("user:bob", 10).is_empty());
+        assert!(store.made_by(&bob, 10).is_empty(), "another token's alice");
+    }
+
+    #[tokio::test]
+    async fn an_owner_record_that_cannot_be_read_makes_the_file_nobodys() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        let stored = store
+            .store("a.txt", b"x".to_vec(), &Owner::local())
+            .await
+            .unwrap();
+        let record = dir.path().join("files").join(&stored.id).join(OWNER_NAME);
+        std::fs::remove_file(&record).unwrap();
+        assert_eq!(store.owner_of(&stored.id).unwrap(), None, "no record");
+        std::fs::write(&record, "x".repeat(MAX_OWNER_BYTES as usize + 1)).unwrap();
+        assert!(store.owner_of(&stored.id).is_err(), "longer than any key");
+        std::fs::remove_file(&record).unwrap();
+        std::fs::create_dir(&record).unwrap();
+        assert!(store.owner_of(&stored.id).is_err(), "unreadable");
+        assert!(store.made_by(&Owner::local(), 10).is_empty());
     }
 
     #[tokio::test]
@@ -509,7 +564,10 @@ mod tests {
             },
         )
         .unwrap();
-        let stored = store.store("a b.txt", b"one".to_vec(), None).await.unwrap();
+        let stored = store
+            .store("a b.txt", b"one".to_vec(), &Owner::local())
+            .await
+            .unwrap();
         let path = dir.path().join("files").join(&stored.id).join("a b.txt");
         let expected = format!("file://{}", path.display()).replace(' ', "%20");
         assert_eq!(stored.url, expected);
@@ -527,8 +585,9 @@ mod tests {
             store.fetch(&"0".repeat(32)).await,
             Err(StorageError::NotFound { .. })
         ));
-        assert!(store.store("../x", b"1".to_vec(), None).await.is_err());
-        let big = store.store("big.bin", vec![0; 11], None).await.unwrap();
+        let local = Owner::local();
+        assert!(store.store("../x", b"1".to_vec(), &local).await.is_err());
+        let big = store.store("big.bin", vec![0; 11], &local).await.unwrap();
         assert!(matches!(
             store.fetch(&big.id).await,
             Err(StorageError::TooLarge { .. })

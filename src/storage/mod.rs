@@ -3,7 +3,7 @@
 //! care which. Every fetch is capped in bytes and time.
 //!
 //! This module does not run code or know about MCP; it sees a caller only as an optional bearer
-//! token to forward.
+//! token to forward and an [`Owner`].
 
 pub mod local;
 pub mod openwebui;
@@ -14,23 +14,34 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::config::{Secret, StorageConfig, TransferLimits};
+use crate::owner::Owner;
 
 pub use local::LocalStore;
 pub use openwebui::OpenWebUi;
 
 /// Who is asking, as far as storage cares.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Caller {
     /// The bearer token of the MCP request, if any (Open WebUI's "session" auth sends the
-    /// user's own token).
+    /// user's own token). Never one of file-agent's own tokens: the gate takes those out.
     pub bearer: Option<Secret>,
-    /// Who the files this call stores belong to, when the caller is known: `user:<id>` for a
-    /// proven or trusted user, `local` (`identity::LOCAL_OWNER`) for the one user of a stdio
-    /// server. Such a caller reads back only its own files by their resource URI.
-    pub owner: Option<String>,
+    /// Whose the files this call stores are, and which stored files it may read back by id
+    /// or resource URI and list ([`Owner::may_read`], [`Owner::lists`]).
+    pub owner: Owner,
     /// Files on this machine that the call names by path (a stdio client's, already checked
     /// against its roots): what the caller wrote, and the resolved path.
     pub local_files: Vec<(String, std::path::PathBuf)>,
+}
+
+impl Caller {
+    /// A caller with no bearer token and no local files.
+    pub fn new(owner: Owner) -> Self {
+        Self {
+            bearer: None,
+            owner,
+            local_files: Vec::new(),
+        }
+    }
 }
 
 /// A file fetched from storage.
@@ -199,9 +210,9 @@ impl Storage {
 
     /// Fetches file `id` for `caller` (an input, or MCP's `resources/read`), within the size
     /// and time caps: a file the caller named by path from this machine, else from the store.
-    /// A store's id is the capability, as for a download link, and a known caller reads only
-    /// its own files and those nobody known made (uploads). Open WebUI decides for its own
-    /// files, by the caller's credential.
+    /// A store's id is the capability, as for a download link, and a caller reads only the
+    /// files [`Owner::may_read`] allows: its own, and those nobody known made. Open WebUI
+    /// decides for its own files, by the caller's credential.
     pub async fn fetch(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
         if let Some((_, path)) = caller.local_files.iter().find(|(named, _)| named == id) {
             return local::read_local_input(path, self.max_bytes()).await;
@@ -209,10 +220,7 @@ impl Storage {
         match self {
             Self::OpenWebUi(store) => store.fetch(id, caller).await,
             Self::Local(store) => {
-                let owner = store.owner_of(id);
-                if let (Some(owner), Some(asking)) = (owner, caller.owner.as_deref())
-                    && owner != asking
-                {
+                if !caller.owner.may_read(store.owner_of(id)?.as_deref()) {
                     return Err(StorageError::NotFound { id: id.to_string() });
                 }
                 store.fetch(id).await
@@ -230,7 +238,7 @@ impl Storage {
     ) -> Result<Stored, StorageError> {
         match self {
             Self::OpenWebUi(store) => store.store(name, content_type, bytes, caller).await,
-            Self::Local(store) => store.store(name, bytes, caller.owner.as_deref()).await,
+            Self::Local(store) => store.store(name, bytes, &caller.owner).await,
         }
     }
 
@@ -242,12 +250,12 @@ impl Storage {
         }
     }
 
-    /// The newest files (at most `limit`) that `caller` made here, newest first: none for a
-    /// caller nobody knows, and none from Open WebUI, which lists its files itself.
+    /// The newest files (at most `limit`) that `caller` made here, newest first: none from
+    /// Open WebUI, which lists its files itself.
     pub fn made_by(&self, caller: &Caller, limit: usize) -> Vec<Stored> {
-        match (self, caller.owner.as_deref()) {
-            (Self::Local(store), Some(owner)) => store.made_by(owner, limit),
-            _ => Vec::new(),
+        match self {
+            Self::Local(store) => store.made_by(&caller.owner, limit),
+            Self::OpenWebUi(_) => Vec::new(),
         }
     }
 }

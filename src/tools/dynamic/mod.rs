@@ -9,10 +9,10 @@
 //! every attempt. Creation, replacement, deletion and every call are lines of the audit trail,
 //! each with the tool's version.
 //!
-//! Who sees what ([`DynamicTools`]): per owner by default, where the owner is the caller's user
-//! (an OAuth user in its issuer's namespace; an Open WebUI user within the access token it came
-//! with), else the access token ([`Identity::owner`]). An OAuth token needs the scope
-//! `file-agent.saved-tools` to create or delete one.
+//! Who sees what ([`DynamicTools`]): per owner by default, the same owner key as for the
+//! caller's files ([`Identity::owner`], [`crate::owner`]). A caller's tools saved before owner
+//! keys are adopted into its space the first time it comes ([`registry::Registry::adopt`]).
+//! An OAuth token needs the scope `file-agent.saved-tools` to create or delete one.
 //!
 //! This module does not know MCP: `mcp` lists the tools it is given and routes `my_<name>`
 //! calls here.
@@ -30,8 +30,8 @@ use super::{
 };
 use crate::audit::ToolMark;
 use crate::config::DynamicTools;
+pub use crate::identity::Identity;
 use crate::identity::SCOPE_SAVED_TOOLS;
-pub use crate::identity::{Identity, LOCAL_OWNER};
 use crate::llm::Message;
 use crate::llm::code::{extract_block, extract_code};
 use crate::sandbox::{Input, Job, Outcome, Runner};
@@ -75,7 +75,7 @@ impl SavedTools {
     }
 
     /// The space `identity` works in. Per user, an HTTP request that names no user and carries
-    /// no token is refused: it could be anyone's, and [`LOCAL_OWNER`]'s tools would be
+    /// no token is refused: it could be anyone's, and its tools would be
     /// everyone's (Open WebUI sends no user id unless told to).
     fn space(&self, identity: &Identity) -> Result<String, ToolError> {
         match self.mode {
@@ -84,7 +84,13 @@ impl SavedTools {
                 Err(ToolError::InvalidArgument(format!("{USER_REQUIRED}{why}")))
             }
             _ if identity.names_nobody() => Err(ToolError::InvalidArgument(NOBODY.into())),
-            _ => Ok(identity.owner()),
+            _ => {
+                let owner = identity.owner();
+                if let Some(before) = owner.tools_before() {
+                    self.registry.adopt(before, owner.as_str());
+                }
+                Ok(owner.to_string())
+            }
         }
     }
 
@@ -104,7 +110,8 @@ impl SavedTools {
 /// for anyone else's tool (in `shared` mode) a note before them that they are another user's,
 /// so that a description written to steer other users' models reads as what it is.
 pub fn description_for(tool: &SavedTool, viewer: &Identity) -> String {
-    if tool.owner == viewer.owner() {
+    let viewer = viewer.owner();
+    if tool.owner == viewer.as_str() || Some(tool.owner.as_str()) == viewer.tools_before() {
         tool.description.clone()
     } else {
         format!("{OTHERS_TOOL_NOTE}{}", tool.description)
@@ -498,7 +505,7 @@ impl<R: Runner> Tools<R> {
         let saved_tools = self.saved_tools()?;
         let now = crate::time::rfc3339_now();
         let space = saved_tools.space(identity)?;
-        let owner = identity.owner();
+        let owner = identity.owner().to_string();
         let (saved, stored) = saved_tools
             .registry
             .save(SavedTool {
@@ -580,7 +587,12 @@ impl<R: Runner> Tools<R> {
             Some(tool) => {
                 self.audit_event(
                     Author::Caller,
-                    ToolMark::new("deleted", &tool.name, &tool.version, Some(identity.owner())),
+                    ToolMark::new(
+                        "deleted",
+                        &tool.name,
+                        &tool.version,
+                        Some(identity.owner().to_string()),
+                    ),
                 );
                 Ok(ToolOutput {
                     text: format!(
@@ -818,10 +830,7 @@ mod tests {
             "{error}"
         );
         let stdio = Identity::default();
-        assert_eq!(
-            open(DynamicTools::PerUser).space(&stdio).unwrap(),
-            LOCAL_OWNER
-        );
+        assert_eq!(open(DynamicTools::PerUser).space(&stdio).unwrap(), "local");
         let alice = Identity {
             user: Some(crate::identity::User::new(
                 "alice",
@@ -831,7 +840,7 @@ mod tests {
         };
         assert_eq!(
             open(DynamicTools::PerUser).space(&alice).unwrap(),
-            "user:alice"
+            "openwebui-jwt:alice"
         );
         assert_eq!(
             open(DynamicTools::Shared).space(&nobody).unwrap(),

@@ -263,6 +263,60 @@ impl Registry {
         write_atomically(&kept, &path, false)
     }
 
+    /// Moves the tools of space `from`, a space from before owner keys, into space `to` (its
+    /// owner's key today; `crate::owner::Owner::tools_before` says which): each is written
+    /// into `to` with `to` as its space (and its owner, where `from` was) and then removed from
+    /// `from`. A tool whose name `to` already holds stays where it is rather than replace the
+    /// newer one, as do tools past [`MAX_TOOLS_PER_SPACE`]; its versions stay kept either way.
+    /// Returns how many moved. With nothing to adopt it costs one look at a folder.
+    pub fn adopt(&self, from: &str, to: &str) -> usize {
+        if !self.folder(from).is_dir() {
+            return 0;
+        }
+        let _write = self.writes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut moved = 0;
+        let mut held = self.list(to).len();
+        for tool in self.list(from) {
+            if held >= MAX_TOOLS_PER_SPACE || self.get(to, &tool.name).is_some() {
+                continue;
+            }
+            let owner = if tool.owner == from {
+                to.to_string()
+            } else {
+                tool.owner.clone()
+            };
+            let adopted = SavedTool {
+                space: to.to_string(),
+                owner,
+                ..tool.clone()
+            };
+            let folder = self.folder(to);
+            let written = std::fs::create_dir_all(&folder)
+                .map_err(io_error(&folder, "created"))
+                .and_then(|()| write_atomically(&adopted, &self.path(to, &tool.name), false))
+                .and_then(|()| {
+                    let old = self.path(from, &tool.name);
+                    std::fs::remove_file(&old).map_err(io_error(&old, "removed"))
+                });
+            match written {
+                Ok(()) => {
+                    moved += 1;
+                    held += 1;
+                }
+                Err(error) => tracing::error!(%error, "a saved tool could not be adopted"),
+            }
+        }
+        // Empty now (or holding only what stays): gone when empty, kept otherwise.
+        let _ = std::fs::remove_dir(self.folder(from));
+        if moved > 0 {
+            tracing::info!(
+                moved,
+                "saved tools from before owner keys moved into their owner's space"
+            );
+        }
+        moved
+    }
+
     /// Removes the tool `name` of `space`; the removed tool, or `None` when there was none.
     pub fn delete(&self, space: &str, name: &str) -> Result<Option<SavedTool>, RegistryError> {
         let _write = self.writes.lock().unwrap_or_else(|e| e.into_inner());
@@ -347,6 +401,34 @@ mod tests {
             updated: "t1".into(),
             revision: 1,
         }
+    }
+
+    #[test]
+    fn an_old_space_is_adopted_once_whole_and_never_over_a_newer_tool() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let (old, new) = ("token:aa/user:alice", "token:aa/header:alice");
+        for name in ["sum", "mean"] {
+            registry
+                .save(tool(old, name, &format!("def run(): return '{name}'")))
+                .unwrap();
+        }
+        registry
+            .save(tool(new, "mean", "def run(): return 'newer'"))
+            .unwrap();
+        assert_eq!(registry.adopt(old, new), 1);
+        let sum = registry.get(new, "sum").unwrap();
+        assert_eq!((sum.space.as_str(), sum.owner.as_str()), (new, new));
+        assert_eq!(
+            registry.get(new, "mean").unwrap().code,
+            "def run(): return 'newer'"
+        );
+        // The tool that could not move stays in the old space, out of every listing of `new`'s
+        // and of any other key's.
+        assert_eq!(registry.list(old).len(), 1);
+        assert_eq!(registry.adopt(old, new), 0);
+        assert_eq!(registry.adopt("nothing/here", new), 0);
+        assert_eq!(registry.list(new).len(), 2);
     }
 
     #[test]

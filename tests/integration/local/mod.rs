@@ -83,7 +83,12 @@ impl LocalTools {
         let stored = self
             .tools
             .storage()
-            .store(name, "application/octet-stream", bytes, &Caller::default())
+            .store(
+                name,
+                "application/octet-stream",
+                bytes,
+                &Caller::new(file_agent::owner::Owner::local()),
+            )
             .await
             .unwrap();
         stored.id
@@ -97,7 +102,7 @@ impl LocalTools {
         let download = self
             .tools
             .storage()
-            .fetch(id, &Caller::default())
+            .fetch(id, &Caller::new(file_agent::owner::Owner::local()))
             .await
             .unwrap();
         download.bytes
@@ -113,7 +118,7 @@ impl LocalTools {
             instructions,
             file_type,
             None,
-            &Caller::default(),
+            &Caller::new(file_agent::owner::Owner::local()),
             &CancellationToken::new(),
         ))
         .await
@@ -125,7 +130,7 @@ impl LocalTools {
             id,
             instructions,
             None,
-            &Caller::default(),
+            &Caller::new(file_agent::owner::Owner::local()),
             &CancellationToken::new(),
         ))
         .await
@@ -142,7 +147,7 @@ impl LocalTools {
         with_timeout(self.tools.analyze_file(
             id,
             question,
-            &Caller::default(),
+            &Caller::new(file_agent::owner::Owner::local()),
             &CancellationToken::new(),
         ))
         .await

@@ -70,7 +70,7 @@ async fn call(
         who,
         name,
         arguments,
-        &Caller::default(),
+        &Caller::new(file_agent::owner::Owner::local()),
         &CancellationToken::new(),
     ))
     .await
