@@ -351,7 +351,13 @@ pub struct OpenWebUiConfig {
     /// `FILE_AGENT_CHAT_STATUS`: post a call's progress as status events under the assistant's
     /// message when the call names its chat and message.
     pub chat_status: bool,
+    /// Where the owner of each file file-agent stores there is recorded (`openwebui-owners` in
+    /// `FILE_AGENT_DATA_DIR`): with `OPENWEBUI_API_KEY`, Open WebUI sees one user for all.
+    pub owners_dir: PathBuf,
 }
+
+/// The folder in `FILE_AGENT_DATA_DIR` where the owners of files stored in Open WebUI are kept.
+pub const OPENWEBUI_OWNERS_FOLDER: &str = "openwebui-owners";
 
 /// The built-in store.
 #[derive(Debug, Clone, PartialEq)]
@@ -567,6 +573,7 @@ impl StorageConfig {
                 .map(|key| Secret::new(key.trim())),
             forward_user_token: vars.flag("FILE_AGENT_FORWARD_USER_TOKEN", true)?,
             chat_status: vars.flag("FILE_AGENT_CHAT_STATUS", true)?,
+            owners_dir: data_dir.join(OPENWEBUI_OWNERS_FOLDER),
         }))
     }
 }

@@ -10,6 +10,14 @@
 //! the answer for [`CREDENTIAL_CHECK_TTL`]: a refused key costs one cheap request, not a
 //! model call and a sandbox attempt. The same answer names the user whose session a forwarded
 //! token is ([`OpenWebUi::session_user`]), one of the identity sources (`identity`).
+//!
+//! Owners: with `OPENWEBUI_API_KEY` every file belongs, for Open WebUI, to the key's user, so
+//! Open WebUI cannot keep file-agent's callers apart. file-agent records the owner
+//! (`crate::owner::Owner`) of every file it stores there, in `openwebui-owners/<id>` under
+//! its data folder, and a fetch made with the key reads a recorded file only for a caller
+//! [`crate::owner::Owner::may_read`] allows. A fetch with the caller's own forwarded token is
+//! Open WebUI's to decide. Files users attached in Open WebUI have no record: their id (a
+//! random UUID) is the capability, as for a download link.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,6 +48,9 @@ const CREDENTIAL_CACHE_MAX: usize = 1024;
 /// Open WebUI's answers on credentials, by the SHA-256 of the token (never the token itself),
 /// and when it gave them.
 type CredentialCache = Mutex<HashMap<[u8; 32], (Answer, Instant)>>;
+
+/// The longest owner record read (as the local store's `.owner`).
+const MAX_OWNER_BYTES: u64 = 4096;
 
 /// The largest answer of `GET /api/v1/auths/` read (a user's record, a few hundred bytes).
 const SESSION_USER_MAX_BYTES: u64 = 64 * 1024;
@@ -81,6 +92,8 @@ pub struct OpenWebUi {
     limits: TransferLimits,
     /// What Open WebUI said of each credential lately.
     credentials: Arc<CredentialCache>,
+    /// Where the owners of the files stored here are recorded.
+    owners_dir: std::path::PathBuf,
 }
 
 #[derive(Deserialize)]
@@ -122,7 +135,58 @@ impl OpenWebUi {
             chat_status: config.chat_status,
             limits,
             credentials: Arc::default(),
+            owners_dir: config.owners_dir.clone(),
         })
+    }
+
+    /// Whether a request for `caller` goes with `OPENWEBUI_API_KEY` rather than the caller's
+    /// own forwarded token: then Open WebUI cannot tell callers apart, and file-agent's
+    /// record of owners decides.
+    fn with_key(&self, caller: &Caller) -> bool {
+        caller.bearer.is_none() || !self.forward_user_token
+    }
+
+    /// Records `owner` as the owner of stored file `id` (an id [`check_id`] accepted), written
+    /// whole or not at all.
+    fn record_owner(&self, id: &str, owner: &crate::owner::Owner) -> Result<(), StorageError> {
+        let failed = |source| StorageError::Io {
+            action: format!(
+                "cannot record the owner of file {id} in {}",
+                self.owners_dir.display()
+            ),
+            source,
+        };
+        std::fs::create_dir_all(&self.owners_dir).map_err(failed)?;
+        let mut temp = tempfile::NamedTempFile::new_in(&self.owners_dir).map_err(failed)?;
+        std::io::Write::write_all(&mut temp, owner.as_str().as_bytes()).map_err(failed)?;
+        temp.persist(self.owners_dir.join(id))
+            .map_err(|error| failed(error.error))?;
+        Ok(())
+    }
+
+    /// The recorded owner of file `id`: `None` when file-agent did not store it. A record that
+    /// cannot be read (or is longer than any key) is an error: the file is then nobody's.
+    fn recorded_owner(&self, id: &str) -> Result<Option<String>, StorageError> {
+        let path = self.owners_dir.join(id);
+        let failed = |source| StorageError::Io {
+            action: format!("cannot read the owner of file {id}"),
+            source,
+        };
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(failed(error)),
+        };
+        let mut owner = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(file, MAX_OWNER_BYTES + 1),
+            &mut owner,
+        )
+        .map_err(failed)?;
+        if owner.len() as u64 > MAX_OWNER_BYTES {
+            return Err(failed(std::io::Error::other("longer than any owner key")));
+        }
+        Ok(Some(owner))
     }
 
     fn token<'a>(&'a self, caller: &'a Caller) -> Result<&'a str, StorageError> {
@@ -288,6 +352,9 @@ impl OpenWebUi {
     /// Downloads file `id` within the caps.
     pub async fn fetch(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
         check_id(id)?;
+        if self.with_key(caller) && !caller.owner.may_read(self.recorded_owner(id)?.as_deref()) {
+            return Err(StorageError::NotFound { id: id.to_string() });
+        }
         let token = self.token(caller)?.to_string();
         match tokio::time::timeout(self.limits.timeout, self.download(id, &token)).await {
             Ok(result) => result,
@@ -399,6 +466,7 @@ impl OpenWebUi {
             status: 200,
             detail: format!("the answer's file id {:?} is not usable", model.id),
         })?;
+        self.record_owner(&model.id, &caller.owner)?;
         Ok(Stored {
             url: format!("{}/api/v1/files/{}/content", self.public_url, model.id),
             id: model.id,

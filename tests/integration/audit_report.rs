@@ -216,7 +216,7 @@ pub fn generate_chain(folder: &Path, name: &str, count: u64, days: u64) {
     file.flush().unwrap();
 }
 
-async fn report(folder: &Path, extra: &[&str]) -> (i32, String) {
+pub async fn report(folder: &Path, extra: &[&str]) -> (i32, String) {
     let out = folder.join("report.html");
     let mut args = vec![
         "audit",

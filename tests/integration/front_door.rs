@@ -16,9 +16,9 @@ use crate::mcp_server::{TestServer, env};
 const TOKEN: &str = "front-door-token-0123456789abcdef";
 
 /// A real `file-agent serve` process; its stderr (the log) goes to a file.
-struct Served {
+pub struct Served {
     child: tokio::process::Child,
-    url: String,
+    pub url: String,
     log: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -27,7 +27,7 @@ impl Served {
     /// Starts `file-agent serve` under `sh -c 'umask 000; exec ...'` (the loosest umask a host
     /// can have) with `vars`, its data folder `data` (else one in a fresh folder), and waits
     /// for `/health`.
-    async fn start(vars: &[(&str, &str)], data: Option<&std::path::Path>) -> Self {
+    pub async fn start(vars: &[(&str, &str)], data: Option<&std::path::Path>) -> Self {
         let (child, dir, log) = Self::spawn(vars, data);
         let port = vars
             .iter()
@@ -85,17 +85,17 @@ impl Served {
     }
 
     /// What the server logged so far.
-    fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// SIGTERM, and the wait for it to end; the log.
-    async fn stop(self) -> String {
+    pub async fn stop(self) -> String {
         self.stop_keeping().await.0
     }
 
     /// [`Self::stop`], keeping its folder (the data) for a look.
-    async fn stop_keeping(mut self) -> (String, tempfile::TempDir) {
+    pub async fn stop_keeping(mut self) -> (String, tempfile::TempDir) {
         if let Some(pid) = self.child.id() {
             let _ = std::process::Command::new("kill")
                 .args(["-TERM", &pid.to_string()])
@@ -108,7 +108,7 @@ impl Served {
 }
 
 /// A free loopback port.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -135,7 +135,7 @@ fn run_python(code: &str) -> Value {
            "params": {"name": "run_python", "arguments": {"code": code}}})
 }
 
-async fn post_mcp(url: &str, body: Value, headers: &[(&str, &str)]) -> (u16, String) {
+pub async fn post_mcp(url: &str, body: Value, headers: &[(&str, &str)]) -> (u16, String) {
     let mut request = reqwest::Client::new()
         .post(format!("{url}/mcp"))
         .header("accept", "application/json, text/event-stream")

@@ -37,4 +37,5 @@ mod runner;
 mod sandbox;
 mod saved_tools;
 mod status;
+mod tenants;
 mod url_policy;

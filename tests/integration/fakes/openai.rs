@@ -58,6 +58,8 @@ pub const REPORT: &str = "Async/await was stabilized in Rust 1.39 ([blog.rust-la
 struct Inner {
     replies: VecDeque<Reply>,
     requests: Vec<Value>,
+    /// Every header value of every chat request, in order.
+    header_values: Vec<String>,
     research: Option<VecDeque<Poll>>,
     research_requests: Vec<Value>,
     polls: usize,
@@ -104,6 +106,11 @@ impl FakeOpenAi {
     /// The JSON bodies of the chat requests received.
     pub fn requests(&self) -> Vec<Value> {
         self.inner.lock().unwrap().requests.clone()
+    }
+
+    /// Every header value the chat requests carried, in order.
+    pub fn header_values(&self) -> Vec<String> {
+        self.inner.lock().unwrap().header_values.clone()
     }
 
     /// The text of message `message` of chat request `request` (both counted from 0).
@@ -157,6 +164,11 @@ async fn completions(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Response {
+    fake.inner.lock().unwrap().header_values.extend(
+        headers
+            .values()
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned()),
+    );
     let auth = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
