@@ -28,6 +28,8 @@
 
 pub mod availability;
 pub mod chain;
+pub mod merkle;
+pub mod note;
 pub mod recovery;
 pub mod retention;
 

@@ -38,7 +38,15 @@ async fn every_attempt_is_a_chained_line_that_verify_proves_and_tampering_breaks
     // The first attempt takes the warm container, once it is ready.
     until_warm(server.tools.sandbox(), 1).await;
     let input = b"a,b\n1,2\n".to_vec();
-    let id = server.upload("data.csv", input.clone()).await;
+    // Uploaded as the user who then calls: an upload is its caller's.
+    let uploaded = crate::mcp_server::upload_with(
+        &server.url,
+        "data.csv",
+        input.clone(),
+        &[("x-openwebui-user-id", "user-42")],
+    )
+    .await;
+    let id = uploaded["id"].as_str().unwrap().to_string();
 
     // A client that forwards Open WebUI's user and chat ids and names itself in User-Agent.
     let headers = HashMap::from([

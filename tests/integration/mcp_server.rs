@@ -167,18 +167,28 @@ impl TestServer {
 /// Uploads to the server at `base` (multipart to `{base}/files`), asserting 201; returns the
 /// JSON reply.
 pub async fn upload_to(base: &str, name: &str, bytes: Vec<u8>) -> Value {
+    upload_with(base, name, bytes, &[]).await
+}
+
+/// [`upload_to`] with `headers` (the caller's credential and user: an upload is its
+/// caller's, and only that caller's calls take it as an input).
+pub async fn upload_with(
+    base: &str,
+    name: &str,
+    bytes: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> Value {
     let form = reqwest::multipart::Form::new().part(
         "file",
         reqwest::multipart::Part::bytes(bytes).file_name(name.to_string()),
     );
-    let response = with_timeout(
-        reqwest::Client::new()
-            .post(format!("{base}/files"))
-            .multipart(form)
-            .send(),
-    )
-    .await
-    .unwrap();
+    let mut request = reqwest::Client::new()
+        .post(format!("{base}/files"))
+        .multipart(form);
+    for (header, value) in headers {
+        request = request.header(*header, *value);
+    }
+    let response = with_timeout(request.send()).await.unwrap();
     assert_eq!(response.status(), 201);
     response.json().await.unwrap()
 }
