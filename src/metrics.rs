@@ -69,6 +69,8 @@ pub struct Metrics {
     llm: Mutex<BTreeMap<String, Histogram>>,
     llm_retries: AtomicU64,
     identities_refused: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    audit_checkpoints: AtomicU64,
+    audit_alarms: AtomicU64,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
@@ -122,6 +124,17 @@ impl Metrics {
         *lock(&self.identities_refused)
             .entry((source, reason))
             .or_default() += 1;
+    }
+
+    /// A signed checkpoint of the audit trail was kept.
+    pub fn audit_checkpoint(&self) {
+        self.audit_checkpoints.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The audit trail is in doubt: a witness refused a checkpoint as inconsistent, or the
+    /// trail no longer matches one signed before.
+    pub fn audit_alarm(&self) {
+        self.audit_alarms.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A model request is being tried again (after a timeout).
@@ -220,6 +233,18 @@ impl Metrics {
                 "counter",
                 "Model requests tried again after a timeout.",
                 self.llm_retries.load(Ordering::Relaxed) as usize,
+            ),
+            (
+                "file_agent_audit_checkpoints_total",
+                "counter",
+                "Signed checkpoints of the audit trail kept (FILE_AGENT_AUDIT_SIGNING_KEY_FILE).",
+                self.audit_checkpoints.load(Ordering::Relaxed) as usize,
+            ),
+            (
+                "file_agent_audit_alarms_total",
+                "counter",
+                "Audit trail alarms: a witness refused a checkpoint as inconsistent with what it saw, or the trail no longer matched a checkpoint signed before.",
+                self.audit_alarms.load(Ordering::Relaxed) as usize,
             ),
             (
                 "file_agent_queue_depth",

@@ -295,6 +295,10 @@ mod tests {
             include_code: true,
             max_bytes: 1 << 30,
             on_failure: AuditOnFailure::Refuse,
+            origin: None,
+            signing_key_file: None,
+            checkpoint_interval: std::time::Duration::from_secs(60),
+            witnesses: Vec::new(),
         };
         Arc::new(AuditLog::open(&dir.join("audit.jsonl"), config).unwrap())
     }

@@ -92,15 +92,15 @@ fn chain_part(file_name: &str) -> Option<(&str, u64)> {
     valid.then(|| (name, number.parse().unwrap_or(u64::MAX - 1)))
 }
 
-/// The newest rotated file of the chain whose live file is `live`: the highest-numbered
-/// `<live file name>.<digits>` beside it. The chain continues from its last line when the live
-/// file holds none yet (a crash right after a rotation).
-pub fn newest_rotated(live: &Path) -> std::io::Result<Option<PathBuf>> {
-    let Some(live_name) = live.file_name().map(|n| n.to_string_lossy().into_owned()) else {
-        return Ok(None);
-    };
+/// The files of the chain whose live file is `live`, in chain order: its rotated files oldest
+/// first, then `live` itself (when it exists).
+pub fn files_of(live: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let live_name = live
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let folder = live.parent().filter(|p| !p.as_os_str().is_empty());
-    let mut newest: Option<(u64, PathBuf)> = None;
+    let mut rotated: Vec<(u64, PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(folder.unwrap_or_else(|| Path::new(".")))? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -109,13 +109,27 @@ pub fn newest_rotated(live: &Path) -> std::io::Result<Option<PathBuf>> {
             .and_then(|rest| rest.strip_prefix('.'))
             .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|n| n.parse::<u64>().ok());
-        if let Some(number) = number
-            && newest.as_ref().is_none_or(|(best, _)| number > *best)
-        {
-            newest = Some((number, entry.path()));
+        if let Some(number) = number {
+            rotated.push((number, entry.path()));
         }
     }
-    Ok(newest.map(|(_, path)| path))
+    rotated.sort();
+    let mut files: Vec<PathBuf> = rotated.into_iter().map(|(_, path)| path).collect();
+    if live.exists() {
+        files.push(live.to_path_buf());
+    }
+    Ok(files)
+}
+
+/// The newest rotated file of the chain whose live file is `live`: the highest-numbered
+/// `<live file name>.<digits>` beside it. The chain continues from its last line when the live
+/// file holds none yet (a crash right after a rotation).
+pub fn newest_rotated(live: &Path) -> std::io::Result<Option<PathBuf>> {
+    let mut files = files_of(live)?;
+    if files.last().is_some_and(|last| last == live) {
+        files.pop();
+    }
+    Ok(files.pop())
 }
 
 /// Verifies every chain on its own.

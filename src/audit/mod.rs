@@ -28,10 +28,14 @@
 
 pub mod availability;
 pub mod chain;
+pub mod checkpoints;
 pub mod merkle;
 pub mod note;
+pub mod proof;
 pub mod recovery;
 pub mod retention;
+pub mod tree;
+pub mod witness;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -237,6 +241,12 @@ struct Writer {
     /// Since when calls were refused or lines lost, and how many: what the next line written
     /// reports; `None` when nothing was.
     outage: Option<availability::Outage>,
+    /// The chain's Merkle tree (`tree`), one leaf per line; `None` when it could not be
+    /// opened or brought to the lines (then no receipt names a leaf and nothing is signed).
+    tree: Option<tree::TreeFile>,
+    /// A line was written whose leaf could not be added: the tree follows the lines again
+    /// (read back from the files) before the next leaf.
+    tree_behind: bool,
 }
 
 impl Writer {
@@ -252,6 +262,8 @@ impl Writer {
             reserved: 0,
             unwritable: None,
             outage: None,
+            tree: None,
+            tree_behind: false,
         }
     }
 }
@@ -270,6 +282,23 @@ pub struct AuditLog {
     lost_total: AtomicU64,
     /// `<file>.lock`, held locked while this log is open: no second writer on the chain.
     _lock: File,
+    /// The chain's origin, as receipts and checkpoints name it: `<FILE_AGENT_AUDIT_ORIGIN,
+    /// else the signing key's name, else "file-agent">/<chain>`.
+    origin: String,
+    /// The key and the witnesses, when checkpoints are signed.
+    signing: Option<checkpoints::Signing>,
+}
+
+/// Where an attempt's line is in its chain's tree: what the tool result carries in `_meta`,
+/// and what `audit prove --index` proves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    /// The chain's origin.
+    pub origin: String,
+    /// The line's leaf index (its `seq` minus one).
+    pub leaf_index: u64,
+    /// SHA-256(0x00 ‖ the line's bytes).
+    pub leaf_hash: merkle::Hash,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -311,22 +340,91 @@ impl AuditLog {
             .map_err(error("opened"))?;
         // A file just created must still be there after a crash of the machine.
         recovery::sync_folder(path).map_err(error("opened"))?;
-        let (last_hash, seq) = chain_head(&file, path).map_err(error("read"))?;
+        let (last_hash, seq, last_line) = chain_head(&file, path).map_err(error("read"))?;
         let cut = recovery::cut_unfinished(&file, path, seq + 1).map_err(error("recovered"))?;
         let size = file.metadata().map_err(error("read"))?.len();
+        let mut writer = Writer::at_end(file, size, last_hash, seq);
+        writer.tree = open_tree(path, seq, last_line.as_deref());
+        let origin = format!(
+            "{}/{}",
+            config.origin.as_deref().unwrap_or(DEFAULT_ORIGIN),
+            chain_name(path)
+        );
         let log = Self {
             path: path.to_path_buf(),
             config,
-            writer: Mutex::new(Writer::at_end(file, size, last_hash, seq)),
+            writer: Mutex::new(writer),
             writable: AtomicBool::new(true),
             refused_total: AtomicU64::new(0),
             lost_total: AtomicU64::new(0),
             _lock: lock,
+            origin,
+            signing: None,
         };
         if let Some((recovered, problem)) = cut {
             log.append_recovered(recovered, problem)?;
         }
         Ok(log)
+    }
+
+    /// Signs checkpoints with `signing` from now on; the checkpoint it signed last must still
+    /// match the trail, or the alarm is raised. Fails when the tree cannot stand behind a
+    /// checkpoint (its lines could not be read back into it).
+    pub fn with_signing(mut self, signing: checkpoints::Signing) -> Result<Self, AuditError> {
+        {
+            let writer = self.lock_writer();
+            let Some(tree) = writer.tree.as_ref() else {
+                return Err(failed(&self.path, "signed")(std::io::Error::other(
+                    "the chain has no tree to sign (see the error above: its first lines were deleted before it had one); give this server a chain of its own to start afresh (SANDBOX_INSTANCE, or POD_NAME under Kubernetes)",
+                )));
+            };
+            if let Some(alarm) = contradiction(tree, signing.last().as_ref()) {
+                signing.raise(alarm);
+            }
+        }
+        self.origin = signing.origin().to_string();
+        self.signing = Some(signing);
+        Ok(self)
+    }
+
+    /// The signing, when checkpoints are signed.
+    pub fn signing(&self) -> Option<&checkpoints::Signing> {
+        self.signing.as_ref()
+    }
+
+    /// The chain's origin.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// Signs a checkpoint of every line written so far, the tree synced first, unless no line
+    /// came since the last one; `None` without a key.
+    pub fn sign_checkpoint(&self) -> Result<Option<checkpoints::Signed>, AuditError> {
+        let Some(signing) = &self.signing else {
+            return Ok(None);
+        };
+        let writer = self.lock_writer();
+        let Some(tree) = writer.tree.as_ref().filter(|_| !writer.tree_behind) else {
+            return Ok(None);
+        };
+        let size = tree.size();
+        if size <= signing.signed_size() {
+            return Ok(None);
+        }
+        let error = |action| failed(tree.path(), action);
+        tree.sync().map_err(error("synced"))?;
+        let root = tree.root(size).map_err(error("read"))?;
+        Ok(signing.sign(size, root))
+    }
+
+    /// The consistency proof between the chain's trees of `old` and `new` lines.
+    pub fn consistency_proof(&self, old: u64, new: u64) -> std::io::Result<Vec<merkle::Hash>> {
+        let writer = self.lock_writer();
+        let tree = writer
+            .tree
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("the chain has no tree"))?;
+        tree.consistency_proof(old, new)
     }
 
     /// The `recovered` line: what start-up cut, and why its bytes were not kept if they
@@ -344,6 +442,7 @@ impl AuditLog {
             error: problem,
             ..Record::default()
         })
+        .map(drop)
     }
 
     /// Whether the code itself goes into each line.
@@ -357,8 +456,8 @@ impl AuditLog {
     }
 
     /// Appends `record` as the next link of the chain (and prints it when configured). After
-    /// an outage, the line that says so goes first.
-    pub fn append(&self, record: Record) -> Result<(), AuditError> {
+    /// an outage, the line that says so goes first. The receipt names the line's leaf.
+    pub fn append(&self, record: Record) -> Result<Receipt, AuditError> {
         let mut writer = self.lock_writer();
         self.append_locked(&mut writer, record)
     }
@@ -371,7 +470,7 @@ impl AuditLog {
 
     /// [`Self::append`] with the writer held: an open outage is closed by its line first; a
     /// failure opens one (or adds to it).
-    fn append_locked(&self, writer: &mut Writer, record: Record) -> Result<(), AuditError> {
+    fn append_locked(&self, writer: &mut Writer, record: Record) -> Result<Receipt, AuditError> {
         let written = self
             .close_outage(writer)
             .and_then(|()| self.write_line(writer, record));
@@ -381,8 +480,9 @@ impl AuditLog {
         written
     }
 
-    /// Writes `record` as the next line, rotating first when it would pass the size limit.
-    fn write_line(&self, writer: &mut Writer, mut record: Record) -> Result<(), AuditError> {
+    /// Writes `record` as the next line, rotating first when it would pass the size limit, and
+    /// adds its leaf to the tree.
+    fn write_line(&self, writer: &mut Writer, mut record: Record) -> Result<Receipt, AuditError> {
         let error = |action| failed(&self.path, action);
         record.seq = writer.seq + 1;
         record.prev = writer.last_hash.clone();
@@ -407,7 +507,37 @@ impl AuditLog {
         if self.config.stdout {
             println!("{line}");
         }
-        Ok(())
+        let leaf_hash = merkle::leaf_hash(line.as_bytes());
+        self.grow_tree(writer, leaf_hash);
+        Ok(Receipt {
+            origin: self.origin.clone(),
+            leaf_index: record.seq - 1,
+            leaf_hash,
+        })
+    }
+
+    /// Adds the leaf of the line just written (the chain's line `writer.seq`). The line is
+    /// synced and acknowledged already: a leaf that cannot be added now is added later from
+    /// the line, before the next one (or at the next start).
+    fn grow_tree(&self, writer: &mut Writer, leaf: merkle::Hash) {
+        let Some(tree) = writer.tree.as_mut() else {
+            return;
+        };
+        let grown = if writer.tree_behind {
+            chain::files_of(&self.path)
+                .and_then(|files| tree.follow(writer.seq, None, &files).map(drop))
+        } else {
+            tree.append(leaf)
+        };
+        match grown {
+            Ok(()) => writer.tree_behind = false,
+            Err(error) => {
+                if !writer.tree_behind {
+                    tracing::error!(tree = %tree.path().display(), %error, "audit trail: a line's leaf could not be added to the tree; it will be from the line, before the next one");
+                }
+                writer.tree_behind = true;
+            }
+        }
     }
 
     /// Writes `line` and its newline at the end of the file and syncs it; on failure, cuts
@@ -510,20 +640,76 @@ fn cut_back(file: &File, size: u64) -> std::io::Result<()> {
 /// The hex SHA-256 and `seq` of the chain's last line: the live file's last whole line; when
 /// it holds none (a crash right after a rotation, or a first line cut as unfinished), the
 /// newest rotated file's; the genesis for a new chain.
-fn chain_head(file: &File, path: &Path) -> std::io::Result<(String, u64)> {
+fn chain_head(file: &File, path: &Path) -> std::io::Result<(String, u64, Option<Vec<u8>>)> {
     let mut line = recovery::last_line(file)?;
     if line.is_none()
         && let Some(rotated) = chain::newest_rotated(path)?
     {
         line = recovery::last_line(&File::open(rotated)?)?;
     }
-    Ok(line.map_or_else(
-        || (GENESIS.to_string(), 0),
-        |line| {
+    Ok(match line {
+        None => (GENESIS.to_string(), 0, None),
+        Some(line) => {
             let seq = serde_json::from_slice::<Record>(&line).map_or(0, |r| r.seq);
-            (sha256_hex(&line), seq)
-        },
-    ))
+            (sha256_hex(&line), seq, Some(line))
+        }
+    })
+}
+
+/// The origin's first part when neither `FILE_AGENT_AUDIT_ORIGIN` nor a signing key names it.
+pub const DEFAULT_ORIGIN: &str = "file-agent";
+
+/// The name of the chain whose live file is `path`: its file name without `.jsonl`.
+pub fn chain_name(path: &Path) -> String {
+    let name = file_name(path);
+    name.strip_suffix(CHAIN_SUFFIX).unwrap_or(&name).to_string()
+}
+
+/// The tree of the chain at `path`, brought to its `lines` (the last one `last`); `None`, with
+/// the error logged, when it cannot be.
+fn open_tree(path: &Path, lines: u64, last: Option<&[u8]>) -> Option<tree::TreeFile> {
+    let tree_path = tree::path_of(path);
+    let opened = tree::TreeFile::open(&tree_path).and_then(|mut tree| {
+        let files = chain::files_of(path)?;
+        let added = tree.follow(lines, last, &files)?;
+        if added > 0 {
+            tracing::info!(tree = %tree_path.display(), added, "audit trail: the tree caught up with the lines");
+        }
+        Ok(tree)
+    });
+    match opened {
+        Ok(tree) => Some(tree),
+        Err(error) => {
+            tracing::error!(tree = %tree_path.display(), %error, "audit trail: no tree for this chain: its lines get no receipts and no checkpoint is signed");
+            None
+        }
+    }
+}
+
+/// Why `tree` contradicts `last`, the checkpoint signed before, if it does.
+fn contradiction(
+    tree: &tree::TreeFile,
+    last: Option<&checkpoints::StoredCheckpoint>,
+) -> Option<String> {
+    use base64::Engine;
+    let last = last?;
+    if last.size > tree.size() {
+        return Some(format!(
+            "the trail holds {} lines, but the checkpoint signed at {} covers {}: lines {}..{} are gone",
+            tree.size(),
+            last.time,
+            last.size,
+            tree.size() + 1,
+            last.size
+        ));
+    }
+    let root = tree.root(last.size).ok()?;
+    (base64::engine::general_purpose::STANDARD.encode(root) != last.root).then(|| {
+        format!(
+            "the trail's first {} lines no longer match the checkpoint signed at {}: a line among them was changed, removed or inserted",
+            last.size, last.time
+        )
+    })
 }
 
 /// The hex SHA-256 of a line (without its newline).
@@ -541,6 +727,10 @@ pub struct Verified {
     pub continues_from: Option<String>,
     /// The hash of the last line (the value the next line will carry).
     pub head: String,
+    /// The Merkle roots asked of [`verify_with_roots`], by size.
+    pub roots: std::collections::BTreeMap<u64, merkle::Hash>,
+    /// The `seq` of the first line read (1 unless retention deleted the first files).
+    pub first_seq: u64,
     /// What crashes left, in order: lines that record an unfinished line cut at start-up,
     /// and unfinished lines not cut yet. Not tampering: none of them was ever acknowledged.
     pub crash_traces: Vec<CrashTrace>,
@@ -615,6 +805,44 @@ pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<V
     verifier.verdict()
 }
 
+/// [`verify_each`], also computing the Merkle root of the chain's first `n` lines for each
+/// `n` in `sizes` (up to its first break), found in [`Verified::roots`]. When the files start
+/// after line 1 (retention deleted the first ones), the chain's tree file `tree` stands in for
+/// the lines that are gone; without it no root is computed.
+pub fn verify_with_roots(
+    files: &[PathBuf],
+    sizes: std::collections::BTreeSet<u64>,
+    tree: Option<&tree::TreeFile>,
+    mut visit: impl FnMut(Record),
+) -> Result<Verified, Broken> {
+    let mut verifier = Verifier {
+        roots: Some(Roots {
+            sizes,
+            frontier: None,
+            found: Default::default(),
+            unavailable: false,
+        }),
+        ..Verifier::default()
+    };
+    for path in files {
+        verifier.read_file_with(path, &mut visit, tree);
+    }
+    verifier.verdict()
+}
+
+/// The roots [`verify_with_roots`] computes as it reads.
+#[derive(Debug, Default)]
+struct Roots {
+    /// The sizes asked for.
+    sizes: std::collections::BTreeSet<u64>,
+    /// The tree of the lines so far.
+    frontier: Option<merkle::Frontier>,
+    /// The roots found.
+    found: std::collections::BTreeMap<u64, merkle::Hash>,
+    /// The lines before the first one read are gone and no tree stands in for them.
+    unavailable: bool,
+}
+
 /// What reading one line of a chain file gave.
 enum LineRead<'a> {
     /// The end of the file.
@@ -659,11 +887,25 @@ struct Verifier {
     crash_traces: Vec<CrashTrace>,
     /// Once set, lines are still read and visited but no longer checked.
     first_break: Option<Broken>,
+    /// The roots to compute, when asked.
+    roots: Option<Roots>,
+    /// The `seq` of the first line checked.
+    first_seq: u64,
 }
 
 impl Verifier {
     /// Reads the lines of one file of the chain, up to its end or a line that cannot be read.
     fn read_file(&mut self, path: &Path, visit: &mut impl FnMut(Record)) {
+        self.read_file_with(path, visit, None);
+    }
+
+    /// [`Self::read_file`], with the chain's tree standing in for lines before the first one.
+    fn read_file_with(
+        &mut self,
+        path: &Path,
+        visit: &mut impl FnMut(Record),
+        tree: Option<&tree::TreeFile>,
+    ) {
         let file_name = path.display().to_string();
         let file = match File::open(path) {
             Ok(file) => file,
@@ -692,12 +934,42 @@ impl Verifier {
                 Ok(record) => {
                     if self.first_break.is_none() {
                         self.check(&record, line, &file_name, number);
+                        if self.first_break.is_none() {
+                            self.grow(&record, line, tree);
+                        }
                     }
                     visit(record);
                 }
                 Err(e) => {
                     self.break_at(&file_name, number, format!("is not an audit record ({e})"));
                 }
+            }
+        }
+    }
+
+    /// Adds a checked line to the roots being computed, when asked.
+    fn grow(&mut self, record: &Record, line: &str, tree: Option<&tree::TreeFile>) {
+        if self.first_seq == 0 {
+            self.first_seq = record.seq;
+        }
+        let Some(roots) = self.roots.as_mut() else {
+            return;
+        };
+        if roots.frontier.is_none() && !roots.unavailable {
+            let before = record.seq.saturating_sub(1);
+            roots.frontier = match (before, tree) {
+                (0, _) => Some(merkle::Frontier::default()),
+                (before, Some(tree)) if tree.size() >= before => {
+                    merkle::Frontier::of_stored(before, tree).ok()
+                }
+                _ => None,
+            };
+            roots.unavailable = roots.frontier.is_none();
+        }
+        if let Some(frontier) = roots.frontier.as_mut() {
+            frontier.push(merkle::leaf_hash(line.as_bytes()));
+            if roots.sizes.contains(&frontier.size()) {
+                roots.found.insert(frontier.size(), frontier.root());
             }
         }
     }
@@ -754,6 +1026,8 @@ impl Verifier {
                     .previous
                     .map_or_else(|| GENESIS.to_string(), |(hash, _)| hash),
                 crash_traces: self.crash_traces,
+                roots: self.roots.map(|roots| roots.found).unwrap_or_default(),
+                first_seq: self.first_seq,
             }),
         }
     }
@@ -980,6 +1254,10 @@ mod tests {
             include_code: true,
             max_bytes,
             on_failure: crate::config::AuditOnFailure::Refuse,
+            origin: None,
+            signing_key_file: None,
+            checkpoint_interval: std::time::Duration::from_secs(60),
+            witnesses: Vec::new(),
         }
     }
 
@@ -1171,7 +1449,7 @@ mod tests {
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|entry| entry.unwrap().path())
-            .filter(|p| p != &path)
+            .filter(|p| p != &path && !p.to_string_lossy().ends_with(".tree"))
             .collect();
         files.sort();
         assert!(!files.is_empty(), "nothing was rotated");

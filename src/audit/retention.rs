@@ -12,7 +12,10 @@
 //!   file already gone is skipped);
 //! - the live file of a chain no server writes any more (its lock is free: a replica that is
 //!   gone, such as a Kubernetes pod replaced by another), once its last line is older than the
-//!   cut-off and all its rotated files are gone too: the whole chain has aged out;
+//!   cut-off and all its rotated files are gone too: the whole chain has aged out, and its
+//!   tree and checkpoints files go with it;
+//! - never a chain's tree file otherwise: it keeps the hashes of the lines deleted, so that
+//!   proofs and checkpoints still cover them;
 //! - never the live file of a chain a server holds, and never the caller's own.
 //!
 //! A file's age is the time written in its last line, not its mtime, which a backup or a copy
@@ -143,6 +146,10 @@ fn prune_idle_live(live: &Path, cutoff: SystemTime, out: &mut Vec<DroppedFile>) 
     if let Some(dropped) = aged(live, cutoff)
         && let Ok(true) = delete(live, dropped, out)
     {
+        // The whole chain has aged out: its tree and its checkpoints go with it (the
+        // checkpoints' copies are in the shipped logs).
+        let _ = std::fs::remove_file(super::tree::path_of(live));
+        let _ = std::fs::remove_file(super::checkpoints::path_of(live));
         let _ = std::fs::remove_file(&lock_path);
     }
 }

@@ -24,6 +24,7 @@ pub(super) async fn doctor(config: Config) -> anyhow::Result<ExitCode> {
         Ok(tokens) => checks.problems += front_door(&config, &tokens),
     }
     checks.problems += probe_services(&config).await;
+    audit_checks(&mut checks, &config);
     let config = config.sandbox;
     let limits = config.limits.clone();
     let image = config.image.clone();
@@ -176,6 +177,80 @@ async fn probe_services(config: &Config) -> usize {
         println!("openwebui {} {line}", if ok { "ok  " } else { "FAIL" });
     }
     problems + identity_checks(config).await
+}
+
+/// The audit trail's signing key and witnesses, and what the witnesses answered last: a
+/// checkpoint one refused as inconsistent is a failure (the trail was changed after it was
+/// witnessed), as is one refused for its configuration; one unreachable is a doubt.
+fn audit_checks(checks: &mut Checks, config: &Config) {
+    use crate::audit::checkpoints;
+    let folder = match &config.audit.place {
+        crate::config::AuditPlace::Folder(folder) => folder.clone(),
+        crate::config::AuditPlace::File(path) => path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf(),
+        crate::config::AuditPlace::Off => return,
+    };
+    if config.audit.signing_key_file.is_some() {
+        let live = folder.join("doctor.jsonl");
+        match checkpoints::load(&config.audit, &config.data_dir, Some(&folder), &live) {
+            Ok(Some(signing)) => checks.line(
+                Some(true),
+                "audit",
+                format!(
+                    "checkpoints signed every {} s by {} ({} witnesses)",
+                    config.audit.checkpoint_interval.as_secs(),
+                    signing.verifier(),
+                    signing.witnesses().len()
+                ),
+            ),
+            Ok(None) => {}
+            Err(error) => checks.line(Some(false), "audit", error),
+        }
+    } else {
+        checks.line(
+            Some(true),
+            "audit",
+            "checkpoints are not signed: whoever can write the audit folder can rewrite the trail unseen (FILE_AGENT_AUDIT_SIGNING_KEY_FILE, docs/SECURITY.md)".into(),
+        );
+    }
+    let chains = crate::audit::chain::chains(&folder).unwrap_or_default();
+    for chain in chains {
+        let Some(live) = chain.files.last() else {
+            continue;
+        };
+        let Some(last) = checkpoints::read(&checkpoints::path_of(live))
+            .ok()
+            .and_then(|kept| kept.into_iter().last())
+        else {
+            continue;
+        };
+        for answer in &last.witnesses {
+            let ok = match answer.outcome.as_str() {
+                "cosigned" => Some(true),
+                "unreachable" => None,
+                _ => Some(false),
+            };
+            checks.line(
+                ok,
+                "witness",
+                format!(
+                    "{} {} the checkpoint of {} lines of {} ({}){}",
+                    answer.name,
+                    answer.outcome,
+                    last.size,
+                    last.origin,
+                    last.time,
+                    answer
+                        .detail
+                        .as_deref()
+                        .map(|d| format!(": {d}"))
+                        .unwrap_or_default()
+                ),
+            );
+        }
+    }
 }
 
 /// Who can call (and from where), the data folder's modes, the connection cap against the

@@ -4,6 +4,7 @@
 
 mod audit;
 mod bench;
+mod checkpoints;
 mod doctor;
 mod run;
 mod serve;
@@ -142,10 +143,62 @@ enum AuditCommand {
     /// the first broken line. Give the data folder (or its audit/ folder) to check every chain,
     /// each server's on its own; or files of one chain, rotated ones first, oldest first.
     /// Exit 1 when broken.
+    ///
+    /// With --key, also every checkpoint signed of each chain (kept beside it, and the copies
+    /// given with --checkpoints): its signature by that key, its witnesses' cosignatures
+    /// (--witness-key), and its root against the trail's first lines. A rewritten, cut or
+    /// forked trail fails, naming the first checkpoint it contradicts and the lines at fault.
     Verify {
         /// A folder, or the files of one chain in chain order.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// The log's verifier key (`<name>+<id>+<base64>`, as `audit keygen` printed it).
+        #[arg(long, value_name = "VERIFIER")]
+        key: Option<String>,
+        /// Checkpoints kept elsewhere: a file of JSON lines (shipped JSON logs, a copy of a
+        /// `.checkpoints` file). May be given more than once.
+        #[arg(long, value_name = "FILE", requires = "key")]
+        checkpoints: Vec<PathBuf>,
+        /// A witness's cosignature key, whose cosignatures are checked. May be repeated.
+        #[arg(long, value_name = "VERIFIER", requires = "key")]
+        witness_key: Vec<String>,
+        /// The chains' origin prefix when it is not the key's name (FILE_AGENT_AUDIT_ORIGIN).
+        #[arg(long, value_name = "NAME", requires = "key")]
+        origin: Option<String>,
+    },
+    /// Make the Ed25519 key pair that signs checkpoints (C2SP signed-note formats): writes the
+    /// private key to FILE (never over an existing file, mode 0600) for
+    /// FILE_AGENT_AUDIT_SIGNING_KEY_FILE, and prints the verifier key to give reviewers and
+    /// witnesses.
+    Keygen {
+        /// The key's name, which names the log: chains are `<name>/<chain>` (e.g.
+        /// files.example.com/audit).
+        #[arg(long)]
+        name: String,
+        /// Where to write the private key. Keep it out of the data and audit folders.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Print, as JSON, a proof against the latest signed checkpoint: with --index N, that the
+    /// line whose leaf index is N (a receipt's `leaf_index`) is in the trail; with
+    /// --consistency OLD NEW, that the checkpoint of NEW lines extends that of OLD.
+    Prove {
+        /// The data folder or the audit folder.
+        #[arg(default_value = "data")]
+        folder: PathBuf,
+        /// The chain (its name, or a receipt's origin), when the folder holds several.
+        #[arg(long)]
+        chain: Option<String>,
+        /// The leaf index to prove.
+        #[arg(
+            long,
+            conflicts_with = "consistency",
+            required_unless_present = "consistency"
+        )]
+        index: Option<u64>,
+        /// Two checkpoint sizes, old then new.
+        #[arg(long, num_args = 2, value_names = ["OLD", "NEW"])]
+        consistency: Option<Vec<u64>>,
     },
     /// Print the last records readably (oldest first; across chains, by time).
     Show {
@@ -309,7 +362,29 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 /// `file-agent audit ...`: reads the trail, needs no configuration.
 fn audit_command(command: AuditCommand) -> anyhow::Result<ExitCode> {
     match command {
-        AuditCommand::Verify { files } => audit::verify(&files),
+        AuditCommand::Verify {
+            files,
+            key,
+            checkpoints,
+            witness_key,
+            origin,
+        } => match key {
+            None => audit::verify(&files),
+            Some(key) => checkpoints::verify_signed(
+                &files,
+                &key,
+                &witness_key,
+                &checkpoints,
+                origin.as_deref(),
+            ),
+        },
+        AuditCommand::Keygen { name, out } => checkpoints::keygen(&name, &out),
+        AuditCommand::Prove {
+            folder,
+            chain,
+            index,
+            consistency,
+        } => checkpoints::prove(&folder, chain.as_deref(), index, consistency.as_deref()),
         AuditCommand::Show {
             file,
             tail,

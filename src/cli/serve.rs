@@ -53,6 +53,7 @@ async fn serve_stdio(
     }
     let tools = server::build_tools(&config).await?;
     server::retention::spawn(&tools, &config, shutdown.clone());
+    server::checkpoints::spawn(&tools, &config, shutdown.clone());
     tracing::info!("serving MCP on stdio");
     let roots = config.server.local_roots.clone();
     server::serve_stdio(tools, roots, shutdown).await?;
@@ -93,6 +94,7 @@ async fn serve_http(
         );
     }
     server::retention::spawn(&tools, &config, shutdown.clone());
+    server::checkpoints::spawn(&tools, &config, shutdown.clone());
     server::serve_http(tools, &config, listener, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -172,7 +172,21 @@ pub struct AuditConfig {
     /// `FILE_AGENT_AUDIT_ON_FAILURE`: what happens to attempts while the trail cannot be
     /// written.
     pub on_failure: AuditOnFailure,
+    /// `FILE_AGENT_AUDIT_ORIGIN`: the first part of the chain's origin (`<it>/<chain>`), as
+    /// receipts and checkpoints name it; unset, the signing key's name (or `file-agent`).
+    pub origin: Option<String>,
+    /// `FILE_AGENT_AUDIT_SIGNING_KEY_FILE`: the private key that signs checkpoints
+    /// (`file-agent audit keygen` makes one); none, no checkpoint is signed.
+    pub signing_key_file: Option<PathBuf>,
+    /// `FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL`: how often a checkpoint is signed, when lines
+    /// came since the last one.
+    pub checkpoint_interval: Duration,
+    /// `FILE_AGENT_AUDIT_WITNESSES`: each witness's submission URL and cosignature key.
+    pub witnesses: Vec<(String, String)>,
 }
+
+/// `FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL`'s default, in seconds.
+pub const DEFAULT_CHECKPOINT_INTERVAL_SECS: u64 = 60;
 
 /// `FILE_AGENT_AUDIT_ON_FAILURE`: what file-agent does while its audit trail cannot be written,
 /// as auditd's `disk_full_action` chooses between halting and going on.
@@ -660,8 +674,62 @@ impl AuditConfig {
                 1..=100_000,
             )?,
             on_failure: AuditOnFailure::from_vars(vars)?,
+            origin: origin(vars)?,
+            signing_key_file: vars
+                .get("FILE_AGENT_AUDIT_SIGNING_KEY_FILE")
+                .map(|path| PathBuf::from(path.trim())),
+            checkpoint_interval: vars.seconds(
+                "FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL",
+                DEFAULT_CHECKPOINT_INTERVAL_SECS,
+                1..=86_400,
+            )?,
+            witnesses: witnesses(vars)?,
         })
     }
+}
+
+/// `FILE_AGENT_AUDIT_ORIGIN`: a note key name (no spaces, no `+`), without a trailing `/`.
+fn origin(vars: &Vars<'_>) -> Result<Option<String>, ConfigError> {
+    let Some(value) = vars.get("FILE_AGENT_AUDIT_ORIGIN") else {
+        return Ok(None);
+    };
+    let origin = value.trim().trim_end_matches('/');
+    if origin.is_empty() || origin.chars().any(|c| c.is_whitespace() || c == '+') {
+        return Err(ConfigError {
+            var: "FILE_AGENT_AUDIT_ORIGIN",
+            value,
+            expected: "a name without spaces or '+', such as files.example.com/audit".into(),
+        });
+    }
+    Ok(Some(origin.to_string()))
+}
+
+/// `FILE_AGENT_AUDIT_WITNESSES`: comma-separated `<url> <verifier key>` pairs. The keys are
+/// read when the server starts (`audit::checkpoints::witnesses`).
+fn witnesses(vars: &Vars<'_>) -> Result<Vec<(String, String)>, ConfigError> {
+    let Some(value) = vars.get("FILE_AGENT_AUDIT_WITNESSES") else {
+        return Ok(Vec::new());
+    };
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let mut parts = entry.split_whitespace();
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(url), Some(key), None)
+                    if url.starts_with("http://") || url.starts_with("https://") =>
+                {
+                    Ok((url.to_string(), key.to_string()))
+                }
+                _ => Err(ConfigError {
+                    var: "FILE_AGENT_AUDIT_WITNESSES",
+                    value: value.clone(),
+                    expected: "comma-separated `<url> <verifier key>` pairs, e.g. `https://witness.example/w1 witness.example/w1+1a2b3c4d+BCFS...`".into(),
+                }),
+            }
+        })
+        .collect()
 }
 
 impl AuditPlace {

@@ -33,7 +33,7 @@ use crate::storage::Caller;
 use crate::tools::catalog::{SAVED_TOOL_PREFIX, Tool};
 use crate::tools::dynamic::NewTool;
 use crate::tools::progress::{Outputs, Phase};
-use crate::tools::{CALL, CallContext, CallInfo, ToolError, ToolOutput, Tools};
+use crate::tools::{CALL, CallContext, CallInfo, Receipts, ToolError, ToolOutput, Tools};
 
 /// Arguments of `generate_file`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -595,6 +595,7 @@ impl FileAgentServer {
         let request = serde_json::to_value(&context.id).unwrap_or_default();
         let (call_context, shown) = self.call_context(&id, &request, tool, context);
         let (phases, outputs) = (call_context.phases.clone(), call_context.outputs.clone());
+        let receipts = call_context.receipts.clone();
         // A request whose plain header contradicts its proven user runs nothing, nor does one
         // `refusal` refuses. (Decided here rather than by wrapping `call` in one more future:
         // in a debug build every wrapper copies the whole call's state on the stack.)
@@ -619,7 +620,9 @@ impl FileAgentServer {
         // The last progress notifications go out before the answer, which ends the exchange.
         drop(phases);
         let _ = tokio::time::timeout(PROGRESS_FLUSH, shown).await;
-        answer(tool, &id, &request, started, result, &outputs)
+        let mut answered = answer(tool, &id, &request, started, result, &outputs);
+        answered.meta = receipts_meta(receipts.taken());
+        answered
     }
 
     /// What the flows of call `id` read from their task: the caller for the audit trail, where
@@ -641,6 +644,7 @@ impl FileAgentServer {
             info,
             phases,
             outputs,
+            receipts: Receipts::default(),
         };
         (call_context, shown)
     }
@@ -694,6 +698,31 @@ fn answer(
             CallToolResult::error(vec![ContentBlock::text(format!("{tool} failed: {error}"))])
         }
     }
+}
+
+/// The key of a result's `_meta` that carries the receipts of its audit lines.
+pub const RECEIPTS_META: &str = "io.file-agent/receipts";
+
+/// The `_meta` of a result whose call wrote `receipts`: each line's origin, leaf index and
+/// leaf hash (base64), for `file-agent audit prove --index`; none without lines.
+fn receipts_meta(receipts: Vec<crate::audit::Receipt>) -> Option<rmcp::model::MetaObject> {
+    use base64::Engine;
+    if receipts.is_empty() {
+        return None;
+    }
+    let list: Vec<serde_json::Value> = receipts
+        .into_iter()
+        .map(|receipt| {
+            serde_json::json!({
+                "origin": receipt.origin,
+                "leaf_index": receipt.leaf_index,
+                "leaf_hash": base64::engine::general_purpose::STANDARD.encode(receipt.leaf_hash),
+            })
+        })
+        .collect();
+    let mut meta = serde_json::Map::new();
+    meta.insert(RECEIPTS_META.into(), serde_json::Value::Array(list));
+    Some(rmcp::model::MetaObject(meta))
 }
 
 /// The longest an answer waits for the progress notifications queued before it.

@@ -12,6 +12,7 @@
 //! crash are reaped at start-up and every `FILE_AGENT_REAP_INTERVAL`.
 
 pub mod auth;
+pub mod checkpoints;
 pub mod connections;
 mod files;
 pub mod gate;
@@ -20,6 +21,7 @@ pub mod private;
 pub mod requests;
 pub mod retention;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,6 +84,9 @@ pub enum StartError {
     /// The data folder or the audit trail is open to other local users.
     #[error(transparent)]
     OpenToOthers(#[from] private::OpenToOthers),
+    /// The checkpoints cannot be signed as configured (the key, the witnesses).
+    #[error("{0}")]
+    Signing(String),
 }
 
 /// Removes leftover containers: what belongs to no live server (stopped a while ago, or running
@@ -306,22 +311,34 @@ impl ToolParts {
 /// Opens the audit trail where it is configured: in a shared audit folder, the chain of
 /// `POD_NAME`, else of `instance`; `None` when it is off.
 fn open_audit(config: &Config, instance: &str) -> Result<Option<AuditLog>, StartError> {
-    Ok(match &config.audit.place {
+    let (log, folder) = match &config.audit.place {
         AuditPlace::Folder(folder) => {
             let chain = config.audit.chain.as_deref().unwrap_or(instance);
             let log = AuditLog::open_chain(folder, chain, config.audit.clone())?;
-            tracing::info!(file = %log.path().display(), "audit trail");
-            Some(log)
+            (log, folder.clone())
         }
         AuditPlace::File(path) => {
-            tracing::info!(file = %path.display(), "audit trail");
-            Some(AuditLog::open(path, config.audit.clone())?)
+            let log = AuditLog::open(path, config.audit.clone())?;
+            (log, path.parent().unwrap_or(Path::new(".")).to_path_buf())
         }
         AuditPlace::Off => {
+            if config.audit.signing_key_file.is_some() {
+                tracing::warn!(
+                    "FILE_AGENT_AUDIT_SIGNING_KEY_FILE is set but the audit trail is off: nothing is signed"
+                );
+            }
             tracing::warn!("the audit trail is off (FILE_AGENT_AUDIT_FILE=off)");
-            None
+            return Ok(None);
         }
-    })
+    };
+    tracing::info!(file = %log.path().display(), origin = log.origin(), "audit trail");
+    let signing =
+        crate::audit::checkpoints::load(&config.audit, &config.data_dir, Some(&folder), log.path())
+            .map_err(StartError::Signing)?;
+    Ok(Some(match signing {
+        Some(signing) => log.with_signing(signing)?,
+        None => log,
+    }))
 }
 
 /// The HTTP application: `/mcp`, `/health`, `/metrics`, the protected-resource metadata, and
@@ -569,12 +586,13 @@ fn connection_bounds(config: &Config) -> connections::Bounds {
 
 /// The last stage of every shutdown, whatever the transport: stop the calls still running
 /// (their containers are killed and removed) and wait for them, then drain the warm pool and
-/// wait for the removals under way. The stages before it are the signal (`cli::shutdown_token`,
+/// wait for the removals under way; sign a last checkpoint of the audit trail. The stages before it are the signal (`cli::shutdown_token`,
 /// a token: what mini-redis's `Shutdown` is, with "already fired" built in) and, over HTTP, the
 /// grace period in [`serve_http`].
 async fn drain(tools: &Tools) {
     tools.stop_calls(CALLS_STOP_WAIT).await;
     tools.sandbox().shutdown().await;
+    checkpoints::last_round(tools).await;
 }
 
 /// Serves MCP on stdin/stdout until the client closes it or `shutdown` fires; a client that
@@ -773,16 +791,25 @@ fn audit_health(tools: &Tools) -> Option<(bool, serde_json::Value)> {
     let (audit, probed) = tools.audit_log().zip(tools.audit_probe())?;
     let state = audit.availability();
     let refusing = probed.is_err() && audit.on_failure() == AuditOnFailure::Refuse;
-    Some((
-        refusing,
-        json!({
-            "writable": probed.is_ok(),
-            "on_failure": audit.on_failure().as_str(),
-            "since": state.since,
-            "error": probed.err().map(|error| error.to_string()),
-            "refused_calls": state.refused_calls,
-        }),
-    ))
+    let mut value = json!({
+        "writable": probed.is_ok(),
+        "on_failure": audit.on_failure().as_str(),
+        "since": state.since,
+        "error": probed.err().map(|error| error.to_string()),
+        "refused_calls": state.refused_calls,
+        "origin": audit.origin(),
+    });
+    if let Some(signing) = audit.signing() {
+        value["checkpoint"] = signing.last().map_or(serde_json::Value::Null, |last| {
+            json!({
+                "size": last.size,
+                "time": last.time,
+                "witnesses": last.witnesses,
+            })
+        });
+        value["alarm"] = json!(signing.alarm());
+    }
+    Some((refusing, value))
 }
 
 /// The network canary in `/health`: its verdict, when, what it tries and what it reached.

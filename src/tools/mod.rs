@@ -150,6 +150,30 @@ pub struct CallContext {
     pub phases: progress::Phases,
     /// What the call made ([`progress::record`]).
     pub outputs: progress::Outputs,
+    /// The receipts of the call's audit lines ([`crate::audit::Receipt`]), in order.
+    pub receipts: Receipts,
+}
+
+/// Where a call's audit lines are in their chain's tree, gathered as they are written.
+#[derive(Debug, Clone, Default)]
+pub struct Receipts(std::sync::Arc<std::sync::Mutex<Vec<crate::audit::Receipt>>>);
+
+impl Receipts {
+    /// Adds `receipt` to the receipts of the call on this task, if one is.
+    pub fn record(receipt: crate::audit::Receipt) {
+        let _ = CALL.try_with(|call| {
+            call.receipts
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(receipt)
+        });
+    }
+
+    /// The receipts gathered.
+    pub fn taken(&self) -> Vec<crate::audit::Receipt> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 tokio::task_local! {

@@ -82,8 +82,9 @@ impl<R: Runner> Tools<R> {
             caller: CALL.try_with(|call| call.info.clone()).unwrap_or_default(),
             ..record
         };
-        if let Err(error) = audit.append(record) {
-            tracing::error!(error = %error, "could not write the audit trail");
+        match audit.append(record) {
+            Ok(receipt) => super::Receipts::record(receipt),
+            Err(error) => tracing::error!(error = %error, "could not write the audit trail"),
         }
     }
 
@@ -240,7 +241,10 @@ impl AttemptLine {
         let written = audit.append(record);
         self.reservation = None;
         match written {
-            Ok(()) => Ok(()),
+            Ok(receipt) => {
+                super::Receipts::record(receipt);
+                Ok(())
+            }
             Err(error) => {
                 tracing::error!(%error, "could not write an attempt's audit line");
                 refusal_or_not(&audit, error)
@@ -262,10 +266,11 @@ impl AttemptLine {
 
 impl Drop for AttemptLine {
     fn drop(&mut self) {
-        if let (Some(audit), Some(record)) = (&self.audit, self.record.take())
-            && let Err(error) = audit.append(record)
-        {
-            tracing::error!(error = %error, "could not write the audit trail");
+        if let (Some(audit), Some(record)) = (&self.audit, self.record.take()) {
+            match audit.append(record) {
+                Ok(receipt) => super::Receipts::record(receipt),
+                Err(error) => tracing::error!(error = %error, "could not write the audit trail"),
+            }
         }
         self.reservation = None;
     }

@@ -36,6 +36,7 @@ mod retention;
 mod runner;
 mod sandbox;
 mod saved_tools;
+mod signed_trail;
 mod status;
 mod tenants;
 mod url_policy;

@@ -55,7 +55,8 @@ fn files_of(folder: &Path, chain: &str) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(folder)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&format!("{chain}.jsonl")) && !n.ends_with(".lock"))
+        .filter(|n| n.starts_with(&format!("{chain}.jsonl")))
+        .filter(|n| !n.ends_with(".lock") && !n.ends_with(".tree") && !n.ends_with(".checkpoints"))
         .collect();
     names.sort();
     names
@@ -75,7 +76,8 @@ fn retention_lines(audit: &Path) -> Vec<serde_json::Value> {
     let mut lines = Vec::new();
     for entry in std::fs::read_dir(audit).unwrap() {
         let path = entry.unwrap().path();
-        if path.to_string_lossy().contains(".lock") {
+        let name = path.to_string_lossy();
+        if name.contains(".lock") || name.ends_with(".tree") || name.ends_with(".checkpoints") {
             continue;
         }
         for line in std::fs::read_to_string(&path).unwrap().lines() {

@@ -6,6 +6,7 @@ pub mod issuer;
 pub mod kubernetes;
 pub mod openai;
 pub mod openwebui;
+pub mod witness;
 
 /// Serves `app` on a free loopback port; the server lives as long as the test's runtime.
 pub async fn spawn(app: axum::Router) -> String {

@@ -1,0 +1,427 @@
+//! Signed checkpoints of a chain (c2sp.org/tlog-checkpoint): with a signing key
+//! (`FILE_AGENT_AUDIT_SIGNING_KEY_FILE`), the server signs its chain's tree size and root
+//! every `FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL` when lines were added, and at shutdown. Each
+//! checkpoint goes to the configured witnesses ([`super::witness`]), then is kept beside the
+//! chain, `<chain file>.checkpoints` (one JSON record per line, with the witnesses'
+//! cosignatures and answers), and written to the log as an event, so whatever ships the logs
+//! takes a copy off the host. A checkpoint never covers a line that is not synced: lines are
+//! synced as they are written, and the tree before it is signed.
+//!
+//! What a checkpoint proves: that the holder of the key saw these lines, in this order, at
+//! that time. Whoever can rewrite the audit folder can rewrite lines and the tree, but cannot
+//! sign a checkpoint of the rewritten trail without the key, and the checkpoints already out
+//! (shipped logs, a witness, a reviewer's copy) then contradict it: `audit verify --key`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+
+use super::merkle::Hash;
+use super::note::{Checkpoint, SignerKey, VerifierKey};
+
+/// The longest record of the checkpoints file read (a note with its cosignatures).
+const MAX_RECORD_BYTES: u64 = 256 * 1024;
+
+/// One checkpoint as kept beside the chain (and as `audit verify --checkpoints` reads copies:
+/// any JSON line whose `checkpoint` field, or `fields.checkpoint` in a JSON log line, holds a
+/// signed note).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredCheckpoint {
+    /// When it was signed (UTC, RFC 3339).
+    pub time: String,
+    /// Its origin.
+    pub origin: String,
+    /// Lines covered.
+    pub size: u64,
+    /// Their root, base64.
+    pub root: String,
+    /// The signed note, with the witnesses' cosignature lines after the log's signature.
+    pub checkpoint: String,
+    /// What each witness answered.
+    #[serde(default)]
+    pub witnesses: Vec<WitnessAnswer>,
+}
+
+/// What one witness answered to one checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WitnessAnswer {
+    /// Its key's name.
+    pub name: String,
+    /// `cosigned`, `inconsistent` (it holds a history this checkpoint does not extend: an
+    /// alarm), `refused` (it does not take this log's checkpoints: a configuration error) or
+    /// `unreachable`.
+    pub outcome: String,
+    /// What it said, when not cosigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The checkpoints file of the chain whose live file is `live`: `<live>.checkpoints`.
+pub fn path_of(live: &Path) -> PathBuf {
+    let mut name = live.file_name().unwrap_or_default().to_os_string();
+    name.push(".checkpoints");
+    live.with_file_name(name)
+}
+
+/// The checkpoints in `path` (a checkpoints file, or shipped JSON logs), in file order; lines
+/// that hold none are skipped, as is a record longer than [`MAX_RECORD_BYTES`].
+pub fn read(path: &Path) -> std::io::Result<Vec<StoredCheckpoint>> {
+    let mut reader = BufReader::new(std::fs::File::open(path)?);
+    let mut found = Vec::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut reader)
+            .take(MAX_RECORD_BYTES)
+            .read_until(b'\n', &mut line)?;
+        if read == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') && read as u64 == MAX_RECORD_BYTES {
+            // Too long: skip the rest of it.
+            let mut rest = Vec::new();
+            reader.read_until(b'\n', &mut rest)?;
+            continue;
+        }
+        if let Some(checkpoint) = from_line(&line) {
+            found.push(checkpoint);
+        }
+    }
+    Ok(found)
+}
+
+/// A checkpoint from one JSON line: a stored record, or a log event carrying one.
+fn from_line(line: &[u8]) -> Option<StoredCheckpoint> {
+    let value: serde_json::Value = serde_json::from_slice(line).ok()?;
+    if let Ok(stored) = serde_json::from_value::<StoredCheckpoint>(value.clone()) {
+        return Some(stored);
+    }
+    let note = value
+        .get("checkpoint")
+        .or_else(|| value.get("fields").and_then(|f| f.get("checkpoint")))?
+        .as_str()?;
+    let parsed = super::note::Note::parse(note).ok()?;
+    let body = Checkpoint::parse(&parsed.text).ok()?;
+    Some(StoredCheckpoint {
+        time: value
+            .get("timestamp")
+            .and_then(|t| t.as_str())
+            .unwrap_or_default()
+            .to_string(),
+        origin: body.origin,
+        size: body.size,
+        root: BASE64.encode(body.root),
+        checkpoint: note.to_string(),
+        witnesses: Vec::new(),
+    })
+}
+
+/// A witness, as `FILE_AGENT_AUDIT_WITNESSES` names it.
+#[derive(Debug, Clone)]
+pub struct Witness {
+    /// Its submission prefix: checkpoints go to `<url>/add-checkpoint`.
+    pub url: String,
+    /// Its cosignature key.
+    pub key: VerifierKey,
+}
+
+/// What the server signs with, and what it knows of the checkpoints it signed.
+#[derive(Debug)]
+pub struct Signing {
+    key: SignerKey,
+    origin: String,
+    witnesses: Vec<Witness>,
+    store: PathBuf,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The size of the last checkpoint signed.
+    signed: u64,
+    /// The size each witness last cosigned (by index), as far as this server knows.
+    witnessed: Vec<u64>,
+    /// Why the trail is in doubt: a witness refused a checkpoint as inconsistent, or the trail
+    /// no longer matches a checkpoint signed before.
+    alarm: Option<String>,
+    /// The last checkpoint kept.
+    last: Option<StoredCheckpoint>,
+}
+
+/// A checkpoint signed, before the witnesses have answered.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    /// Its body.
+    pub checkpoint: Checkpoint,
+    /// The signed note.
+    pub note: String,
+}
+
+impl Signing {
+    /// Signing with `key` as `origin`, the checkpoints kept in `store`, sent to `witnesses`.
+    /// What was kept before tells which sizes were signed and witnessed.
+    pub fn new(key: SignerKey, origin: String, witnesses: Vec<Witness>, store: PathBuf) -> Self {
+        let kept = read(&store).unwrap_or_default();
+        let mut state = State {
+            witnessed: vec![0; witnesses.len()],
+            ..State::default()
+        };
+        for stored in kept.iter().filter(|stored| stored.origin == origin) {
+            state.signed = state.signed.max(stored.size);
+            for answer in stored.witnesses.iter().filter(|a| a.outcome == "cosigned") {
+                if let Some(index) = witnesses.iter().position(|w| w.key.name == answer.name) {
+                    state.witnessed[index] = state.witnessed[index].max(stored.size);
+                }
+            }
+            state.last = Some(stored.clone());
+        }
+        Self {
+            key,
+            origin,
+            witnesses,
+            store,
+            state: Mutex::new(state),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The origin of this server's chain.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The witnesses.
+    pub fn witnesses(&self) -> &[Witness] {
+        &self.witnesses
+    }
+
+    /// The log's verifier key.
+    pub fn verifier(&self) -> VerifierKey {
+        self.key.verifier()
+    }
+
+    /// The size of the last checkpoint signed.
+    pub fn signed_size(&self) -> u64 {
+        self.state().signed
+    }
+
+    /// The last checkpoint kept.
+    pub fn last(&self) -> Option<StoredCheckpoint> {
+        self.state().last.clone()
+    }
+
+    /// The size witness `index` last cosigned.
+    pub fn witnessed(&self, index: usize) -> u64 {
+        self.state().witnessed.get(index).copied().unwrap_or(0)
+    }
+
+    /// Why the trail is in doubt, if it is.
+    pub fn alarm(&self) -> Option<String> {
+        self.state().alarm.clone()
+    }
+
+    /// Raises the alarm: logged as an error, counted, shown by `/health` and `doctor`.
+    pub fn raise(&self, alarm: String) {
+        tracing::error!(origin = %self.origin, "audit trail alarm: {alarm}");
+        crate::metrics::metrics().audit_alarm();
+        self.state().alarm = Some(alarm);
+    }
+
+    /// Signs the checkpoint of `size` lines with root `root`, unless one of that size is
+    /// signed already.
+    pub fn sign(&self, size: u64, root: Hash) -> Option<Signed> {
+        let mut state = self.state();
+        if size == 0 || size <= state.signed {
+            return None;
+        }
+        let checkpoint = Checkpoint {
+            origin: self.origin.clone(),
+            size,
+            root,
+        };
+        let note = self.key.sign(&checkpoint.text());
+        state.signed = size;
+        Some(Signed { checkpoint, note })
+    }
+
+    /// Notes that witness `index` cosigned a checkpoint of `size`.
+    pub fn witnessed_at(&self, index: usize, size: u64) {
+        if let Some(witnessed) = self.state().witnessed.get_mut(index) {
+            *witnessed = (*witnessed).max(size);
+        }
+    }
+
+    /// Keeps `stored` beside the chain (appended and synced) and logs it as an event.
+    pub fn keep(&self, stored: StoredCheckpoint) -> std::io::Result<()> {
+        let line = serde_json::to_string(&stored).map_err(std::io::Error::other)?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.store)?;
+        file.write_all(format!("{line}\n").as_bytes())?;
+        file.sync_data()?;
+        let cosigned: Vec<&str> = stored
+            .witnesses
+            .iter()
+            .filter(|a| a.outcome == "cosigned")
+            .map(|a| a.name.as_str())
+            .collect();
+        tracing::info!(
+            origin = %stored.origin,
+            size = stored.size,
+            root = %stored.root,
+            cosigned_by = ?cosigned,
+            checkpoint = %stored.checkpoint,
+            "audit checkpoint"
+        );
+        crate::metrics::metrics().audit_checkpoint();
+        self.state().last = Some(stored);
+        Ok(())
+    }
+}
+
+/// The longest signing key file read.
+const MAX_KEY_FILE_BYTES: u64 = 4096;
+
+/// The signing of the chain whose live file is `live`, when `FILE_AGENT_AUDIT_SIGNING_KEY_FILE`
+/// is set: the key read and checked, the origin, the witnesses. The key must live where the
+/// trail does not: a key inside the data folder (`data_dir`) or the audit folder (`audit_dir`),
+/// or one other users may read, refuses the start, since whoever can rewrite the trail could
+/// then sign the rewrite.
+pub fn load(
+    config: &crate::config::AuditConfig,
+    data_dir: &Path,
+    audit_dir: Option<&Path>,
+    live: &Path,
+) -> Result<Option<Signing>, String> {
+    let Some(path) = &config.signing_key_file else {
+        return Ok(None);
+    };
+    let key = read_key(path, data_dir, audit_dir)?;
+    let witnesses = witnesses(&config.witnesses)?;
+    let origin = format!(
+        "{}/{}",
+        config.origin.as_deref().unwrap_or(key.name()),
+        super::chain_name(live)
+    );
+    tracing::info!(%origin, key = %key.verifier(), witnesses = witnesses.len(), "audit checkpoints are signed");
+    Ok(Some(Signing::new(key, origin, witnesses, path_of(live))))
+}
+
+/// Reads the signing key at `path`, refusing one inside the trail's folders or open to others.
+fn read_key(path: &Path, data_dir: &Path, audit_dir: Option<&Path>) -> Result<SignerKey, String> {
+    let shown = path.display();
+    let canonical = path.canonicalize().map_err(|error| {
+        format!("FILE_AGENT_AUDIT_SIGNING_KEY_FILE {shown} cannot be read: {error}; make one with `file-agent audit keygen`")
+    })?;
+    for (folder, what) in [
+        (Some(data_dir), "the data folder"),
+        (audit_dir, "the audit folder"),
+    ] {
+        if let Some(folder) = folder.and_then(|f| f.canonicalize().ok())
+            && canonical.starts_with(&folder)
+        {
+            return Err(format!(
+                "FILE_AGENT_AUDIT_SIGNING_KEY_FILE {shown} is inside {what} ({}): whoever can rewrite the trail could read the key and sign the rewrite. Keep it where the trail is not: a Kubernetes Secret, a file mounted read-only from elsewhere",
+                folder.display()
+            ));
+        }
+    }
+    let metadata = std::fs::metadata(&canonical)
+        .map_err(|error| format!("FILE_AGENT_AUDIT_SIGNING_KEY_FILE {shown}: {error}"))?;
+    let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
+    if mode & 0o007 != 0 {
+        return Err(format!(
+            "FILE_AGENT_AUDIT_SIGNING_KEY_FILE {shown} is open to other users (mode {:o}): `chmod 600` it (in Kubernetes, defaultMode: 0400 on the Secret's volume)",
+            mode & 0o777
+        ));
+    }
+    if metadata.len() > MAX_KEY_FILE_BYTES {
+        return Err(format!(
+            "FILE_AGENT_AUDIT_SIGNING_KEY_FILE {shown} is larger than a key ({} bytes)",
+            metadata.len()
+        ));
+    }
+    let text = std::fs::read_to_string(&canonical)
+        .map_err(|error| format!("FILE_AGENT_AUDIT_SIGNING_KEY_FILE {shown}: {error}"))?;
+    SignerKey::parse(&text)
+        .map_err(|error| format!("FILE_AGENT_AUDIT_SIGNING_KEY_FILE {shown}: {error}"))
+}
+
+/// `FILE_AGENT_AUDIT_WITNESSES`'s entries (`<url> <verifier key>`) as witnesses; the error
+/// names the entry.
+pub fn witnesses(entries: &[(String, String)]) -> Result<Vec<Witness>, String> {
+    entries
+        .iter()
+        .map(|(url, key)| {
+            let key = VerifierKey::parse(key).map_err(|error| {
+                format!("FILE_AGENT_AUDIT_WITNESSES: the key of {url}: {error}")
+            })?;
+            if key.algorithm != super::note::COSIGNATURE_ALGORITHM {
+                return Err(format!(
+                    "FILE_AGENT_AUDIT_WITNESSES: the key of {url} is not a cosignature key (its algorithm byte must be 0x04, as c2sp.org/tlog-cosignature has it)"
+                ));
+            }
+            Ok(Witness {
+                url: url.trim_end_matches('/').to_string(),
+                key,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_are_read_from_the_store_and_from_shipped_json_logs() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SignerKey::from_seed("log.example/audit", &[7; 32], 1).unwrap();
+        let signing = Signing::new(
+            SignerKey::from_seed("log.example/audit", &[7; 32], 1).unwrap(),
+            "log.example/audit/chain-1".into(),
+            Vec::new(),
+            dir.path().join("c.jsonl.checkpoints"),
+        );
+        let signed = signing.sign(3, [1; 32]).unwrap();
+        assert!(signing.sign(3, [1; 32]).is_none(), "that size is signed");
+        let stored = StoredCheckpoint {
+            time: "t".into(),
+            origin: signed.checkpoint.origin.clone(),
+            size: 3,
+            root: BASE64.encode([1; 32]),
+            checkpoint: signed.note.clone(),
+            witnesses: Vec::new(),
+        };
+        signing.keep(stored.clone()).unwrap();
+        assert_eq!(
+            read(&dir.path().join("c.jsonl.checkpoints")).unwrap(),
+            vec![stored.clone()]
+        );
+        // A JSON log line carrying the note, among other lines.
+        let log = dir.path().join("log.jsonl");
+        let event = serde_json::json!({"timestamp": "t", "level": "INFO",
+            "fields": {"message": "audit checkpoint", "checkpoint": signed.note}});
+        std::fs::write(&log, format!("not json\n{{\"level\":\"INFO\"}}\n{event}\n")).unwrap();
+        let shipped = read(&log).unwrap();
+        assert_eq!(shipped.len(), 1);
+        assert_eq!((shipped[0].size, &shipped[0].checkpoint), (3, &signed.note));
+        assert_eq!(key.verifier(), signing.verifier());
+        // Reopened: the size signed is known.
+        let again = Signing::new(
+            key,
+            "log.example/audit/chain-1".into(),
+            Vec::new(),
+            dir.path().join("c.jsonl.checkpoints"),
+        );
+        assert_eq!(again.signed_size(), 3);
+    }
+}

@@ -1,0 +1,172 @@
+//! `file-agent audit keygen`, `audit prove` and `audit verify --key`: the signed checkpoints
+//! for a reviewer, without the server. The work is in `audit::proof`; this prints it.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::audit::chain;
+use crate::audit::note::{SignerKey, VerifierKey};
+use crate::audit::proof;
+
+/// Writes a new private key named `name` to `out` (refusing an existing file) and prints its
+/// verifier key.
+pub fn keygen(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
+    let (private, verifier) = SignerKey::generate(name)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .with_context(|| {
+            format!(
+                "cannot create {} (an existing key is never overwritten)",
+                out.display()
+            )
+        })?;
+    writeln!(file, "{private}").with_context(|| format!("cannot write {}", out.display()))?;
+    file.sync_all()?;
+    eprintln!(
+        "file-agent: wrote the private key to {} (mode 0600): point FILE_AGENT_AUDIT_SIGNING_KEY_FILE at it, outside the data and audit folders. Give reviewers and witnesses the verifier key:",
+        out.display()
+    );
+    println!("{verifier}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the proof `audit prove` asks for, as JSON.
+pub fn prove(
+    folder: &Path,
+    chain: Option<&str>,
+    index: Option<u64>,
+    consistency: Option<&[u64]>,
+) -> anyhow::Result<ExitCode> {
+    let chains = chain::chains(folder)
+        .with_context(|| format!("cannot read the audit folder {}", folder.display()))?;
+    let chain = proof::pick_chain(chains, chain, folder).map_err(anyhow::Error::msg)?;
+    let proved = match (index, consistency) {
+        (Some(index), _) => proof::inclusion(&chain, index),
+        (None, Some([old, new])) => proof::consistency(&chain, *old, *new),
+        _ => Err("give --index N, or --consistency OLD NEW".into()),
+    }
+    .map_err(anyhow::Error::msg)?;
+    println!("{}", serde_json::to_string_pretty(&proved)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `audit verify --key`: every chain under `paths` against the checkpoints signed by `key`.
+pub fn verify_signed(
+    paths: &[PathBuf],
+    key: &str,
+    witness_keys: &[String],
+    copies: &[PathBuf],
+    origin: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let key = VerifierKey::parse(key).context("--key")?;
+    let witnesses: Vec<VerifierKey> = witness_keys
+        .iter()
+        .map(|k| VerifierKey::parse(k).context("--witness-key"))
+        .collect::<anyhow::Result<_>>()?;
+    let mut kept = Vec::new();
+    for copy in copies {
+        kept.extend(
+            crate::audit::checkpoints::read(copy)
+                .with_context(|| format!("cannot read the checkpoints in {}", copy.display()))?,
+        );
+    }
+    let chains = match paths {
+        [folder] if folder.is_dir() => chain::chains(folder)
+            .with_context(|| format!("cannot read the audit folder {}", folder.display()))?,
+        files => vec![chain::Chain {
+            name: files
+                .last()
+                .map(|f| f.display().to_string())
+                .unwrap_or_default(),
+            files: files.to_vec(),
+        }],
+    };
+    if chains.is_empty() {
+        anyhow::bail!("no audit chain (<name>.jsonl) under the paths given");
+    }
+    let origin_of = |chain: &chain::Chain| {
+        origin.map(|prefix| {
+            let live = chain.files.last().cloned().unwrap_or_default();
+            format!("{prefix}/{}", crate::audit::chain_name(&live))
+        })
+    };
+    let checks: Vec<_> = chains
+        .iter()
+        .map(|chain| {
+            (
+                chain,
+                proof::check_signed(chain, origin_of(chain).as_deref(), &key, &witnesses, &kept),
+            )
+        })
+        .collect();
+    let broken = checks.iter().filter(|(_, check)| !check.ok()).count();
+    if broken == 0 {
+        println!(
+            "ok: {} chains, every chain unbroken and matching every checkpoint signed by {key}",
+            checks.len()
+        );
+    } else {
+        println!(
+            "broken: {broken} of {} chains contradict the checkpoints signed by {key}",
+            checks.len()
+        );
+    }
+    for (chain, check) in &checks {
+        print_signed(chain, check);
+    }
+    Ok(if broken == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// One chain's verdict against its checkpoints.
+fn print_signed(chain: &chain::Chain, check: &proof::SignedCheck) {
+    let verified = match &check.chain {
+        Ok(verified) => verified,
+        Err(broken) => return println!("  {}: broken: {broken}", chain.name),
+    };
+    let lines = verified.first_seq.saturating_sub(1) + verified.lines;
+    let verdict = if check.problems.is_empty() {
+        "ok"
+    } else {
+        "broken"
+    };
+    println!(
+        "  {}: {verdict}, {lines} lines, origin {}",
+        chain.name, check.origin
+    );
+    for problem in &check.problems {
+        println!("    {problem}");
+    }
+    if let Some((size, (time, root))) = check.checkpoints.last_key_value() {
+        use base64::Engine;
+        println!(
+            "    {} checkpoints signed; the latest covers {size} lines ({time}, root {}){}",
+            check.checkpoints.len(),
+            base64::engine::general_purpose::STANDARD.encode(root),
+            if lines > *size {
+                format!("; lines {}..{lines} were written since", size + 1)
+            } else {
+                String::new()
+            }
+        );
+    }
+    for (witness, size) in &check.cosigned {
+        println!("    witnessed by {witness}: up to {size} lines");
+    }
+    if verified.first_seq > 1 {
+        println!(
+            "    lines 1..{} were deleted by retention; the tree file stands in for them",
+            verified.first_seq - 1
+        );
+    }
+}
