@@ -105,6 +105,9 @@ enum Command {
         /// Skip the `run_python` round trips over MCP.
         #[arg(long)]
         no_mcp: bool,
+        /// Skip the signed audit trail's figures (appends, signing, proofs at a million lines).
+        #[arg(long)]
+        no_trail: bool,
     },
 }
 
@@ -423,6 +426,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
             throughput,
             concurrency,
             no_mcp,
+            no_trail,
         } => {
             let args = bench::BenchArgs {
                 runs: runs.max(1),
@@ -430,6 +434,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
                 throughput,
                 concurrency: concurrency.unwrap_or_else(bench::cpus).max(1),
                 mcp: !no_mcp,
+                trail: !no_trail,
             };
             bench::bench(config, args).await
         }

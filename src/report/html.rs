@@ -212,6 +212,15 @@ fn broken_alarm(page: &mut String, integrity: &Integrity) {
             opt(chain.broken.as_deref())
         );
     }
+    for chain in &integrity.chains {
+        if let Some(problem) = chain
+            .checkpoint
+            .as_ref()
+            .and_then(|c| c.contradicted.as_ref())
+        {
+            let _ = write!(page, "<p>Chain {}: {}</p>", esc(&chain.name), esc(problem));
+        }
+    }
     page.push_str("</div>");
 }
 
@@ -230,9 +239,35 @@ fn chain_verdict(chain: &ChainIntegrity) -> String {
         ),
         (None, None) => "intact from its first line".into(),
     };
+    let verdict = match &chain.checkpoint {
+        None => verdict,
+        Some(seen) => format!("{verdict}<br/>{}", checkpoint_words(seen)),
+    };
     chain.crash_traces.iter().fold(verdict, |verdict, trace| {
         format!("{verdict}<br/>crash (not tampering): {}", esc(trace))
     })
+}
+
+/// What a chain's kept checkpoints say of it: the one its lines match and who witnessed it,
+/// or the one they contradict.
+fn checkpoint_words(seen: &crate::report::CheckpointMatch) -> String {
+    let matched = match &seen.matches {
+        Some((size, time)) => format!(
+            "matches the signed checkpoint of {size} lines of <code>{}</code> ({}){}",
+            esc(&seen.origin),
+            esc(time),
+            if seen.witnessed_by.is_empty() {
+                ", witnessed by none".to_string()
+            } else {
+                format!(", witnessed by {}", esc(&seen.witnessed_by.join(", ")))
+            }
+        ),
+        None => format!("matches none of its {} signed checkpoints", seen.kept),
+    };
+    match &seen.contradicted {
+        Some(problem) => format!("{matched}<br/><span class=\"bad\">{}</span>", esc(problem)),
+        None => format!("{matched} (signatures: audit verify --key)"),
+    }
 }
 
 fn summary(page: &mut String, report: &Report) {
@@ -753,6 +788,16 @@ fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>
         page,
         "chain, line",
         format!("{} #{}", esc(&detail.chain), r.seq),
+    );
+    row(
+        page,
+        "receipt",
+        format!(
+            "leaf {} · leaf hash <code>{}</code> (audit prove --index {})",
+            detail.leaf_index,
+            esc(&detail.leaf_hash),
+            detail.leaf_index
+        ),
     );
     detail_caller(page, r, versions);
     detail_container(page, r);

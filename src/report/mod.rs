@@ -296,6 +296,25 @@ pub struct ChainIntegrity {
     /// start-up and recorded, or not cut yet. Never a break.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub crash_traces: Vec<String>,
+    /// The signed checkpoints kept beside it, held against its lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointMatch>,
+}
+
+/// Which kept checkpoint a chain's lines match, and what witnessed it. The roots are
+/// recomputed from the lines; the signatures are `audit verify --key`'s to check.
+#[derive(Debug, Serialize)]
+pub struct CheckpointMatch {
+    /// The chain's origin.
+    pub origin: String,
+    /// Checkpoints kept.
+    pub kept: usize,
+    /// The largest checkpoint the lines match: its size and when it was signed.
+    pub matches: Option<(u64, String)>,
+    /// The witnesses that cosigned that one.
+    pub witnessed_by: Vec<String>,
+    /// The first kept checkpoint the lines do not match, in words (the trail was changed).
+    pub contradicted: Option<String>,
 }
 
 /// Totals and the chart.
@@ -476,6 +495,11 @@ pub struct Detail {
     pub ending: Ending,
     /// The line (code and error cut at [`TEXT_MAX`]).
     pub record: Record,
+    /// Its receipt: its leaf index in the chain's tree (`seq` − 1) and its leaf hash (base64
+    /// of SHA-256(0x00 ‖ the line)), what `audit prove --index` proves.
+    pub leaf_index: u64,
+    /// See `leaf_index`.
+    pub leaf_hash: String,
 }
 
 /// One attempt as the first pass keeps it.
@@ -509,7 +533,7 @@ fn versions_folder(source: &Path) -> Option<PathBuf> {
 
 /// Calls every record of `chain`, with its line number; a line that does not parse is
 /// skipped (the integrity section already names it).
-fn each_record(chain: &Chain, mut visit: impl FnMut(Record)) {
+fn each_record(chain: &Chain, mut visit: impl FnMut(Record, &str)) {
     for path in &chain.files {
         let Ok(file) = std::fs::File::open(path) else {
             continue;
@@ -517,7 +541,7 @@ fn each_record(chain: &Chain, mut visit: impl FnMut(Record)) {
         for line in std::io::BufReader::new(file).lines() {
             let Ok(line) = line else { break };
             if let Ok(record) = serde_json::from_str::<Record>(&line) {
-                visit(record);
+                visit(record, &line);
             }
         }
     }
@@ -559,9 +583,18 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
         .iter()
         .enumerate()
         .map(|(index, chain)| {
-            crate::audit::verify_each(&chain.files, |record| {
-                first.add(index, chain, filter, record);
-            })
+            let live = chain.files.last().cloned().unwrap_or_default();
+            let kept = crate::audit::checkpoints::read(&crate::audit::checkpoints::path_of(&live))
+                .unwrap_or_default();
+            let tree =
+                crate::audit::tree::TreeFile::open_existing(&crate::audit::tree::path_of(&live))
+                    .ok();
+            let sizes = kept.iter().map(|c| c.size).collect();
+            let verdict =
+                crate::audit::verify_with_roots(&chain.files, sizes, tree.as_ref(), |record| {
+                    first.add(index, chain, filter, record);
+                });
+            (verdict, kept)
         })
         .collect();
     let integrity = integrity(&chains, &verdicts, unreadable, &first.deleted);
@@ -777,19 +810,78 @@ impl Tally {
 /// The integrity section: each chain's verdict, and whether all is intact.
 fn integrity(
     chains: &[Chain],
-    verdicts: &[Result<crate::audit::Verified, crate::audit::Broken>],
+    verdicts: &[ChainVerdict],
     unreadable: Option<String>,
     deleted: &HashMap<String, String>,
 ) -> Integrity {
+    let chains: Vec<ChainIntegrity> = chains
+        .iter()
+        .zip(verdicts)
+        .map(|(chain, (verdict, kept))| {
+            let mut integrity = chain_integrity(chain, verdict, deleted);
+            integrity.checkpoint = checkpoint_match(verdict, kept);
+            integrity
+        })
+        .collect();
     Integrity {
-        intact: unreadable.is_none() && verdicts.iter().all(Result::is_ok),
+        intact: unreadable.is_none()
+            && chains.iter().all(|c| {
+                c.broken.is_none()
+                    && c.checkpoint
+                        .as_ref()
+                        .is_none_or(|m| m.contradicted.is_none())
+            }),
         unreadable,
-        chains: chains
-            .iter()
-            .zip(verdicts)
-            .map(|(chain, verdict)| chain_integrity(chain, verdict, deleted))
-            .collect(),
+        chains,
     }
+}
+
+/// A chain's verdict and the checkpoints kept beside it.
+type ChainVerdict = (
+    Result<crate::audit::Verified, crate::audit::Broken>,
+    Vec<crate::audit::checkpoints::StoredCheckpoint>,
+);
+
+/// The kept checkpoints held against the roots of the chain's lines: the largest it matches,
+/// and the first it does not.
+fn checkpoint_match(
+    verdict: &Result<crate::audit::Verified, crate::audit::Broken>,
+    kept: &[crate::audit::checkpoints::StoredCheckpoint],
+) -> Option<CheckpointMatch> {
+    use base64::Engine;
+    let verified = verdict.as_ref().ok()?;
+    let first = kept.first()?;
+    let lines = verified.first_seq.saturating_sub(1) + verified.lines;
+    let mut found = CheckpointMatch {
+        origin: first.origin.clone(),
+        kept: kept.len(),
+        matches: None,
+        witnessed_by: Vec::new(),
+        contradicted: None,
+    };
+    let mut sorted: Vec<_> = kept.iter().collect();
+    sorted.sort_by_key(|c| c.size);
+    for checkpoint in sorted {
+        let root = verified
+            .roots
+            .get(&checkpoint.size)
+            .map(|root| base64::engine::general_purpose::STANDARD.encode(root));
+        if checkpoint.size <= lines && root.as_deref() == Some(checkpoint.root.as_str()) {
+            found.matches = Some((checkpoint.size, checkpoint.time.clone()));
+            found.witnessed_by = checkpoint
+                .witnesses
+                .iter()
+                .filter(|w| w.outcome == "cosigned")
+                .map(|w| w.name.clone())
+                .collect();
+        } else if found.contradicted.is_none() && checkpoint.size >= verified.first_seq {
+            found.contradicted = Some(format!(
+                "the checkpoint of {} lines signed at {} does not match the trail's lines: they were changed, removed or inserted since (audit verify --key names which)",
+                checkpoint.size, checkpoint.time
+            ));
+        }
+    }
+    Some(found)
 }
 
 /// One chain's verdict in words; `deleted` names the files retention deleted.
@@ -826,6 +918,7 @@ fn chain_integrity(
         continues_from,
         broken,
         crash_traces,
+        checkpoint: None,
     }
 }
 
@@ -914,7 +1007,7 @@ impl Choice {
         let mut attention = gave_up;
         let mut details: Vec<Detail> = Vec::new();
         for (index, chain) in chains.iter().enumerate() {
-            each_record(chain, |record| {
+            each_record(chain, |record, line| {
                 let key = (index, record.seq);
                 if is_change(&record) || !filter.admits(&record) {
                     return;
@@ -925,7 +1018,7 @@ impl Choice {
                     attention.push(self.attention_row(what, index, &record));
                 }
                 if self.chosen.contains(&key) {
-                    details.push(detail(index, chain, record));
+                    details.push(detail(index, chain, record, line));
                 }
             });
         }
@@ -956,12 +1049,16 @@ impl Choice {
 }
 
 /// An attempt shown in full, its code and error cut at [`TEXT_MAX`].
-fn detail(index: usize, chain: &Chain, record: Record) -> Detail {
+fn detail(index: usize, chain: &Chain, record: Record, line: &str) -> Detail {
+    use base64::Engine;
     let cut = |text: String| crate::text::excerpt(&text, TEXT_MAX);
     Detail {
         anchor: anchor(index, record.seq),
         chain: chain.name.clone(),
         ending: Ending::of_record(&record),
+        leaf_index: record.seq.saturating_sub(1),
+        leaf_hash: base64::engine::general_purpose::STANDARD
+            .encode(crate::audit::merkle::leaf_hash(line.as_bytes())),
         record: Record {
             code: record.code.clone().map(cut),
             error: record.error.clone().map(cut),

@@ -280,6 +280,23 @@ async fn each_answer_carries_a_receipt_that_an_independent_verifier_proves_in_a_
     assert_eq!(code, 0, "{said}");
     assert!(said.contains("witnessed by witness.test/w1"), "{said}");
 
+    // The review page: which checkpoint the trail matches and who witnessed it, and each
+    // attempt's receipt.
+    let (code, page) = crate::audit_report::report(data.path(), &[]).await;
+    assert_eq!(code, 0);
+    let integrity = crate::audit_report::parse(&page)
+        .by_id("integrity")
+        .all_text();
+    assert!(
+        integrity.contains(&format!(
+            "matches the signed checkpoint of {} lines",
+            lines.len()
+        )) && integrity.contains("witnessed by witness.test/w1"),
+        "{integrity}"
+    );
+    let first = receipts[0]["leaf_hash"].as_str().unwrap();
+    assert!(page.contains(first), "the receipt {first} is on the page");
+
     // Every checkpoint the log printed verifies on its own (what a log shipper keeps).
     let events: Vec<Value> = log
         .lines()
@@ -336,6 +353,9 @@ async fn a_rewritten_cut_or_padded_trail_fails_against_the_key_and_the_copies_ke
         said.contains("rewritten") && said.contains("lines 1.."),
         "{said}"
     );
+    let (code, page) = crate::audit_report::report(data.path(), &[]).await;
+    assert_eq!(code, 1, "the review page says the trail is broken");
+    assert!(page.contains("does not match the trail"), "{page}");
     // ... and with the checkpoints beside the chain deleted too, against the copy in the
     //     shipped logs.
     std::fs::remove_file(format!("{}.checkpoints", live.display())).unwrap();
@@ -555,4 +575,14 @@ async fn two_replicas_chains_are_each_signed_and_checked_on_their_own_and_a_key_
     );
     crate::mcp_server::assert_no_containers_of(a).await;
     crate::mcp_server::assert_no_containers_of(b).await;
+}
+
+#[tokio::test]
+async fn the_independent_verifier_passes_the_known_answers_the_specs_publish() {
+    let checked = python_verifier(&["selftest"], "").await;
+    assert_eq!(checked["ok"], true, "{checked}");
+    assert!(
+        checked["known_answers"].as_u64().unwrap() >= 90,
+        "{checked}"
+    );
 }

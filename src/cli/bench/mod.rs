@@ -16,12 +16,15 @@
 //!   plain subprocesses: attempts per second and host CPU seconds per attempt. The warm run
 //!   starts with a full pool and ends when the pool is full again, so every container it used
 //!   was made inside the window;
-//! - `run_python` over MCP through a real server in this process, without and with the pool.
+//! - `run_python` over MCP through a real server in this process, without and with the pool;
+//! - the signed audit trail: a line's append beside its leaf in the tree, signing a
+//!   checkpoint, and proofs in a tree of a million lines (`trail`).
 
 mod idle;
 mod mcp;
 mod probe;
 mod report;
+mod trail;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -53,6 +56,8 @@ pub(super) struct BenchArgs {
     pub concurrency: usize,
     /// Whether to measure `run_python` over MCP.
     pub mcp: bool,
+    /// Whether to measure the signed audit trail.
+    pub trail: bool,
 }
 
 /// Everything one run measured, for the report.
@@ -112,6 +117,9 @@ pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Res
         measured.mcp = mcp_calls(&instance, args.runs).await?;
     }
     report::print(&measured, args);
+    if args.trail {
+        trail::print(&trail::measure()?);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
