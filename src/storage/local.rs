@@ -77,26 +77,7 @@ impl LocalStore {
         if !is_id(id) {
             return Ok(None);
         }
-        let path = self.root.join(id).join(OWNER_NAME);
-        let unreadable = io(format!("cannot read the owner of file {id}"));
-        let file = match std::fs::File::open(&path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(unreadable(error)),
-        };
-        let mut owner = String::new();
-        std::io::Read::read_to_string(
-            &mut std::io::Read::take(file, MAX_OWNER_BYTES + 1),
-            &mut owner,
-        )
-        .map_err(io(format!("cannot read the owner of file {id}")))?;
-        if owner.len() as u64 > MAX_OWNER_BYTES {
-            return Err(unreadable(std::io::Error::other(format!(
-                "{} is longer than {MAX_OWNER_BYTES} bytes",
-                path.display()
-            ))));
-        }
-        Ok(Some(owner))
+        super::read_owner_record(&self.root.join(id).join(OWNER_NAME), id)
     }
 
     /// The newest files (at most `limit`) that `owner` made, newest first.
@@ -325,10 +306,6 @@ const PARTIAL_NAME: &str = ".partial";
 /// The file beside a stored file that names who made it: hidden, so never served or fetched.
 const OWNER_NAME: &str = ".owner";
 
-/// The longest `.owner` file read: a key holds a user id of at most
-/// `identity::FIELD_MAX_CHARS` characters, and an issuer's URL, each percent-encoded.
-const MAX_OWNER_BYTES: u64 = 4096;
-
 /// Reads the file at `path` on this machine (an input a stdio client named by path, already
 /// checked against its roots), refusing one over `max_bytes` before reading it.
 pub async fn read_local_input(path: &Path, max_bytes: u64) -> Result<Download, StorageError> {
@@ -542,7 +519,7 @@ mod tests {
         let record = dir.path().join("files").join(&stored.id).join(OWNER_NAME);
         std::fs::remove_file(&record).unwrap();
         assert_eq!(store.owner_of(&stored.id).unwrap(), None, "no record");
-        std::fs::write(&record, "x".repeat(MAX_OWNER_BYTES as usize + 1)).unwrap();
+        std::fs::write(&record, "x".repeat(4097)).unwrap();
         assert!(store.owner_of(&stored.id).is_err(), "longer than any key");
         std::fs::remove_file(&record).unwrap();
         std::fs::create_dir(&record).unwrap();

@@ -260,6 +260,42 @@ impl Storage {
     }
 }
 
+/// The longest owner record read (`<id>/.owner` in the local store, `openwebui-owners/<id>`):
+/// a key holds a user id of at most `identity::FIELD_MAX_CHARS` characters and an issuer's URL,
+/// each percent-encoded.
+const MAX_OWNER_BYTES: u64 = 4096;
+
+/// The owner recorded at `path` for file `id`: `None` when there is no record. A record that
+/// cannot be read, or is longer than any key, is an error: the file is then nobody's to read,
+/// rather than everybody's.
+pub(crate) fn read_owner_record(
+    path: &std::path::Path,
+    id: &str,
+) -> Result<Option<String>, StorageError> {
+    let failed = |source| StorageError::Io {
+        action: format!("cannot read the owner of file {id}"),
+        source,
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(failed(error)),
+    };
+    let mut owner = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_OWNER_BYTES + 1),
+        &mut owner,
+    )
+    .map_err(failed)?;
+    if owner.len() as u64 > MAX_OWNER_BYTES {
+        return Err(failed(std::io::Error::other(format!(
+            "{} is longer than any owner key ({MAX_OWNER_BYTES} bytes)",
+            path.display()
+        ))));
+    }
+    Ok(Some(owner))
+}
+
 /// The content type to label a file with, from its extension.
 pub fn content_type_for(name: &str) -> &'static str {
     let extension = name

@@ -49,9 +49,6 @@ const CREDENTIAL_CACHE_MAX: usize = 1024;
 /// and when it gave them.
 type CredentialCache = Mutex<HashMap<[u8; 32], (Answer, Instant)>>;
 
-/// The longest owner record read (as the local store's `.owner`).
-const MAX_OWNER_BYTES: u64 = 4096;
-
 /// The largest answer of `GET /api/v1/auths/` read (a user's record, a few hundred bytes).
 const SESSION_USER_MAX_BYTES: u64 = 64 * 1024;
 
@@ -164,29 +161,9 @@ impl OpenWebUi {
         Ok(())
     }
 
-    /// The recorded owner of file `id`: `None` when file-agent did not store it. A record that
-    /// cannot be read (or is longer than any key) is an error: the file is then nobody's.
+    /// The recorded owner of file `id`: `None` when file-agent did not store it.
     fn recorded_owner(&self, id: &str) -> Result<Option<String>, StorageError> {
-        let path = self.owners_dir.join(id);
-        let failed = |source| StorageError::Io {
-            action: format!("cannot read the owner of file {id}"),
-            source,
-        };
-        let file = match std::fs::File::open(&path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(failed(error)),
-        };
-        let mut owner = String::new();
-        std::io::Read::read_to_string(
-            &mut std::io::Read::take(file, MAX_OWNER_BYTES + 1),
-            &mut owner,
-        )
-        .map_err(failed)?;
-        if owner.len() as u64 > MAX_OWNER_BYTES {
-            return Err(failed(std::io::Error::other("longer than any owner key")));
-        }
-        Ok(Some(owner))
+        super::read_owner_record(&self.owners_dir.join(id), id)
     }
 
     fn token<'a>(&'a self, caller: &'a Caller) -> Result<&'a str, StorageError> {

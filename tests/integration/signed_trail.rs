@@ -484,6 +484,23 @@ async fn a_rewritten_cut_or_padded_trail_fails_against_the_key_and_the_copies_ke
     crate::mcp_server::assert_no_containers_of(instance).await;
 }
 
+/// `file-agent serve` over `data` with the signing key `key`, which must refuse to start: what
+/// it said.
+async fn serve_refused(data: &Path, key: &Path) -> String {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let refused = run_cli(
+        &["serve"],
+        &[
+            ("FILE_AGENT_DATA_DIR", data.to_str().unwrap()),
+            ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", key.to_str().unwrap()),
+            ("FILE_AGENT_LISTEN", &listen),
+        ],
+    )
+    .await;
+    assert_ne!(refused.code, Some(0), "{}", refused.stderr);
+    refused.stderr
+}
+
 /// A checkpoint record of `size` lines signed by the key in `key_file`, as a forger with that
 /// key would add it.
 fn forged_checkpoint(key_file: &Path, origin: &str, size: u64) -> String {
@@ -536,43 +553,14 @@ async fn two_replicas_chains_are_each_signed_and_checked_on_their_own_and_a_key_
     // A key the trail's own folder holds could sign any rewrite: the server refuses to start.
     let inside = data.path().join("audit.key");
     std::fs::copy(&key, &inside).unwrap();
-    let refused = run_cli(
-        &["serve"],
-        &[
-            ("FILE_AGENT_DATA_DIR", data.path().to_str().unwrap()),
-            (
-                "FILE_AGENT_AUDIT_SIGNING_KEY_FILE",
-                inside.to_str().unwrap(),
-            ),
-            ("FILE_AGENT_LISTEN", &format!("127.0.0.1:{}", free_port())),
-        ],
-    )
-    .await;
-    assert_ne!(refused.code, Some(0));
-    assert!(
-        refused.stderr.contains("inside the data folder"),
-        "{}",
-        refused.stderr
-    );
+    let refused = serve_refused(data.path(), &inside).await;
+    assert!(refused.contains("inside the data folder"), "{refused}");
     // ... as does one other users may read.
     let open = keys.path().join("open.key");
     std::fs::copy(&key, &open).unwrap();
     std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    let refused = run_cli(
-        &["serve"],
-        &[
-            ("FILE_AGENT_DATA_DIR", data.path().to_str().unwrap()),
-            ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", open.to_str().unwrap()),
-            ("FILE_AGENT_LISTEN", &format!("127.0.0.1:{}", free_port())),
-        ],
-    )
-    .await;
-    assert_ne!(refused.code, Some(0));
-    assert!(
-        refused.stderr.contains("open to other users"),
-        "{}",
-        refused.stderr
-    );
+    let refused = serve_refused(data.path(), &open).await;
+    assert!(refused.contains("open to other users"), "{refused}");
     crate::mcp_server::assert_no_containers_of(a).await;
     crate::mcp_server::assert_no_containers_of(b).await;
 }
@@ -585,4 +573,30 @@ async fn the_independent_verifier_passes_the_known_answers_the_specs_publish() {
         checked["known_answers"].as_u64().unwrap() >= 90,
         "{checked}"
     );
+}
+
+/// A witness that never answers delays no call: checkpoints are sent from a task of their own,
+/// each witness waited for at most a few seconds; the calls answer, and `/health` stays 200.
+#[tokio::test]
+async fn a_witness_that_never_answers_delays_no_call() {
+    let keys = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let (key, vkey) = keygen(keys.path(), LOG_NAME).await;
+    let witness = FakeWitness::start("witness.test/w1", [9; 32], std::slice::from_ref(&vkey)).await;
+    witness.set_down(true);
+    let instance = crate::common::unique_instance("signed", 12);
+    let server = serve(data.path(), &instance, &key, &witness).await;
+    for n in 1..=3 {
+        // Each call answers while a checkpoint round waits on the witness.
+        let receipts = run(&server, n).await;
+        assert_eq!(receipts.len(), 1);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let health = reqwest::get(format!("{}/health", server.url))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    server.stop().await;
+    assert_eq!(witness.cosigned(), 0);
+    crate::mcp_server::assert_no_containers_of(instance).await;
 }
