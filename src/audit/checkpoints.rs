@@ -62,9 +62,7 @@ pub struct WitnessAnswer {
 
 /// The checkpoints file of the chain whose live file is `live`: `<live>.checkpoints`.
 pub fn path_of(live: &Path) -> PathBuf {
-    let mut name = live.file_name().unwrap_or_default().to_os_string();
-    name.push(".checkpoints");
-    live.with_file_name(name)
+    super::beside(live, ".checkpoints")
 }
 
 /// The checkpoints in `path` (a checkpoints file, or shipped JSON logs), in file order; lines

@@ -588,8 +588,9 @@ impl AuditLog {
 pub const CHAIN_SUFFIX: &str = ".jsonl";
 
 /// `path` with `suffix` added to its file name (`audit.jsonl` → `audit.jsonl<suffix>`): the
-/// files that live beside a chain file, its lock, its rotated files, a recovery's side files.
-fn beside(path: &Path, suffix: &str) -> PathBuf {
+/// files that live beside a chain file, its lock, its rotated files, a recovery's side files,
+/// its tree and its checkpoints.
+pub(crate) fn beside(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(suffix);
     path.with_file_name(name)

@@ -41,9 +41,7 @@ impl HashReader for TreeFile {
 
 /// The tree file of the chain whose live file is `live`: `<live>.tree`.
 pub fn path_of(live: &Path) -> PathBuf {
-    let mut name = live.file_name().unwrap_or_default().to_os_string();
-    name.push(".tree");
-    live.with_file_name(name)
+    super::beside(live, ".tree")
 }
 
 /// The most leaves whose stored hashes fit in `records` records.
