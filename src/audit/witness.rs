@@ -15,7 +15,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::AuditLog;
-use super::checkpoints::{Signed, StoredCheckpoint, Witness, WitnessAnswer};
+use super::checkpoints::{Signed, Signing, StoredCheckpoint, Witness, WitnessAnswer};
 use super::note::Note;
 
 /// How long a witness may take to answer, in the rounds of a running server.
@@ -41,13 +41,24 @@ pub async fn checkpoint_round(log: &AuditLog, timeout: Duration) -> Option<Store
         .connect_timeout(timeout)
         .build()
         .ok();
-    let mut note = Note::parse(&signed.note).ok()?;
+    let signed_note = Note::parse(&signed.note).ok()?;
+    let mut note = signed_note.clone();
     let mut answers = Vec::new();
     let submissions = signing
         .witnesses()
         .iter()
         .enumerate()
-        .map(|(index, witness)| submit(log, http.as_ref(), index, witness, &signed));
+        .map(|(index, witness)| {
+            submit(
+                log,
+                signing,
+                http.as_ref(),
+                index,
+                witness,
+                &signed,
+                &signed_note,
+            )
+        });
     for (witness, (answer, line)) in signing
         .witnesses()
         .iter()
@@ -88,12 +99,13 @@ pub async fn checkpoint_round(log: &AuditLog, timeout: Duration) -> Option<Store
 /// answered once more, from the size it named.
 async fn submit(
     log: &AuditLog,
+    signing: &Signing,
     http: Option<&reqwest::Client>,
     index: usize,
     witness: &Witness,
     signed: &Signed,
+    note: &Note,
 ) -> (WitnessAnswer, Option<String>) {
-    let signing = log.signing().expect("a round runs with a key");
     let answer = |outcome: &str, detail: Option<String>| WitnessAnswer {
         name: witness.key.name.clone(),
         outcome: outcome.into(),
@@ -123,7 +135,7 @@ async fn submit(
         let status = response.status().as_u16();
         let text = capped_text(response).await;
         match status {
-            200 => return cosigned(witness, signed, &text, index, signing, answer),
+            200 => return cosigned(witness, signed, note, &text, index, signing, answer),
             409 => match text.trim().parse::<u64>() {
                 Ok(theirs) if theirs <= size && theirs != old => old = theirs,
                 Ok(theirs) => {
@@ -165,14 +177,12 @@ async fn submit(
 fn cosigned(
     witness: &Witness,
     signed: &Signed,
+    note: &Note,
     text: &str,
     index: usize,
-    signing: &super::checkpoints::Signing,
+    signing: &Signing,
     answer: impl Fn(&str, Option<String>) -> WitnessAnswer,
 ) -> (WitnessAnswer, Option<String>) {
-    let Ok(note) = Note::parse(&signed.note) else {
-        return (answer("refused", None), None);
-    };
     for line in text.split_inclusive('\n') {
         let Ok(with) = note.with_signature_line(line) else {
             continue;
