@@ -299,11 +299,9 @@ pub fn load(
     audit_dir: Option<&Path>,
     live: &Path,
 ) -> Result<Option<Signing>, String> {
-    let Some(path) = &config.signing_key_file else {
+    let Some((key, witnesses)) = settings(config, data_dir, audit_dir)? else {
         return Ok(None);
     };
-    let key = read_key(path, data_dir, audit_dir)?;
-    let witnesses = witnesses(&config.witnesses)?;
     let origin = format!(
         "{}/{}",
         config.origin.as_deref().unwrap_or(key.name()),
@@ -311,6 +309,22 @@ pub fn load(
     );
     tracing::info!(%origin, key = %key.verifier(), witnesses = witnesses.len(), "audit checkpoints are signed");
     Ok(Some(Signing::new(key, origin, witnesses, path_of(live))))
+}
+
+/// The signing key and the witnesses, when `FILE_AGENT_AUDIT_SIGNING_KEY_FILE` is set: read and
+/// checked as [`load`] does, for `doctor` too.
+pub fn settings(
+    config: &crate::config::AuditConfig,
+    data_dir: &Path,
+    audit_dir: Option<&Path>,
+) -> Result<Option<(SignerKey, Vec<Witness>)>, String> {
+    let Some(path) = &config.signing_key_file else {
+        return Ok(None);
+    };
+    Ok(Some((
+        read_key(path, data_dir, audit_dir)?,
+        witnesses(&config.witnesses)?,
+    )))
 }
 
 /// Reads the signing key at `path`, refusing one inside the trail's folders or open to others.

@@ -192,28 +192,23 @@ fn audit_checks(checks: &mut Checks, config: &Config) {
             .to_path_buf(),
         crate::config::AuditPlace::Off => return,
     };
-    if config.audit.signing_key_file.is_some() {
-        let live = folder.join("doctor.jsonl");
-        match checkpoints::load(&config.audit, &config.data_dir, Some(&folder), &live) {
-            Ok(Some(signing)) => checks.line(
-                Some(true),
-                "audit",
-                format!(
-                    "checkpoints signed every {} s by {} ({} witnesses)",
-                    config.audit.checkpoint_interval.as_secs(),
-                    signing.verifier(),
-                    signing.witnesses().len()
-                ),
+    match checkpoints::settings(&config.audit, &config.data_dir, Some(&folder)) {
+        Ok(Some((key, witnesses))) => checks.line(
+            Some(true),
+            "audit",
+            format!(
+                "checkpoints signed every {} s by {} ({} witnesses)",
+                config.audit.checkpoint_interval.as_secs(),
+                key.verifier(),
+                witnesses.len()
             ),
-            Ok(None) => {}
-            Err(error) => checks.line(Some(false), "audit", error),
-        }
-    } else {
-        checks.line(
+        ),
+        Ok(None) => checks.line(
             Some(true),
             "audit",
             "checkpoints are not signed: whoever can write the audit folder can rewrite the trail unseen (FILE_AGENT_AUDIT_SIGNING_KEY_FILE, docs/SECURITY.md)".into(),
-        );
+        ),
+        Err(error) => checks.line(Some(false), "audit", error),
     }
     let chains = crate::audit::chain::chains(&folder).unwrap_or_default();
     for chain in chains {
