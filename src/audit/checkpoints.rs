@@ -394,6 +394,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_record_past_the_bound_is_skipped_and_the_next_one_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SignerKey::from_seed("log.example/audit", &[7; 32], 1).unwrap();
+        let note = key.sign(
+            &Checkpoint {
+                origin: "o".into(),
+                size: 1,
+                root: [1; 32],
+            }
+            .text(),
+        );
+        let good = serde_json::json!({"checkpoint": note}).to_string();
+        let huge =
+            serde_json::json!({"checkpoint": "x".repeat(MAX_RECORD_BYTES as usize)}).to_string();
+        let path = dir.path().join("copies.jsonl");
+        std::fs::write(&path, format!("{huge}\n{good}\n")).unwrap();
+        let read = read(&path).unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].checkpoint, note);
+    }
+
+    #[test]
+    fn a_key_file_is_refused_when_others_may_read_it_or_it_is_larger_than_a_key() {
+        use std::os::unix::fs::PermissionsExt;
+        let (data, keys) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (private, _) = SignerKey::generate("log.example/audit").unwrap();
+        let path = keys.path().join("audit.key");
+        std::fs::write(&path, &private).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(read_key(&path, data.path(), None).is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o604)).unwrap();
+        let error = read_key(&path, data.path(), None).unwrap_err();
+        assert!(error.contains("open to other users"), "{error}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(
+            &path,
+            format!("{private}\n{}", " ".repeat(MAX_KEY_FILE_BYTES as usize)),
+        )
+        .unwrap();
+        let error = read_key(&path, data.path(), None).unwrap_err();
+        assert!(error.contains("larger than a key"), "{error}");
+        let inside = data.path().join("audit.key");
+        std::fs::write(&inside, &private).unwrap();
+        std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let error = read_key(&inside, data.path(), None).unwrap_err();
+        assert!(error.contains("inside the data folder"), "{error}");
+    }
+
+    #[test]
     fn checkpoints_are_read_from_the_store_and_from_shipped_json_logs() {
         let dir = tempfile::tempdir().unwrap();
         let key = SignerKey::from_seed("log.example/audit", &[7; 32], 1).unwrap();

@@ -553,4 +553,14 @@ mod tests {
         );
         assert!(SignerKey::generate("with space").is_err());
     }
+
+    #[test]
+    fn a_note_past_the_size_bound_is_refused_before_it_is_read() {
+        let signer = SignerKey::parse(PETER_PRIVATE).unwrap();
+        let long = format!("{}\n", "x".repeat(MAX_NOTE_BYTES));
+        let error = Note::parse(&signer.sign(&long)).unwrap_err();
+        assert!(error.0.contains("at most"), "{error}");
+        let fits = format!("{}\n", "x".repeat(MAX_NOTE_BYTES - 200));
+        assert!(Note::parse(&signer.sign(&fits)).is_ok());
+    }
 }

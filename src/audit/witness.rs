@@ -230,3 +230,16 @@ async fn capped_text(mut response: reqwest::Response) -> String {
     }
     String::from_utf8_lossy(&bytes).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_witness_answer_is_read_up_to_its_bound_only() {
+        let body = "y".repeat(MAX_ANSWER_BYTES * 3);
+        let response = reqwest::Response::from(http::Response::new(body));
+        let text = capped_text(response).await;
+        assert_eq!(text.len(), MAX_ANSWER_BYTES);
+    }
+}
