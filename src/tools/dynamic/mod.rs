@@ -760,7 +760,10 @@ fn saved_answer(
         ),
     );
     if let Saved::Updated { previous } = saved {
-        text.push_str(&format!("\n\nIt replaces version `{}`.", &previous[..12]));
+        text.push_str(&format!(
+            "\n\nIt replaces version `{}`.",
+            registry::short_version(&previous)
+        ));
     }
     if author == Author::Model {
         text.push_str(&format!(
@@ -811,6 +814,48 @@ fn parse_reply(reply: &str, name: Option<&str>) -> Result<NewTool, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A stored version is read back from disk: one shorter than 12 bytes, or with a character
+    /// across byte 12, panicked the save that replaced it (`&previous[..12]`).
+    #[test]
+    fn the_answer_to_an_update_shows_any_stored_version_it_replaced() {
+        let stored = SavedTool {
+            name: "add".into(),
+            description: String::new(),
+            code: "def run():\n    return 1\n".into(),
+            input_schema: Map::new(),
+            space: "local".into(),
+            owner: "local".into(),
+            author: "caller".into(),
+            model: None,
+            version: "ééééééééé".into(),
+            created: String::new(),
+            updated: String::new(),
+            revision: 2,
+        };
+        for (previous, shown) in [
+            ("abc", "`abc`"),
+            ("ab€€€€€€€€€€€€", "`ab€€€€€€€€€€`"),
+            ("0123456789abcdef", "`0123456789ab`"),
+        ] {
+            let saved = Saved::Updated {
+                previous: previous.into(),
+            };
+            let answer = saved_answer(
+                &stored,
+                saved,
+                "updated",
+                Map::new(),
+                &json!(1),
+                Author::Caller,
+            );
+            assert!(
+                answer.contains(&format!("replaces version {shown}")),
+                "{answer}"
+            );
+            assert!(answer.contains("version `ééééééééé`"), "{answer}");
+        }
+    }
 
     #[test]
     fn per_user_tools_refuse_an_http_request_that_names_nobody_and_shared_ones_do_not() {

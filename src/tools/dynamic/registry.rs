@@ -117,7 +117,16 @@ impl SavedTool {
 
     /// The first 12 hex digits of its version, as answers show it.
     pub fn short_version(&self) -> &str {
-        self.version.get(..12).unwrap_or(&self.version)
+        short_version(&self.version)
+    }
+}
+
+/// The first 12 characters of `version`, as answers show it: a stored version is read back from
+/// disk, so it may be shorter or not hex, and is cut on a character, never mid-byte.
+pub fn short_version(version: &str) -> &str {
+    match version.char_indices().nth(12) {
+        Some((cut, _)) => &version[..cut],
+        None => version,
     }
 }
 
