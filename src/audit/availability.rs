@@ -202,7 +202,7 @@ impl AuditLog {
             && writer.size > 0
             && writer.size + bytes + RESTORED_LINE_BYTES > self.config.max_bytes
         {
-            self.rotate(writer)?;
+            self.rotate_full(writer)?;
         }
         let room = writer.reserved + bytes + RESTORED_LINE_BYTES;
         let (Ok(offset), Ok(length)) = (i64::try_from(writer.size), i64::try_from(room)) else {
@@ -288,12 +288,16 @@ mod tests {
     use crate::config::{AuditConfig, AuditOnFailure, AuditPlace};
 
     fn open(dir: &std::path::Path) -> Arc<AuditLog> {
+        open_rotating_at(dir, 1 << 30)
+    }
+
+    fn open_rotating_at(dir: &std::path::Path, max_bytes: u64) -> Arc<AuditLog> {
         let config = AuditConfig {
             place: AuditPlace::Off,
             chain: None,
             stdout: false,
             include_code: true,
-            max_bytes: 1 << 30,
+            max_bytes,
             on_failure: AuditOnFailure::Refuse,
             origin: None,
             signing_key_file: None,
@@ -363,5 +367,90 @@ mod tests {
                 .lines,
             3
         );
+    }
+
+    /// A tmpfs of its own, with room for `inodes` inodes; unmounted when dropped.
+    struct SmallFolder(tempfile::TempDir);
+
+    impl SmallFolder {
+        fn mount(inodes: u32) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let options = format!("size=4m,nr_inodes={inodes},mode=0700");
+            let status = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &options, "tmpfs"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(
+                status.success(),
+                "mounting a tmpfs needs root (CI runs as root; under another user run this test with sudo)"
+            );
+            Self(dir)
+        }
+    }
+
+    impl Drop for SmallFolder {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.0.path())
+                .status();
+        }
+    }
+
+    /// Issue 46: rotation renamed the full file, then failed to create the new one (no inode
+    /// left), and from then on every rotation renamed a path that no longer existed: with
+    /// `refuse`, every call was refused until a restart. Now the full file stays, the trail
+    /// goes on in it, and the first line after inodes are freed rotates.
+    #[test]
+    fn a_rotation_that_finds_no_inode_costs_no_line_and_heals_once_there_is_room() {
+        let folder = SmallFolder::mount(16);
+        let dir = folder.0.path();
+        let log = open_rotating_at(dir, 600);
+        let path = dir.join("audit.jsonl");
+        for _ in 0..3 {
+            log.append(record()).unwrap();
+        }
+        let files = || super::super::chain::files_of(&path).unwrap();
+        let rotated_before = files().len();
+        // Take every inode left.
+        let fillers: Vec<_> = (0..64)
+            .map(|i| dir.join(format!("filler-{i}")))
+            .take_while(|filler| std::fs::write(filler, b"").is_ok())
+            .collect();
+        assert!(std::fs::write(dir.join("one-more"), b"").is_err());
+
+        for _ in 0..6 {
+            log.append(record())
+                .expect("a line while no file can be created");
+            log.probe(1000)
+                .expect("a call may run while no file can be created");
+        }
+        assert!(log.is_writable());
+        assert_eq!(
+            files().len(),
+            rotated_before,
+            "no rotation without an inode"
+        );
+        assert!(
+            std::fs::metadata(&path).unwrap().len() > 600,
+            "past its limit"
+        );
+
+        for filler in fillers {
+            std::fs::remove_file(filler).unwrap();
+        }
+        log.append(record()).unwrap();
+        assert_eq!(
+            files().len(),
+            rotated_before + 1,
+            "rotated once there is room"
+        );
+        log.probe(1000).unwrap();
+        let files = files();
+        let verified = crate::audit::verify(&files).unwrap();
+        assert_eq!(verified.lines, 10);
+        assert_eq!(verified.continues_from, None);
+        assert_eq!(log.lost_total.load(Ordering::Relaxed), 0);
+        drop(log);
     }
 }

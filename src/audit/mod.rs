@@ -247,6 +247,13 @@ struct Writer {
     /// A line was written whose leaf could not be added: the tree follows the lines again
     /// (read back from the files) before the next leaf.
     tree_behind: bool,
+    /// The full file was renamed for a rotation, but neither a new file could be created nor
+    /// the old one put back: the file written to lives under this rotated name, and the next
+    /// rotation only creates the new file.
+    renamed: Option<PathBuf>,
+    /// A rotation failed and the trail went on in the full file: warned once, until one
+    /// succeeds.
+    rotation_failed: bool,
 }
 
 impl Writer {
@@ -264,6 +271,8 @@ impl Writer {
             outage: None,
             tree: None,
             tree_behind: false,
+            renamed: None,
+            rotation_failed: false,
         }
     }
 }
@@ -497,7 +506,7 @@ impl AuditLog {
             writer.unclean = false;
         }
         if writer.size > 0 && writer.size + line.len() as u64 + 1 > self.config.max_bytes {
-            self.rotate(writer)?;
+            self.rotate_full(writer)?;
         }
         self.write_synced(writer, &line)?;
         writer.size += line.len() as u64 + 1;
@@ -561,20 +570,59 @@ impl AuditLog {
         Err(failed(&self.path, "written")(source))
     }
 
-    /// Renames the full file after its last line's `seq` and goes on in a new one.
+    /// Rotates the full file; when that fails with the full file still in place (out of
+    /// inodes or descriptors, a quota), the trail goes on in it past its limit, and the next
+    /// line tries again: a rotation that cannot be done now costs no line and no call.
+    fn rotate_full(&self, writer: &mut Writer) -> Result<(), AuditError> {
+        match self.rotate(writer) {
+            Ok(()) => {
+                if std::mem::take(&mut writer.rotation_failed) {
+                    tracing::warn!(file = %self.path.display(), "audit trail rotated again after a failed rotation");
+                }
+                Ok(())
+            }
+            Err(error) if writer.renamed.is_none() => {
+                if !std::mem::replace(&mut writer.rotation_failed, true) {
+                    tracing::error!(%error, "audit trail: the full file could not be rotated; lines go on in it, past FILE_AGENT_AUDIT_MAX_MIB, and each next line tries again");
+                }
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Renames the full file after its last line's `seq` and goes on in a new one. When the
+    /// new one cannot be created, the full file is put back under its name, so that nothing
+    /// changed; only if that fails too is the renamed file kept as the one written
+    /// ([`Writer::renamed`]), and the next rotation creates the new one.
     fn rotate(&self, writer: &mut Writer) -> Result<(), AuditError> {
         let error = |action| failed(&self.path, action);
-        let rotated = rotated_name(&self.path, writer.seq);
-        // Room set aside past the end is not the old file's: give it back first.
-        cut_back(&writer.file, writer.size).map_err(error("rotated"))?;
-        std::fs::rename(&self.path, &rotated).map_err(error("rotated"))?;
-        writer.file = OpenOptions::new()
+        let rotated = match writer.renamed.clone() {
+            Some(rotated) => rotated,
+            None => {
+                let rotated = rotated_name(&self.path, writer.seq);
+                // Room set aside past the end is not the old file's: give it back first.
+                cut_back(&writer.file, writer.size).map_err(error("rotated"))?;
+                std::fs::rename(&self.path, &rotated).map_err(error("rotated"))?;
+                rotated
+            }
+        };
+        let created = OpenOptions::new()
             .create(true)
             .append(true)
             .read(true)
-            .open(&self.path)
-            .map_err(error("opened"))?;
+            .open(&self.path);
+        let file = match created {
+            Ok(file) => file,
+            Err(source) => {
+                writer.renamed = std::fs::rename(&rotated, &self.path).err().map(|_| rotated);
+                let _ = recovery::sync_folder(&self.path);
+                return Err(error("opened")(source));
+            }
+        };
+        writer.file = file;
         writer.size = 0;
+        writer.renamed = None;
         // Both names must outlive a crash of the machine: a rename lost would leave the
         // new file's lines after the old ones' in no file, and a new file lost would
         // restart the chain where the rotated file ends, with nothing to say so.
