@@ -26,6 +26,10 @@ pub const DEFAULT_BODY_TIMEOUT_SECS: u64 = 30;
 /// `FILE_AGENT_MAX_CONNECTIONS`: open client connections; each is a file descriptor, so the
 /// server keeps this below the descriptor limit whatever is set.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// `FILE_AGENT_WRITE_TIMEOUT`: seconds an answer may wait for the client to take a byte of it
+/// (nginx's `send_timeout`: between two writes, not for the whole answer); then the
+/// connection is closed.
+pub const DEFAULT_WRITE_TIMEOUT_SECS: u64 = 60;
 /// `FILE_AGENT_MAX_UPLOADS`: uploads (`POST /files`) streamed to disk at once; more get 503.
 pub const DEFAULT_MAX_UPLOADS: usize = 4;
 /// `OPENAI_BASE_URL`: the OpenAI API; any compatible server (vLLM, Ollama, LiteLLM) works.
@@ -307,6 +311,12 @@ pub struct ServerConfig {
     /// `FILE_AGENT_MAX_CONNECTIONS`: client connections open at once (kept below the
     /// descriptor limit); past it a connection gets 503 and is closed.
     pub max_connections: usize,
+    /// `FILE_AGENT_MAX_CONNECTIONS_PER_PEER`: connections one client address may hold at once;
+    /// `None`: half of the connection cap (nginx's `limit_conn` per `$binary_remote_addr`).
+    pub max_connections_per_peer: Option<usize>,
+    /// `FILE_AGENT_WRITE_TIMEOUT`: the longest an answer may wait for the client to take a
+    /// byte of it; then the connection is closed.
+    pub write_timeout: Duration,
     /// `FILE_AGENT_MAX_UPLOADS`: uploads at once; past it an upload gets 503.
     pub max_uploads: usize,
     /// `FILE_AGENT_LOCAL_ROOTS`: over stdio, the folders a client that declares no roots may
@@ -507,6 +517,15 @@ impl ServerConfig {
                 "FILE_AGENT_MAX_CONNECTIONS",
                 DEFAULT_MAX_CONNECTIONS,
                 16..=1_000_000,
+            )?,
+            max_connections_per_peer: vars
+                .get("FILE_AGENT_MAX_CONNECTIONS_PER_PEER")
+                .map(|_| vars.count("FILE_AGENT_MAX_CONNECTIONS_PER_PEER", 1, 1..=1_000_000))
+                .transpose()?,
+            write_timeout: vars.seconds(
+                "FILE_AGENT_WRITE_TIMEOUT",
+                DEFAULT_WRITE_TIMEOUT_SECS,
+                1..=3600,
             )?,
             max_uploads: vars.count("FILE_AGENT_MAX_UPLOADS", DEFAULT_MAX_UPLOADS, 1..=1024)?,
             local_roots: local_roots(vars)?,

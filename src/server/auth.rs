@@ -191,6 +191,8 @@ mod tests {
             header_timeout: std::time::Duration::from_secs(30),
             body_timeout: std::time::Duration::from_secs(30),
             max_connections: 1024,
+            max_connections_per_peer: None,
+            write_timeout: std::time::Duration::from_secs(60),
             max_uploads: 4,
             local_roots: Vec::new(),
         }

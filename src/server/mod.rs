@@ -569,10 +569,16 @@ fn spawn_reaper(
 /// limit (raised first as far as allowed).
 fn connection_bounds(config: &Config) -> connections::Bounds {
     let descriptors = connections::raise_descriptor_limit();
+    let max_connections = connections::effective_cap(config.server.max_connections, descriptors);
     let bounds = connections::Bounds {
         header_timeout: config.server.header_timeout,
         body_timeout: config.server.body_timeout,
-        max_connections: connections::effective_cap(config.server.max_connections, descriptors),
+        write_timeout: config.server.write_timeout,
+        max_connections,
+        max_per_peer: connections::per_peer_cap(
+            config.server.max_connections_per_peer,
+            max_connections,
+        ),
     };
     if bounds.max_connections < config.server.max_connections {
         tracing::warn!(

@@ -362,7 +362,12 @@ async fn stalled_and_idle_clients_are_closed_while_real_calls_are_served() {
 
 #[tokio::test]
 async fn past_the_connection_cap_a_client_gets_503_and_the_server_stays_up() {
-    let server = TestServer::start(&env(&[("FILE_AGENT_MAX_CONNECTIONS", "16")])).await;
+    // The cap of all connections, not one address's share of it.
+    let server = TestServer::start(&env(&[
+        ("FILE_AGENT_MAX_CONNECTIONS", "16"),
+        ("FILE_AGENT_MAX_CONNECTIONS_PER_PEER", "16"),
+    ]))
+    .await;
     let address: std::net::SocketAddr = server.url.trim_start_matches("http://").parse().unwrap();
     let held = tokio::task::spawn_blocking(move || stalled_connections(address, 16))
         .await

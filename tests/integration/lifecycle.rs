@@ -131,6 +131,25 @@ pub fn start_call(url: &str, code: &str) -> tokio::task::JoinHandle<Option<(bool
 }
 
 /// The warm pool as the server's /health shows it.
+/// Waits (at most 60 s) until `/metrics` says `depth` calls wait for a slot.
+async fn wait_for_queue(url: &str, depth: usize) {
+    let wanted = format!("\nfile_agent_queue_depth {depth}\n");
+    let started = Instant::now();
+    loop {
+        let metrics = reqwest::get(format!("{url}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.contains(&wanted) {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn served_pool(url: &str) -> serde_json::Value {
     let health: serde_json::Value = reqwest::get(format!("{url}/health"))
         .await
@@ -247,11 +266,24 @@ async fn a_killed_server_leaves_nothing_running_and_its_restart_removes_the_rest
 }
 
 /// A rolling update, as the official MCP SDK sees it: four calls in flight when SIGTERM comes
-/// each get their result (the listener stays open while they finish, so the connection the
-/// SDK opens as its call ends is answered); meanwhile readiness says 503 and a new tool call
-/// gets 503 with a JSON-RPC error saying nothing started; the server exits once they are done.
+/// each get their result (the listener stays open while they finish, and then until no
+/// request came for a moment, so the tools/list the SDK sends after a call's answer, before it
+/// hands over the result, is answered); meanwhile readiness says 503 and a new tool call gets
+/// 503 with a JSON-RPC error saying nothing started; the server exits once they are done.
 #[tokio::test]
 async fn sigterm_delivers_the_results_of_calls_in_flight_to_the_official_sdk() {
+    drain_with_calls_in_flight(4).await;
+}
+
+/// The same with eight calls in flight, four of them queued for a slot when SIGTERM comes.
+#[tokio::test]
+async fn sigterm_delivers_the_results_of_eight_calls_in_flight_to_the_official_sdk() {
+    drain_with_calls_in_flight(8).await;
+}
+
+/// `calls` official-SDK clients, each calling run_python (4 s) without listing the tools
+/// first, SIGTERM while four run; every one must print its result.
+async fn drain_with_calls_in_flight(calls: usize) {
     let data = tempfile::tempdir().unwrap();
     let name = unique_instance("drain", 10);
     let mut served = serve(
@@ -260,22 +292,29 @@ async fn sigterm_delivers_the_results_of_calls_in_flight_to_the_official_sdk() {
         &[
             ("FILE_AGENT_SHUTDOWN_GRACE", "60"),
             ("FILE_AGENT_MAX_CONCURRENT", "4"),
+            ("FILE_AGENT_QUEUE_MAX", "8"),
         ],
     )
     .await;
-    let clients: Vec<_> = (0..4)
+    let clients: Vec<_> = (0..calls)
         .map(|_| {
             let url = served.url.clone();
             tokio::spawn(async move {
                 crate::mcp_server::python_sdk(
                     &url,
-                    &["--code", "import time\ntime.sleep(4)\nprint('done')"],
+                    &[
+                        "--no-list",
+                        "--code",
+                        "import time\ntime.sleep(4)\nprint('done')",
+                    ],
                 )
                 .await
             })
         })
         .collect();
     wait_for_containers(&name, 4).await;
+    // Every call in flight before SIGTERM: four running, the rest queued for a slot.
+    wait_for_queue(&served.url, calls - 4).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let signalled = Instant::now();
     signal(&served.child, "-TERM").await;
@@ -322,7 +361,7 @@ async fn sigterm_delivers_the_results_of_calls_in_flight_to_the_official_sdk() {
     let status = with_timeout(served.child.wait()).await.unwrap();
     assert!(status.success(), "{status:?}");
     assert!(
-        signalled.elapsed() < Duration::from_secs(30),
+        signalled.elapsed() < Duration::from_secs(40),
         "it waited for the calls, not for the grace: {:?}",
         signalled.elapsed()
     );

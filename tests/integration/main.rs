@@ -37,6 +37,7 @@ mod runner;
 mod sandbox;
 mod saved_tools;
 mod signed_trail;
+mod slots;
 mod status;
 mod tenants;
 mod url_policy;

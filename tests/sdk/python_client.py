@@ -2,7 +2,7 @@
 
 Usage: target/test-python/bin/python3 tests/sdk/python_client.py http://127.0.0.1:8000/mcp
        [--client-name NAME] [--user-id ID [--openwebui-jwt-secret SECRET]] [--saved-tool]
-       [--header NAME=VALUE]... [--token TOKEN] [--code CODE]
+       [--header NAME=VALUE]... [--token TOKEN] [--code CODE] [--no-list]
 
 Like Open WebUI's "auto" mode it first tries `server/discover` (protocol 2026-07-28) and falls
 back to `initialize`; then it lists the tools and calls run_python. With --saved-tool it also
@@ -12,7 +12,9 @@ saved tools need a user); with --openwebui-jwt-secret as well, it sends the user
 0.12 does when `FORWARD_USER_INFO_HEADER_JWT_SECRET` is set: one HS256 JWT in
 `X-OpenWebUI-User-Jwt`, minted with PyJWT by a copy of Open WebUI's own
 `_mint_forward_user_jwt` (open_webui/utils/headers.py). With --code, run_python runs CODE instead
-of `print(2 + 2)`. With --token it sends `Authorization: Bearer TOKEN` (a server with
+of `print(2 + 2)`. With --no-list it calls run_python without listing the tools first, as a
+client does that opens a session per call (Open WebUI): the SDK then lists the tools after the
+call's answer, to find its output schema, before it returns the result. With --token it sends `Authorization: Bearer TOKEN` (a server with
 FILE_AGENT_ACCESS_TOKENS). Prints one line per step, and `link: URL` for each file link in
 run_python's answer; exits non-zero on any failure. Run by the
 integration test `the_official_python_sdk_lists_and_calls_the_tools`; `scripts/test-python.sh`
@@ -55,6 +57,7 @@ async def main(
     token: str | None,
     saved_tool: bool,
     code: str,
+    list_first: bool = True,
 ) -> None:
     # With --client-name the session introduces itself as NAME/9.9.9 (the audit test looks for
     # it); otherwise as the SDK's default.
@@ -77,8 +80,9 @@ async def main(
             except Exception as error:  # Open WebUI falls back on any error
                 print("handshake: initialize after discover failed:", type(error).__name__)
                 await asyncio.wait_for(session.initialize(), timeout=10)
-            tools = await session.list_tools()
-            print("tools:", ",".join(sorted(tool.name for tool in tools.tools)))
+            if list_first:
+                tools = await session.list_tools()
+                print("tools:", ",".join(sorted(tool.name for tool in tools.tools)))
             result = await session.call_tool("run_python", {"code": code})
             text = "".join(getattr(item, "text", "") for item in result.content)
             if result.is_error:
@@ -129,6 +133,7 @@ if __name__ == "__main__":
     parser.add_argument("--token")
     parser.add_argument("--saved-tool", action="store_true")
     parser.add_argument("--code", default="print(2 + 2)")
+    parser.add_argument("--no-list", action="store_true")
     arguments = parser.parse_args()
     asyncio.run(
         main(
@@ -140,5 +145,6 @@ if __name__ == "__main__":
             arguments.token,
             arguments.saved_tool,
             arguments.code,
+            not arguments.no_list,
         )
     )
