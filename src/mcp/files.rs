@@ -19,7 +19,9 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 
-use crate::storage::{Caller, Storage, StorageError, decode_percent, encode_path_segment};
+use crate::storage::{
+    Caller, LocalInput, Storage, StorageError, decode_percent, encode_path_segment,
+};
 use crate::tools::progress::Made;
 
 /// The scheme and authority of every output's resource URI.
@@ -160,7 +162,7 @@ fn named(value: &str) -> Named {
 }
 
 /// The file ids a tool gets for `values`: our resource URIs become their ids, and a path is
-/// checked against the client's roots and recorded in `caller` (read when the tool fetches
+/// opened below the client's roots and kept open in `caller` (read when the tool fetches
 /// it). `Err` says why a path may not be read; nothing has run then.
 pub async fn resolve(
     values: &[String],
@@ -183,9 +185,9 @@ pub async fn resolve(
                 if roots.is_none() {
                     roots = Some(client_roots(context, configured_roots).await?);
                 }
-                let resolved = within(&path, roots.as_deref().unwrap_or_default())?;
+                let input = within(&path, roots.as_deref().unwrap_or_default())?;
                 let key = value.trim().to_string();
-                caller.local_files.push((key.clone(), resolved));
+                caller.local_files.push((key.clone(), input));
                 ids.push(key);
             }
         }
@@ -235,33 +237,10 @@ async fn client_roots(
     Ok(configured.to_vec())
 }
 
-/// `path` with every link and `..` resolved, when it is a regular file inside one of `roots`.
-fn within(path: &Path, roots: &[PathBuf]) -> Result<PathBuf, String> {
-    let shown = || {
-        roots
-            .iter()
-            .map(|root| root.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let resolved = path
-        .canonicalize()
-        .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
-    let inside = roots.iter().any(|root| {
-        root.canonicalize()
-            .is_ok_and(|root| resolved.starts_with(root))
-    });
-    if !inside {
-        return Err(format!(
-            "{} is outside the folders file-agent may read ({}); move the file into one, or open its folder in your client",
-            resolved.display(),
-            shown()
-        ));
-    }
-    if !resolved.is_file() {
-        return Err(format!("{} is not a file", resolved.display()));
-    }
-    Ok(resolved)
+/// `path` opened, when it is a regular file below one of `roots` reached through no link
+/// there ([`LocalInput::open`]): the check is the open, and the tool reads what was checked.
+fn within(path: &Path, roots: &[PathBuf]) -> Result<LocalInput, String> {
+    LocalInput::open(path, roots).map_err(|error| error.to_string())
 }
 
 #[cfg(test)]
@@ -288,25 +267,214 @@ mod tests {
         assert_eq!(parse_uri("file-agent://files/x"), None);
     }
 
-    #[test]
-    fn only_a_file_inside_a_root_is_read_after_links_and_dots_are_resolved() {
+    /// A local store holding at most 1 MiB per input.
+    fn local_storage(data: &Path) -> Storage {
+        let config = crate::config::StorageConfig::Local(crate::config::LocalStoreConfig {
+            data_dir: data.to_path_buf(),
+            public_url: String::new(),
+        });
+        let limits = crate::config::TransferLimits {
+            max_bytes: 1 << 20,
+            timeout: Duration::from_secs(5),
+        };
+        Storage::new(&config, limits).unwrap()
+    }
+
+    /// What a stdio call does with a path: `resolve`'s check, then the tool's fetch.
+    async fn read_by_path(
+        storage: &Storage,
+        path: &Path,
+        roots: &[PathBuf],
+    ) -> Result<Vec<u8>, String> {
+        let mut caller = Caller::new(crate::owner::Owner::local());
+        let key = path.display().to_string();
+        caller.local_files.push((key.clone(), within(path, roots)?));
+        let download = storage.fetch(&key, &caller).await;
+        download.map(|d| d.bytes).map_err(|error| error.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_file_below_a_root_is_read_and_links_below_it_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        std::fs::create_dir(&root).unwrap();
-        std::fs::write(root.join("in.csv"), "a\n1\n").unwrap();
-        std::fs::write(dir.path().join("secret.txt"), "no").unwrap();
-        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link.txt")).unwrap();
+        let storage = local_storage(&dir.path().join("data"));
+        let (root, elsewhere) = (dir.path().join("root"), dir.path().join("elsewhere"));
+        for folder in [root.join("sub"), elsewhere.clone()] {
+            std::fs::create_dir_all(folder).unwrap();
+        }
+        std::fs::write(root.join("sub/in.csv"), "a\n1\n").unwrap();
+        std::fs::write(elsewhere.join("secret.txt"), "TOP-SECRET").unwrap();
+        let link = |target: &Path, at: &str| std::os::unix::fs::symlink(target, root.join(at));
+        link(&elsewhere.join("secret.txt"), "file-link.txt").unwrap();
+        link(&elsewhere, "folder-link").unwrap();
+        link(&root.join("sub"), "inner-link").unwrap();
         let roots = [root.clone()];
-        assert!(within(&root.join("in.csv"), &roots).is_ok());
-        for outside in [
-            dir.path().join("secret.txt"),
-            root.join("../secret.txt"),
-            root.join("link.txt"),
+        let read = |path: PathBuf| {
+            let (storage, roots) = (&storage, &roots);
+            async move { read_by_path(storage, &path, roots).await }
+        };
+        assert_eq!(read(root.join("sub/in.csv")).await.unwrap(), b"a\n1\n");
+        // `.` and `..` are taken by name below the root, and none may climb out of it.
+        assert_eq!(
+            read(root.join("sub/./x/../in.csv")).await.unwrap(),
+            b"a\n1\n"
+        );
+        let error = read(root.join("sub/none.csv")).await.unwrap_err();
+        assert!(error.contains("No such file"), "{error}");
+        // A link below the root is refused wherever it points, the file or a folder on the way.
+        for (named, link) in [
+            ("file-link.txt", "file-link.txt"),
+            ("folder-link/secret.txt", "folder-link"),
+            ("inner-link/in.csv", "inner-link"),
         ] {
-            let error = within(&outside, &roots).unwrap_err();
+            let error = read(root.join(named)).await.unwrap_err();
+            let expected = format!(
+                "{} is a symbolic link below the root",
+                root.canonicalize().unwrap().join(link).display()
+            );
+            assert!(error.contains(&expected), "{error}");
+            assert!(error.contains("name the file itself"), "{error}");
+        }
+        for outside in [
+            elsewhere.join("secret.txt"),
+            root.join("../elsewhere/secret.txt"),
+        ] {
+            let error = read(outside).await.unwrap_err();
             assert!(error.contains("outside the folders"), "{error}");
             assert!(error.contains(&root.display().to_string()), "{error}");
         }
-        assert!(within(&root, &roots).unwrap_err().contains("not a file"));
+        let error = read(root.join("sub")).await.unwrap_err();
+        assert!(
+            error.contains("is not a regular file (a folder)"),
+            "{error}"
+        );
+        // The size bound holds for what is read from the descriptor.
+        std::fs::write(root.join("big.bin"), vec![0; (1 << 20) + 1]).unwrap();
+        let error = read(root.join("big.bin")).await.unwrap_err();
+        assert!(error.contains("larger than the 1 MiB"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_root_declared_through_a_link_is_resolved_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = local_storage(&dir.path().join("data"));
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::fs::write(real.join("in.csv"), "a\n1\n").unwrap();
+        let declared = dir.path().join("declared");
+        std::os::unix::fs::symlink(&real, &declared).unwrap();
+        let roots = [declared.clone()];
+        for named in [declared.join("in.csv"), real.join("in.csv")] {
+            let read = read_by_path(&storage, &named, &roots).await;
+            assert_eq!(read.unwrap(), b"a\n1\n", "{}", named.display());
+        }
+    }
+
+    /// Opening a FIFO for writing without blocking fails with ENXIO exactly when nobody has it
+    /// open for reading: no descriptor and no thread blocked in `open` is left on it.
+    fn nobody_reads(fifo: &Path) -> bool {
+        use std::os::unix::fs::OpenOptionsExt;
+        let writer = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(fifo);
+        writer.is_err_and(|error| error.raw_os_error() == Some(nix::libc::ENXIO))
+    }
+
+    #[tokio::test]
+    async fn a_fifo_is_refused_at_once_even_when_it_replaces_a_checked_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = local_storage(&dir.path().join("data"));
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let roots = [root.clone()];
+        let fifo = root.join("pipe.csv");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let soon = Duration::from_millis(300);
+        let read = tokio::time::timeout(soon, read_by_path(&storage, &fifo, &roots)).await;
+        let left = !nobody_reads(&fifo);
+        let error = read.expect("reading a FIFO blocked").unwrap_err();
+        assert!(error.contains("is not a regular file (a FIFO)"), "{error}");
+        assert!(!left, "a reader was left on the FIFO");
+
+        // Checked as a regular file, then replaced by a FIFO before the tool reads it: what
+        // is read is the file that was checked.
+        let late = root.join("late.csv");
+        std::fs::write(&late, "checked").unwrap();
+        let mut caller = Caller::new(crate::owner::Owner::local());
+        let key = late.display().to_string();
+        caller
+            .local_files
+            .push((key.clone(), within(&late, &roots).unwrap()));
+        std::fs::remove_file(&late).unwrap();
+        nix::unistd::mkfifo(&late, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let read = tokio::time::timeout(soon, storage.fetch(&key, &caller)).await;
+        let left = !nobody_reads(&late);
+        assert!(read.is_ok(), "reading a FIFO blocked");
+        assert!(!left, "a reader was left on the FIFO");
+        assert_eq!(read.unwrap().unwrap().bytes, b"checked");
+    }
+
+    /// Reads `root/sub/data.txt` through the real path `rounds` times while another thread
+    /// keeps swapping `root/sub` (a folder) with a link to a folder outside holding a secret
+    /// file of the same name. Returns (reads of the harmless file, refusals); panics on any
+    /// byte of the secret.
+    async fn race_a_swapped_folder(rounds: usize) -> (usize, usize) {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let storage = local_storage(&dir.path().join("data"));
+        let (root, outside) = (dir.path().join("root"), dir.path().join("outside"));
+        for folder in [root.join("sub"), outside.clone()] {
+            std::fs::create_dir_all(folder).unwrap();
+        }
+        std::fs::write(root.join("sub/data.txt"), "harmless").unwrap();
+        std::fs::write(outside.join("data.txt"), "TOP-SECRET").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("swap")).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = std::thread::spawn({
+            let (stop, root) = (stop.clone(), root.clone());
+            move || {
+                let at = nix::fcntl::AT_FDCWD;
+                let exchange = nix::fcntl::RenameFlags::RENAME_EXCHANGE;
+                let (sub, swap) = (root.join("sub"), root.join("swap"));
+                while !stop.load(Ordering::Relaxed) {
+                    nix::fcntl::renameat2(at, &sub, at, &swap, exchange).unwrap();
+                    std::thread::sleep(Duration::from_micros(10));
+                }
+            }
+        });
+        let (mut harmless, mut refused, mut secret) = (0, 0, 0);
+        let roots = [root.clone()];
+        for _ in 0..rounds {
+            match read_by_path(&storage, &root.join("sub/data.txt"), &roots).await {
+                Ok(bytes) if bytes == b"harmless" => harmless += 1,
+                Ok(bytes) => secret += bytes.len(),
+                Err(error) if error.contains("TOP-SECRET") => secret += 1,
+                Err(_) => refused += 1,
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert_eq!(secret, 0, "secret bytes read in {rounds} rounds");
+        (harmless, refused)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_swapped_for_a_link_between_check_and_read_never_leaks_a_byte() {
+        let (harmless, refused) = race_a_swapped_folder(3000).await;
+        // Both sides of the swap were seen: the race ran.
+        assert!(
+            harmless > 0 && refused > 0,
+            "{harmless} read, {refused} refused"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_openat2_the_walk_never_leaks_a_byte_of_a_swapped_folder_either() {
+        crate::storage::local_input::without_openat2();
+        let (harmless, refused) = race_a_swapped_folder(3000).await;
+        assert!(
+            harmless > 0 && refused > 0,
+            "{harmless} read, {refused} refused"
+        );
     }
 }

@@ -306,47 +306,6 @@ const PARTIAL_NAME: &str = ".partial";
 /// The file beside a stored file that names who made it: hidden, so never served or fetched.
 const OWNER_NAME: &str = ".owner";
 
-/// Reads the file at `path` on this machine (an input a stdio client named by path, already
-/// checked against its roots), refusing one over `max_bytes` before reading it.
-pub async fn read_local_input(path: &Path, max_bytes: u64) -> Result<Download, StorageError> {
-    let shown = path.display().to_string();
-    let metadata = tokio::fs::metadata(path)
-        .await
-        .map_err(io(format!("cannot read {shown}")))?;
-    if metadata.len() > max_bytes {
-        return Err(StorageError::TooLarge {
-            what: shown,
-            limit_mib: max_bytes / (1024 * 1024),
-        });
-    }
-    let file = tokio::fs::File::open(path)
-        .await
-        .map_err(io(format!("cannot read {shown}")))?;
-    // The length read is capped too: the file may grow after the check.
-    let mut bytes = Vec::new();
-    tokio::io::AsyncReadExt::read_to_end(
-        &mut tokio::io::AsyncReadExt::take(file, max_bytes + 1),
-        &mut bytes,
-    )
-    .await
-    .map_err(io(format!("cannot read {shown}")))?;
-    if bytes.len() as u64 > max_bytes {
-        return Err(StorageError::TooLarge {
-            what: shown,
-            limit_mib: max_bytes / (1024 * 1024),
-        });
-    }
-    let name = path
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "input".into());
-    Ok(Download {
-        content_type: Some(super::content_type_for(&name).to_string()),
-        name,
-        bytes,
-    })
-}
-
 /// An upload being written to its new folder ([`LocalStore::begin`]); dropped before
 /// [`Upload::finish`], its folder is removed.
 #[derive(Debug)]

@@ -6,6 +6,7 @@
 //! token to forward and an [`Owner`].
 
 pub mod local;
+pub mod local_input;
 pub mod openwebui;
 pub mod url;
 
@@ -17,6 +18,7 @@ use crate::config::{Secret, StorageConfig, TransferLimits};
 use crate::owner::Owner;
 
 pub use local::LocalStore;
+pub use local_input::{LocalInput, LocalInputError};
 pub use openwebui::OpenWebUi;
 
 /// Who is asking, as far as storage cares.
@@ -28,9 +30,9 @@ pub struct Caller {
     /// Whose the files this call stores are, and which stored files it may read back by id
     /// or resource URI and list ([`Owner::may_read`], [`Owner::lists`]).
     pub owner: Owner,
-    /// Files on this machine that the call names by path (a stdio client's, already checked
-    /// against its roots): what the caller wrote, and the resolved path.
-    pub local_files: Vec<(String, std::path::PathBuf)>,
+    /// Files on this machine that the call names by path (a stdio client's, opened below its
+    /// roots): what the caller wrote, and the open file, read from that descriptor only.
+    pub local_files: Vec<(String, LocalInput)>,
 }
 
 impl Caller {
@@ -214,8 +216,8 @@ impl Storage {
     /// files [`Owner::may_read`] allows: its own, and those nobody known made. Open WebUI
     /// decides for its own files, by the caller's credential.
     pub async fn fetch(&self, id: &str, caller: &Caller) -> Result<Download, StorageError> {
-        if let Some((_, path)) = caller.local_files.iter().find(|(named, _)| named == id) {
-            return local::read_local_input(path, self.max_bytes()).await;
+        if let Some((_, input)) = caller.local_files.iter().find(|(named, _)| named == id) {
+            return input.read(self.max_bytes()).await;
         }
         match self {
             Self::OpenWebUi(store) => store.fetch(id, caller).await,

@@ -172,7 +172,7 @@ async fn a_stdio_client_gives_files_by_path_under_its_root_and_gets_results_thro
         // 7, 8: by path and by file:// URI under the root.
         run_reading(json!([q3.display().to_string()]), "q3.csv"),
         run_reading(json!([format!("file://{}", q3.display())]), "q3.csv"),
-        // 9, 10, 11: outside, a `..` escape, a link in the root pointing outside.
+        // 9, 10, 11: outside, a `..` escape, a link in the root (refused wherever it points).
         run_reading(
             json!([home.path().join("secret.txt").display().to_string()]),
             "secret.txt",
@@ -229,10 +229,14 @@ async fn a_stdio_client_gives_files_by_path_under_its_root_and_gets_results_thro
         assert_eq!(by["is_error"], false, "{by}");
         assert!(by["text"].as_str().unwrap().contains("north,7"), "{by}");
     }
-    for refused in &results[9..12] {
+    for (refused, why) in results[9..12].iter().zip([
+        "outside the folders",
+        "outside the folders",
+        "is a symbolic link below the root",
+    ]) {
         assert_eq!(refused["is_error"], true, "{refused}");
         let text = refused["text"].as_str().unwrap();
-        assert!(text.contains("outside the folders"), "{text}");
+        assert!(text.contains(why), "{text}");
         assert!(text.contains(&root.display().to_string()), "{text}");
         assert!(!text.contains("TOP-SECRET"), "{text}");
     }
@@ -338,10 +342,13 @@ async fn over_http_a_user_reads_and_lists_only_their_own_results_and_paths_are_r
 #[tokio::test]
 async fn a_stdio_client_without_roots_reads_only_under_file_agent_local_roots() {
     let home = tempfile::tempdir().unwrap();
-    let folder = home.path().join("shared");
-    std::fs::create_dir(&folder).unwrap();
+    let real = home.path().join("shared");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(real.join("notes.txt"), "from the folder").unwrap();
+    // The root as set is a link to the folder: it is resolved once, as the user's own setting.
+    let folder = home.path().join("shared-link");
+    std::os::unix::fs::symlink(&real, &folder).unwrap();
     let input = folder.join("notes.txt");
-    std::fs::write(&input, "from the folder").unwrap();
     let data = tempfile::tempdir().unwrap();
     let instance = unique_instance("mcproots", 12);
     let plan = json!([run_reading(
