@@ -4,40 +4,54 @@
 //! through whatever the namespace's policies say, or a policy can be deleted later. So at
 //! start-up and every `SANDBOX_CANARY_INTERVAL` the server runs a canary: an attempt like any
 //! other (a cold pod from the same spec, verified the same way) whose fixed script tries TCP
-//! connections to the API server's address and to public ones (`SANDBOX_CANARY_ADDRESSES`). If
-//! one connects, the server stops running code ([`Verdict::Reached`]: every attempt is refused
-//! with [`super::SandboxError::NetworkReached`]), `/health` answers 503 and says what was reached,
-//! and `/metrics` shows it; the next canary that reaches nothing lets calls run again.
+//! connections to the API server's address and to public ones (`SANDBOX_CANARY_ADDRESSES`).
+//!
+//! It fails closed: code runs only while the last canary reached nothing
+//! ([`Verdict::Isolated`]). Until the first canary has finished ([`Verdict::Pending`]), and
+//! after one that could not conclude ([`Verdict::Failed`]: its pod did not start, its attempt
+//! timed out or failed, its answer did not parse), every attempt is refused with
+//! [`super::SandboxError::NetworkUnproven`], also after earlier canaries reached nothing: a
+//! network that keeps the canary from concluding may be the one that changed. Such a canary is
+//! tried again soon, [`FIRST_RETRY`] doubling up to the interval ([`next_wait`]). One that
+//! reached something ([`Verdict::Reached`]) refuses every attempt with
+//! [`super::SandboxError::NetworkReached`] until a canary reaches nothing; one that could not
+//! conclude after it leaves that standing. `/health` answers 503 while code may not run, with
+//! the canary's state, and `/metrics` shows the verdict. `SANDBOX_CANARY_INTERVAL=0` turns the
+//! canary off: code then runs on the NetworkPolicy's word alone, and the server warns so at
+//! start.
 //!
 //! The script's connections are made by a fresh interpreter it starts: the runner's audit hook
 //! (which makes a script's network call fail at once, `sandbox-image/runner.py`) would refuse
 //! them before any packet, and the canary must test the network, not the hook.
 //!
 //! It does not prove more than it tries: a port or protocol it does not try (UDP, DNS) may be
-//! open where these are closed. A canary that cannot run (the pod does not start) says so
-//! ([`Verdict::Failed`]) and stops nothing: the attempts would fail the same way.
+//! open where these are closed.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use super::Outcome;
 use super::outcome::Status;
+use super::{Outcome, SandboxError};
 
 /// How long the canary waits for each connection; a dropped packet shows as this wait.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The wait before a canary that could not conclude is tried again; it doubles with each one
+/// in a row, up to `SANDBOX_CANARY_INTERVAL`.
+pub const FIRST_RETRY: Duration = Duration::from_secs(5);
 /// The marker before the canary's answer on its stdout.
 const MARKER: &str = "file-agent-canary:";
 
 /// What the last canary found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// No canary has finished yet.
+    /// No canary has finished yet: no code runs.
     Pending,
-    /// It reached none of its targets.
+    /// It reached none of its targets: code runs.
     Isolated,
     /// It reached these: the sandbox has network, and no code runs.
     Reached(Vec<String>),
-    /// It could not run, or its answer did not parse; nothing is known.
+    /// It could not conclude (its pod did not start, its attempt timed out or failed, its
+    /// answer did not parse): nothing is proven, and no code runs.
     Failed(String),
 }
 
@@ -51,6 +65,11 @@ impl Verdict {
             Verdict::Failed(_) => "failed",
         }
     }
+
+    /// Whether it lets code run: only a canary that reached nothing does.
+    pub fn lets_code_run(&self) -> bool {
+        *self == Verdict::Isolated
+    }
 }
 
 /// The canary's state, as `/health`, `/metrics` and `doctor` show it.
@@ -62,6 +81,8 @@ pub struct CanaryReport {
     pub checked_at: Option<SystemTime>,
     /// The addresses it tries.
     pub targets: Vec<String>,
+    /// When the next canary starts; `None` while one runs, and for `doctor`'s single one.
+    pub next_at: Option<SystemTime>,
 }
 
 /// The report shared between the canary's task and its readers.
@@ -74,6 +95,7 @@ impl CanaryState {
             verdict: Verdict::Pending,
             checked_at: None,
             targets,
+            next_at: None,
         })))
     }
 
@@ -86,12 +108,12 @@ impl CanaryState {
     }
 
     /// Records a canary's verdict (a change is logged: a reach as an error). A canary that
-    /// could not run after one that reached the network changes nothing: only one that reaches
-    /// nothing lets code run again.
+    /// could not conclude after one that reached the network changes nothing: only one that
+    /// reaches nothing lets code run again.
     pub(crate) fn record(&self, verdict: Verdict) {
         let mut report = self.0.write().unwrap_or_else(|e| e.into_inner());
         if let (Verdict::Failed(error), Verdict::Reached(_)) = (&verdict, &report.verdict) {
-            tracing::warn!(%error, "the network canary could not run; the last one reached the network, so no code runs still");
+            tracing::warn!(%error, "the network canary could not conclude; the last one reached the network, so no code runs still");
             return;
         }
         if report.verdict != verdict {
@@ -100,9 +122,10 @@ impl CanaryState {
                     reached = ?reached,
                     "the network canary, a sandbox pod, reached the network: no code runs until a canary reaches nothing; check the NetworkPolicy and that the cluster's CNI enforces it"
                 ),
-                Verdict::Failed(error) => {
-                    tracing::warn!(%error, "the network canary could not run")
-                }
+                Verdict::Failed(error) => tracing::warn!(
+                    %error,
+                    "the network canary could not conclude: no code runs until one reaches nothing; it is tried again soon"
+                ),
                 Verdict::Isolated => {
                     tracing::info!(targets = ?report.targets, "the network canary reached nothing")
                 }
@@ -113,13 +136,55 @@ impl CanaryState {
         report.checked_at = Some(SystemTime::now());
     }
 
-    /// The addresses reached, when the last canary reached any.
-    pub(crate) fn reached(&self) -> Option<Vec<String>> {
-        match &self.0.read().unwrap_or_else(|e| e.into_inner()).verdict {
-            Verdict::Reached(reached) => Some(reached.clone()),
-            _ => None,
-        }
+    /// Says when the next canary starts: in `wait`, or `None` when one starts now.
+    pub(crate) fn schedule(&self, wait: Option<Duration>) {
+        let mut report = self.0.write().unwrap_or_else(|e| e.into_inner());
+        report.next_at = wait.map(|wait| SystemTime::now() + wait);
     }
+
+    /// Why no attempt may run now, if so: the last canary reached the network, or nothing
+    /// proves yet that it does not (no canary has finished, or the last could not conclude).
+    pub(crate) fn refusal(&self) -> Option<SandboxError> {
+        let report = self.report();
+        let why = match report.verdict {
+            Verdict::Isolated => return None,
+            Verdict::Reached(reached) => {
+                return Some(SandboxError::NetworkReached {
+                    reached: reached.join(", "),
+                });
+            }
+            Verdict::Pending => "no network canary has finished yet".to_string(),
+            Verdict::Failed(error) => {
+                format!("the last network canary could not conclude: {error}")
+            }
+        };
+        Some(SandboxError::NetworkUnproven {
+            why,
+            next: next_canary(report.next_at, SystemTime::now()),
+        })
+    }
+}
+
+/// When the next canary runs, in words, as of `now`.
+fn next_canary(next_at: Option<SystemTime>, now: SystemTime) -> String {
+    match next_at.map(|at| at.duration_since(now)) {
+        Some(Ok(wait)) if wait.as_secs() > 0 => {
+            format!("the next canary starts in {} s", wait.as_secs())
+        }
+        _ => "a canary is running now".to_string(),
+    }
+}
+
+/// The wait before the next canary, after `failures` canaries in a row that could not
+/// conclude (0: the last one concluded): `interval` after a conclusion, else [`FIRST_RETRY`]
+/// doubling with each failure; never more than `interval`.
+pub fn next_wait(failures: u32, interval: Duration) -> Duration {
+    if failures == 0 {
+        return interval;
+    }
+    FIRST_RETRY
+        .saturating_mul(1 << (failures - 1).min(16))
+        .min(interval)
 }
 
 /// The canary's script: it starts a fresh interpreter (no audit hook) that tries a TCP
@@ -222,16 +287,55 @@ mod tests {
     }
 
     #[test]
-    fn only_a_canary_that_reaches_nothing_lifts_a_reach() {
+    fn only_a_canary_that_reaches_nothing_lets_code_run() {
         let state = CanaryState::new(vec!["a:1".into()]);
-        assert_eq!(state.reached(), None);
+        let refused = |state: &CanaryState| state.refusal().map(|error| error.to_string());
+        let pending = refused(&state).unwrap();
+        assert!(
+            pending.contains("no network canary has finished yet")
+                && pending.contains("a canary is running now"),
+            "{pending}"
+        );
+        state.record(Verdict::Isolated);
+        assert!(refused(&state).is_none());
+        state.record(Verdict::Failed("the pod did not start".into()));
+        state.schedule(Some(Duration::from_secs(10)));
+        let failed = refused(&state).unwrap();
+        assert!(
+            failed.contains("could not conclude: the pod did not start")
+                && failed.contains("the next canary starts in "),
+            "{failed}"
+        );
         state.record(Verdict::Reached(vec!["a:1".into()]));
         state.record(Verdict::Failed("the pod did not start".into()));
-        assert_eq!(state.reached(), Some(vec!["a:1".to_string()]));
+        assert!(matches!(
+            state.refusal(),
+            Some(SandboxError::NetworkReached { reached }) if reached == "a:1"
+        ));
         state.record(Verdict::Isolated);
-        assert_eq!(state.reached(), None);
-        state.record(Verdict::Failed("the pod did not start".into()));
-        assert_eq!(state.report().verdict.name(), "failed");
+        assert!(state.refusal().is_none());
+        assert!(state.report().verdict.lets_code_run());
+    }
+
+    #[test]
+    fn a_canary_that_could_not_conclude_is_tried_again_soon_then_less_often() {
+        let interval = Duration::from_secs(300);
+        let waits: Vec<u64> = (0..9)
+            .map(|failures| next_wait(failures, interval).as_secs())
+            .collect();
+        assert_eq!(waits, [300, 5, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(next_wait(1, Duration::from_secs(2)), Duration::from_secs(2));
+        assert_eq!(next_wait(u32::MAX, interval), interval);
+    }
+
+    #[test]
+    fn the_next_canary_is_said_in_seconds_or_as_running() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let later = Some(now + Duration::from_secs(20));
+        assert_eq!(next_canary(later, now), "the next canary starts in 20 s");
+        assert_eq!(next_canary(None, now), "a canary is running now");
+        let past = Some(now - Duration::from_secs(1));
+        assert_eq!(next_canary(past, now), "a canary is running now");
     }
 
     #[test]

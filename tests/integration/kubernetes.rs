@@ -511,7 +511,9 @@ async fn host_listener() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
 }
 
 /// `/health` once the network canary has a verdict.
-async fn health_with_canary_verdict(server: &TestServer) -> (reqwest::StatusCode, Value) {
+pub(crate) async fn health_with_canary_verdict(
+    server: &TestServer,
+) -> (reqwest::StatusCode, Value) {
     for _ in 0..300 {
         let response = reqwest::get(format!("{}/health", server.url))
             .await
