@@ -3,8 +3,19 @@
 //! enforces it, and a cluster-wide policy (Cilium, Calico, AdminNetworkPolicy) can let traffic
 //! through whatever the namespace's policies say, or a policy can be deleted later. So at
 //! start-up and every `SANDBOX_CANARY_INTERVAL` the server runs a canary: an attempt like any
-//! other (a cold pod from the same spec, verified the same way) whose fixed script tries TCP
-//! connections to the API server's address and to public ones (`SANDBOX_CANARY_ADDRESSES`).
+//! other (a cold pod from the same spec, verified the same way) whose fixed script
+//! (`canary_probe.py`) tries, all at once and each for at most [`PROBE_WAIT`], a TCP connection
+//! to the API server's addresses and to public ones (`SANDBOX_CANARY_ADDRESSES`), a datagram to
+//! each of them (a DNS query for [`DNS_NAME`]), and a lookup of [`DNS_NAME`] through the pod's
+//! own resolver. Only an answer counts as reached ([`Probe::reached`]): a connection made, any
+//! datagram back, an address for the name. A refusal is not one (a policy that rejects rather
+//! than drops answers from the node itself), and silence is what isolation looks like.
+//!
+//! A lookup that resolves counts: whichever resolver answered (the cluster's DNS, usually)
+//! forwards the pod's queries out of the cluster, and a query carries data; the deny-all
+//! NetworkPolicy forbids the cluster's DNS too. A resolver that answers "no such name" is not
+//! counted: the pod cannot tell it from a lookup that reached nothing (no resolver, or one that
+//! resolves only names inside the cluster). A public resolver asked directly is the UDP probe's.
 //!
 //! It fails closed: code runs only while the last canary reached nothing
 //! ([`Verdict::Isolated`]). Until the first canary has finished ([`Verdict::Pending`]), and
@@ -24,22 +35,37 @@
 //! (which makes a script's network call fail at once, `sandbox-image/runner.py`) would refuse
 //! them before any packet, and the canary must test the network, not the hook.
 //!
-//! It does not prove more than it tries: a port or protocol it does not try (UDP, DNS) may be
-//! open where these are closed.
+//! It does not prove more than it tries: a port or protocol it does not try may be open where
+//! these are closed.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use serde::Deserialize;
+
 use super::outcome::Status;
 use super::{Outcome, SandboxError};
 
-/// How long the canary waits for each connection; a dropped packet shows as this wait.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long each probe waits for an answer; a dropped packet shows as this wait. The probes run
+/// at once, so the canary's script ends about this long after it starts.
+pub const PROBE_WAIT: Duration = Duration::from_secs(3);
+/// The public name the canary looks up through the pod's resolver and asks for in its
+/// datagrams: reserved by IANA, and it resolves. Absolute (the final dot), so that the
+/// resolver tries no search domain of the cluster first.
+pub const DNS_NAME: &str = "example.com.";
+/// What the canary's script may need at most: [`PROBE_WAIT`], a second for the probes' threads,
+/// and the interpreters' start on a loaded node. A `SCRIPT_TIMEOUT` below it is warned about.
+pub const SCRIPT_NEEDS: Duration = Duration::from_secs(PROBE_WAIT.as_secs() + 5);
 /// The wait before a canary that could not conclude is tried again; it doubles with each one
 /// in a row, up to `SANDBOX_CANARY_INTERVAL`.
 pub const FIRST_RETRY: Duration = Duration::from_secs(5);
+/// The probes, run by a fresh interpreter in the canary's pod.
+const PROBE: &str = include_str!("canary_probe.py");
 /// The marker before the canary's answer on its stdout.
 const MARKER: &str = "file-agent-canary:";
+/// How long the canary's script waits for its probing interpreter beyond [`PROBE_WAIT`]: the
+/// interpreter's start, and the probes' threads.
+const PROBE_SLACK: Duration = Duration::from_secs(10);
 
 /// What the last canary found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,39 +213,71 @@ pub fn next_wait(failures: u32, interval: Duration) -> Duration {
         .min(interval)
 }
 
-/// The canary's script: it starts a fresh interpreter (no audit hook) that tries a TCP
-/// connection to each of `targets` (`host:port`, `[v6]:port`) and prints those it reached as
-/// JSON after [`MARKER`].
-pub fn script(targets: &[String]) -> String {
-    // A Python string literal (JSON's escapes are Python's) holding the JSON list.
-    let targets =
-        serde_json::Value::String(serde_json::to_string(targets).unwrap_or_else(|_| "[]".into()))
-            .to_string();
-    let timeout = CONNECT_TIMEOUT.as_secs();
+/// The canary's script: it starts a fresh interpreter (no audit hook) that runs
+/// `canary_probe.py` on `targets` (`host:port`, `[v6]:port`) and the public `name`, and prints
+/// the probes' endings as JSON after [`MARKER`].
+pub fn script(targets: &[String], name: &str) -> String {
+    let asked = serde_json::json!({
+        "targets": targets,
+        "name": name,
+        "wait": PROBE_WAIT.as_secs(),
+    });
+    // Python string literals (JSON's escapes are Python's).
+    let literal = |text: &str| serde_json::Value::String(text.to_string()).to_string();
     format!(
-        r#"import json, subprocess, sys
-PROBE = r'''
-import json, socket, sys
-reached = []
-for target in json.loads(sys.argv[1]):
-    host, _, port = target.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout={timeout}):
-            reached.append(target)
-    except (OSError, ValueError):
-        pass
-print(json.dumps(reached))
-'''
-targets = {targets}
-done = subprocess.run([sys.executable, "-I", "-c", PROBE, targets], capture_output=True, text=True, timeout=len(json.loads(targets)) * {timeout} + 20)
+        r#"import subprocess, sys
+PROBE = {probe}
+ASKED = {asked}
+done = subprocess.run([sys.executable, "-I", "-c", PROBE, ASKED], capture_output=True, text=True, timeout={timeout})
 sys.stderr.write(done.stderr)
 print("{MARKER}" + done.stdout.strip())
 sys.exit(done.returncode)
-"#
+"#,
+        probe = literal(PROBE),
+        asked = literal(&asked.to_string()),
+        timeout = (PROBE_WAIT + PROBE_SLACK).as_secs(),
     )
 }
 
-/// What a canary's attempt says: the addresses its script reached, or why nothing is known.
+/// One probe of the canary's script, as it reports it.
+#[derive(Debug, Clone, Deserialize)]
+struct Probe {
+    /// What it tried.
+    probe: Protocol,
+    /// The `host:port` tried, or the name looked up.
+    target: String,
+    /// How it ended: `connected`, `answered`, `resolved`, `refused`, `timeout`, `no such name`
+    /// or `failed`.
+    result: String,
+}
+
+/// What a probe tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Protocol {
+    /// A TCP connection.
+    Tcp,
+    /// A datagram (a DNS query) and any datagram back.
+    Udp,
+    /// A lookup through the pod's resolver.
+    Dns,
+}
+
+impl Probe {
+    /// What it reached, named for the report; `None` when it reached nothing. Only an answer
+    /// counts (the module doc says why): a connection made, any datagram back, an address for
+    /// the name.
+    fn reached(&self) -> Option<String> {
+        match (self.probe, self.result.as_str()) {
+            (Protocol::Tcp, "connected") => Some(self.target.clone()),
+            (Protocol::Udp, "answered") => Some(format!("{} (udp)", self.target)),
+            (Protocol::Dns, "resolved") => Some(format!("{} (dns lookup)", self.target)),
+            _ => None,
+        }
+    }
+}
+
+/// What a canary's attempt says: what its probes reached, or why nothing is known.
 pub fn judge(outcome: &Outcome) -> Verdict {
     let stdout = String::from_utf8_lossy(&outcome.stdout.bytes);
     let answer = stdout
@@ -227,9 +285,18 @@ pub fn judge(outcome: &Outcome) -> Verdict {
         .rev()
         .find_map(|line| line.strip_prefix(MARKER));
     match (outcome.status, answer) {
-        (Status::Ok, Some(answer)) => match serde_json::from_str::<Vec<String>>(answer.trim()) {
-            Ok(reached) if reached.is_empty() => Verdict::Isolated,
-            Ok(reached) => Verdict::Reached(reached),
+        (Status::Ok, Some(answer)) => match serde_json::from_str::<Vec<Probe>>(answer.trim()) {
+            Ok(probes) if probes.is_empty() => {
+                Verdict::Failed("the canary's answer named no probe".into())
+            }
+            Ok(probes) => {
+                let reached: Vec<String> = probes.iter().filter_map(Probe::reached).collect();
+                if reached.is_empty() {
+                    Verdict::Isolated
+                } else {
+                    Verdict::Reached(reached)
+                }
+            }
             Err(error) => Verdict::Failed(format!("the canary's answer did not parse: {error}")),
         },
         (status, _) => Verdict::Failed(format!(
@@ -263,27 +330,78 @@ mod tests {
         }
     }
 
+    /// A finished canary whose probes ended as `probes` says: (kind, target, result).
+    fn answered(probes: &[(&str, &str, &str)]) -> Verdict {
+        let probes: Vec<serde_json::Value> = probes
+            .iter()
+            .map(|(probe, target, result)| {
+                serde_json::json!({"probe": probe, "target": target, "result": result})
+            })
+            .collect();
+        judge(&outcome(
+            Status::Ok,
+            &format!("noise\n{MARKER}{}\n", serde_json::Value::from(probes)),
+        ))
+    }
+
     #[test]
     fn the_verdict_comes_from_the_marked_line_of_a_finished_canary() {
         assert_eq!(
-            judge(&outcome(Status::Ok, "file-agent-canary:[]\n")),
+            answered(&[
+                ("tcp", "10.96.0.1:443", "timeout"),
+                ("dns", DNS_NAME, "failed")
+            ]),
             Verdict::Isolated
         );
         assert_eq!(
-            judge(&outcome(
-                Status::Ok,
-                "noise\nfile-agent-canary:[\"10.96.0.1:443\"]\n"
-            )),
+            answered(&[("tcp", "10.96.0.1:443", "connected")]),
             Verdict::Reached(vec!["10.96.0.1:443".into()])
         );
-        assert!(matches!(
-            judge(&outcome(Status::Ok, "nothing\n")),
-            Verdict::Failed(_)
-        ));
-        assert!(matches!(
-            judge(&outcome(Status::Timeout, "file-agent-canary:[]\n")),
-            Verdict::Failed(_)
-        ));
+        for broken in [
+            "nothing\n",
+            "file-agent-canary:[]\n",
+            "file-agent-canary:[\"a:1\"]\n",
+        ] {
+            assert!(
+                matches!(judge(&outcome(Status::Ok, broken)), Verdict::Failed(_)),
+                "{broken}"
+            );
+        }
+        let timed_out = outcome(Status::Timeout, "file-agent-canary:[]\n");
+        assert!(matches!(judge(&timed_out), Verdict::Failed(_)));
+    }
+
+    #[test]
+    fn a_datagram_back_or_a_resolved_name_is_reached_and_a_refusal_or_silence_is_not() {
+        assert_eq!(
+            answered(&[
+                ("udp", "8.8.8.8:53", "answered"),
+                ("dns", DNS_NAME, "resolved"),
+                ("udp", "1.1.1.1:443", "timeout"),
+            ]),
+            Verdict::Reached(vec![
+                "8.8.8.8:53 (udp)".into(),
+                "example.com. (dns lookup)".into()
+            ])
+        );
+        assert_eq!(
+            answered(&[
+                ("udp", "8.8.8.8:53", "refused"),
+                ("udp", "1.1.1.1:443", "timeout"),
+                ("udp", "[2606:4700::1111]:53", "failed"),
+                ("tcp", "8.8.8.8:53", "refused"),
+                ("dns", DNS_NAME, "no such name"),
+            ]),
+            Verdict::Isolated
+        );
+        for result in ["timeout", "failed", "refused"] {
+            assert_eq!(answered(&[("dns", DNS_NAME, result)]), Verdict::Isolated);
+        }
+        // An answer that means another probe's success does not count for this one.
+        assert_eq!(
+            answered(&[("udp", "a:1", "connected"), ("dns", "b", "answered")]),
+            Verdict::Isolated
+        );
     }
 
     #[test]
@@ -339,10 +457,15 @@ mod tests {
     }
 
     #[test]
-    fn the_script_names_every_target() {
-        let script = script(&["10.96.0.1:443".into(), "[2606:4700::1111]:443".into()]);
+    fn the_script_names_every_target_and_probes_in_a_fresh_interpreter() {
+        let script = script(
+            &["10.96.0.1:443".into(), "[2606:4700::1111]:443".into()],
+            DNS_NAME,
+        );
         assert!(script.contains(r#"\"10.96.0.1:443\""#), "{script}");
         assert!(script.contains("2606:4700::1111"), "{script}");
+        assert!(script.contains(r#"\"name\":\"example.com.\""#), "{script}");
         assert!(script.contains("sys.executable, \"-I\""), "{script}");
+        assert!(script.contains("SOCK_DGRAM") && script.contains("getaddrinfo"));
     }
 }

@@ -405,6 +405,13 @@ impl Sandbox {
             );
             return self;
         };
+        if self.config().limits.timeout < canary::SCRIPT_NEEDS {
+            tracing::warn!(
+                "SCRIPT_TIMEOUT ({} s) is shorter than the network canary's script may need ({} s): canaries that time out prove nothing, and then no code runs",
+                self.config().limits.timeout.as_secs(),
+                canary::SCRIPT_NEEDS.as_secs()
+            );
+        }
         let state = CanaryState::new(targets);
         self.canary = Some(state.clone());
         tokio::spawn(self.clone().watch_network(state, interval));
@@ -466,7 +473,7 @@ impl Sandbox {
     /// gets from now on, and must not take a pod an attempt is waiting for).
     async fn run_canary(&self, targets: &[String], cancel: &CancellationToken) -> Verdict {
         let job = Job {
-            script: canary::script(targets),
+            script: canary::script(targets, canary::DNS_NAME),
             ..Job::default()
         };
         let folder = match tempfile::tempdir() {

@@ -542,11 +542,9 @@ async fn a_canary_that_reaches_a_listener_stops_the_server_running_code() {
     let server = TestServer::start(&vars).await;
     let (status, health) = with_timeout(health_with_canary_verdict(&server)).await;
     assert_eq!(health["network_canary"]["verdict"], "reached", "{health}");
-    assert_eq!(
-        health["network_canary"]["reached"],
-        json!([address]),
-        "{health}"
-    );
+    // Only the listener here; a host whose resolver answers adds the DNS lookup.
+    let reached = health["network_canary"]["reached"].as_array().unwrap();
+    assert!(reached.contains(&json!(address)), "{health}");
     assert_eq!(status, reqwest::StatusCode::SERVICE_UNAVAILABLE, "{health}");
     assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     let metrics = reqwest::get(format!("{}/metrics", server.url))
