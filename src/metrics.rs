@@ -289,7 +289,7 @@ type PlainRow = (&'static str, &'static str, &'static str, usize);
 
 /// The network canary's last verdict, one row per verdict.
 fn write_canary(out: &mut String, verdict: &str) {
-    out.push_str("# HELP file_agent_network_canary The network canary's last verdict (1 for the current one): reached means a sandbox pod reached the network and no code runs.\n# TYPE file_agent_network_canary gauge\n");
+    out.push_str("# HELP file_agent_network_canary The network canary's last verdict (1 for the current one): code runs only while it is isolated; reached means a sandbox pod reached the network, pending and failed that nothing has proven yet it does not.\n# TYPE file_agent_network_canary gauge\n");
     for state in ["pending", "isolated", "reached", "failed"] {
         let _ = writeln!(
             out,

@@ -535,7 +535,9 @@ fn canary_check(checks: &mut Checks, report: crate::sandbox::CanaryReport) {
         Verdict::Failed(error) => checks.line(
             Some(false),
             "canary",
-            format!("the network canary could not run: {error}"),
+            format!(
+                "the network canary could not conclude: {error}; the server runs no code until one reaches nothing (it tries again within seconds), so find why the pod did not start or finish"
+            ),
         ),
         Verdict::Pending => checks.line(None, "canary", "no verdict".into()),
     }

@@ -650,9 +650,9 @@ impl FileAgentServer {
     }
 
     /// Why `tool` may run nothing now: a call that would run attempts while the sandbox may
-    /// run no code (the network canary reached the network) or the audit trail cannot be
-    /// written (unless the operator chose FILE_AGENT_AUDIT_ON_FAILURE=continue) is refused
-    /// before the model is asked, not after.
+    /// run no code (the network canary reached the network, or has not proven it does not) or
+    /// the audit trail cannot be written (unless the operator chose
+    /// FILE_AGENT_AUDIT_ON_FAILURE=continue) is refused before the model is asked, not after.
     fn refusal(&self, tool: &str) -> Option<ToolError> {
         let runs_attempts =
             Tool::named(tool).map_or(tool.starts_with(SAVED_TOOL_PREFIX), Tool::runs_attempts);

@@ -169,7 +169,8 @@ pub trait Runner: std::fmt::Debug + Send + Sync + 'static {
     fn config(&self) -> &SandboxConfig;
 
     /// Why no job may run now, if so (under Kubernetes: the network canary reached the
-    /// network). A call that would run code is refused with it before anything else.
+    /// network, or has not proven yet that it does not). A call that would run code is
+    /// refused with it before anything else.
     fn refusal(&self) -> Option<SandboxError> {
         None
     }
@@ -300,8 +301,8 @@ pub struct Sandbox {
     /// Whatever makes this process the owner of its instance label (a locked file), held as
     /// long as the sandbox lives.
     _instance_claim: Option<Arc<dyn std::any::Any + Send + Sync>>,
-    /// The network canary's last verdict (under Kubernetes, when it runs): while it says
-    /// the sandbox reached the network, no attempt runs.
+    /// The network canary's last verdict (under Kubernetes, when it runs): unless it says
+    /// the sandbox reached nothing, no attempt runs.
     canary: Option<CanaryState>,
     /// Cancelled by [`Sandbox::shutdown`]: ends the canary's task and its attempt.
     stop: CancellationToken,
@@ -389,33 +390,57 @@ impl Sandbox {
     }
 
     /// Under Kubernetes with `SANDBOX_CANARY_INTERVAL` set: runs the network canary
-    /// ([`canary`]) now and every interval, in a task that ends at [`Sandbox::shutdown`]; while
-    /// its last verdict is [`Verdict::Reached`], every attempt is refused. Call it once, from
-    /// within the runtime.
+    /// ([`canary`]) now and every interval (sooner after one that could not conclude), in a
+    /// task that ends at [`Sandbox::shutdown`]; every attempt is refused until a canary has
+    /// reached nothing, and whenever the last one did not. With the interval 0 it warns that
+    /// nothing proves the pods isolated. Call it once, from within the runtime.
     pub async fn with_network_canary(mut self) -> Self {
-        // `SANDBOX_CANARY_INTERVAL=0` turns it off (doctor still runs one).
-        let Some((Some(interval), targets)) = self.canary_plan().await else {
+        let Some((interval, targets)) = self.canary_plan().await else {
             return self;
         };
+        // `SANDBOX_CANARY_INTERVAL=0` turns it off (doctor still runs one).
+        let Some(interval) = interval else {
+            tracing::warn!(
+                "SANDBOX_CANARY_INTERVAL=0: no network canary runs, so nothing proves that the sandbox pods are cut off from the network; code runs on the NetworkPolicy's word alone (and the CNI's enforcement of it)"
+            );
+            return self;
+        };
+        if self.config().limits.timeout < canary::SCRIPT_NEEDS {
+            tracing::warn!(
+                "SCRIPT_TIMEOUT ({} s) is shorter than the network canary's script may need ({} s): canaries that time out prove nothing, and then no code runs",
+                self.config().limits.timeout.as_secs(),
+                canary::SCRIPT_NEEDS.as_secs()
+            );
+        }
         let state = CanaryState::new(targets);
         self.canary = Some(state.clone());
-        let sandbox = self.clone();
-        let stop = self.stop.clone();
-        tokio::spawn(async move {
-            loop {
-                let targets = state.targets();
-                let verdict = tokio::select! {
-                    verdict = sandbox.run_canary(&targets, &stop) => verdict,
-                    () = stop.cancelled() => return,
-                };
-                state.record(verdict);
-                tokio::select! {
-                    () = tokio::time::sleep(interval) => {}
-                    () = stop.cancelled() => return,
-                }
-            }
-        });
+        tokio::spawn(self.clone().watch_network(state, interval));
         self
+    }
+
+    /// The canary's task: a canary, then a wait ([`canary::next_wait`]: the interval after
+    /// one that concluded, a short and doubling one after one that could not), until shutdown.
+    async fn watch_network(self, state: CanaryState, interval: Duration) {
+        let mut failures: u32 = 0;
+        loop {
+            state.schedule(None);
+            let targets = state.targets();
+            let verdict = tokio::select! {
+                verdict = self.run_canary(&targets, &self.stop) => verdict,
+                () = self.stop.cancelled() => return,
+            };
+            failures = match verdict {
+                Verdict::Failed(_) => failures.saturating_add(1),
+                _ => 0,
+            };
+            let wait = canary::next_wait(failures, interval);
+            state.schedule(Some(wait));
+            state.record(verdict);
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.stop.cancelled() => return,
+            }
+        }
     }
 
     /// Runs one network canary now and waits for its verdict (`file-agent doctor`); `None`
@@ -448,7 +473,7 @@ impl Sandbox {
     /// gets from now on, and must not take a pod an attempt is waiting for).
     async fn run_canary(&self, targets: &[String], cancel: &CancellationToken) -> Verdict {
         let job = Job {
-            script: canary::script(targets),
+            script: canary::script(targets, canary::DNS_NAME),
             ..Job::default()
         };
         let folder = match tempfile::tempdir() {
@@ -711,10 +736,7 @@ impl Runner for Sandbox {
     }
 
     fn refusal(&self) -> Option<SandboxError> {
-        let reached = self.canary.as_ref().and_then(CanaryState::reached)?;
-        Some(SandboxError::NetworkReached {
-            reached: reached.join(", "),
-        })
+        self.canary.as_ref().and_then(CanaryState::refusal)
     }
 
     async fn run(
@@ -730,7 +752,7 @@ impl Runner for Sandbox {
 /// Whose job [`Sandbox::run_with`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Through {
-    /// An attempt: refused while the canary says the sandbox has network; a warm container
+    /// An attempt: refused unless the canary says the sandbox reached nothing; a warm container
     /// when one is ready.
     Attempt,
     /// The network canary: always runs, always in a cold container.

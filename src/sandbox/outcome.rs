@@ -216,6 +216,17 @@ pub enum SandboxError {
         /// The addresses reached, comma-separated.
         reached: String,
     },
+    /// No network canary has proven yet that the sandbox pods are cut off from the network
+    /// (none has finished, or the last could not conclude), so no code runs.
+    #[error(
+        "file-agent runs no code now: nothing has proven yet that the sandbox pods are cut off from the network, because {why}. Code runs once a network canary, a sandbox pod made like this attempt's, reaches none of its targets; {next}, so try again shortly. If this lasts, an operator must find why the canary does not conclude (`file-agent doctor` runs one; /health shows the last)"
+    )]
+    NetworkUnproven {
+        /// Why: no canary has finished yet, or what the last one said.
+        why: String,
+        /// When the next canary runs, in words.
+        next: String,
+    },
     /// An input cannot be placed in `/work/in`.
     #[error("input {name:?} cannot be used: {reason}")]
     BadInput {

@@ -726,14 +726,15 @@ async fn health(
     let audit = audit_health(&tools);
     let audit_refusing = audit.as_ref().is_some_and(|(refusing, _)| *refusing);
     let canary = sandbox.network_canary();
-    let network_open = canary
+    // Only a canary that reached nothing lets code run (sandbox::canary fails closed).
+    let canary_refusing = canary
         .as_ref()
-        .is_some_and(|report| matches!(report.verdict, crate::sandbox::Verdict::Reached(_)));
+        .is_some_and(|report| !report.verdict.lets_code_run());
     let ready = engine["reachable"] == true
         && (image_present || kubernetes)
         && !draining
         && !audit_refusing
-        && !network_open;
+        && !canary_refusing;
     let mut body = json!({
         "status": if draining { "draining" } else if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
@@ -818,13 +819,15 @@ fn audit_health(tools: &Tools) -> Option<(bool, serde_json::Value)> {
     Some((refusing, value))
 }
 
-/// The network canary in `/health`: its verdict, when, what it tries and what it reached.
+/// The network canary in `/health`: its verdict, when, what it tries, what it reached (or why
+/// it could not conclude), and when the next one starts (null while one runs).
 fn canary_json(report: &crate::sandbox::CanaryReport) -> serde_json::Value {
     use crate::sandbox::Verdict;
     let mut value = json!({
         "verdict": report.verdict.name(),
         "checked_at": report.checked_at.map(crate::time::format_rfc3339),
         "targets": report.targets,
+        "next_at": report.next_at.map(crate::time::format_rfc3339),
     });
     match &report.verdict {
         Verdict::Reached(reached) => value["reached"] = json!(reached),

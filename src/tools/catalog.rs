@@ -75,8 +75,8 @@ impl Tool {
     }
 
     /// Whether a call of it runs sandbox attempts: refused before it starts while the sandbox
-    /// may run no code (the network canary reached the network) or the audit trail cannot be
-    /// written (under `FILE_AGENT_AUDIT_ON_FAILURE=refuse`).
+    /// may run no code (the network canary reached the network, or has not proven it does not)
+    /// or the audit trail cannot be written (under `FILE_AGENT_AUDIT_ON_FAILURE=refuse`).
     pub fn runs_attempts(self) -> bool {
         !matches!(
             self,

@@ -18,6 +18,7 @@ mod faults;
 mod front_door;
 mod hostile;
 mod identity;
+mod kube_canary;
 mod kube_cluster_life;
 mod kube_double;
 mod kube_manifests;

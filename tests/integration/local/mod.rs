@@ -7,6 +7,7 @@
 //! itself) stays in the Docker tier.
 
 mod analysis;
+mod canary;
 mod files;
 mod inspection;
 mod pdf;
