@@ -251,7 +251,7 @@ fn audit_checks(checks: &mut Checks, config: &Config) {
 /// Who can call (and from where), the data folder's modes, the connection cap against the
 /// descriptor limit.
 fn front_door(config: &Config, tokens: &crate::server::auth::AccessTokens) -> usize {
-    let problems = access_check(config, tokens) + data_check(config);
+    let problems = access_check(config, tokens) + data_check(config) + links_check(config);
     let descriptors = crate::server::connections::raise_descriptor_limit();
     let cap = crate::server::connections::effective_cap(config.server.max_connections, descriptors);
     println!(
@@ -292,6 +292,25 @@ fn access_check(config: &Config, tokens: &crate::server::auth::AccessTokens) -> 
         ),
     }
     0
+}
+
+/// Whether users can open the local store's download links; 1 when they cannot
+/// ([`Config::unreachable_links`]).
+fn links_check(config: &Config) -> usize {
+    match (config.unreachable_links(), &config.storage) {
+        (Some(problem), _) => {
+            println!("links    FAIL  {problem}");
+            1
+        }
+        (None, crate::config::StorageConfig::Local(local)) => {
+            println!(
+                "links    ok    download links start with {}",
+                local.public_url
+            );
+            0
+        }
+        (None, crate::config::StorageConfig::OpenWebUi(_)) => 0,
+    }
 }
 
 /// The data folder's modes: what other users could read; 1 when they cannot be read.

@@ -87,6 +87,9 @@ async fn serve_http(
         ),
     };
     tracing::info!(%address, storage, "serving MCP at http://{address}/mcp");
+    if let Some(problem) = config.unreachable_links() {
+        tracing::warn!("{problem}");
+    }
     // A banner for a person; JSON logs keep one record per line.
     if super::LogFormat::from_env() != Ok(super::LogFormat::Json) {
         eprintln!(

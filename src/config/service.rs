@@ -847,6 +847,41 @@ fn list_or_any(
     })
 }
 
+impl Config {
+    /// Why users' browsers cannot open the local store's download links, if they cannot: the
+    /// server listens beyond loopback (so its users are elsewhere), but its public URL names
+    /// loopback or a cluster-internal name (`*.svc`, `*.cluster.local`), as it does by default
+    /// under compose (`http://localhost:8000`) or Kubernetes.
+    pub fn unreachable_links(&self) -> Option<String> {
+        let StorageConfig::Local(local) = &self.storage else {
+            return None;
+        };
+        if self.server.listen.ip().is_loopback() {
+            return None;
+        }
+        let url = reqwest::Url::parse(&local.public_url).ok()?;
+        let host = url
+            .host_str()?
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = host.trim_end_matches('.').to_ascii_lowercase();
+        let place = if name == "localhost"
+            || name.ends_with(".localhost")
+            || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        {
+            "loopback"
+        } else if name.ends_with(".svc") || name.ends_with(".cluster.local") {
+            "a name inside the cluster"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "download links start with {}, which is {place}: users' browsers on other machines cannot open them; set FILE_AGENT_PUBLIC_URL to this server's address as users reach it (its host name, or the proxy's URL in front of it)",
+            local.public_url
+        ))
+    }
+}
+
 /// `http://<address>:<port>` of the address served; `localhost` when it is every address
 /// (`0.0.0.0`, `::`), which no browser can reach by that name.
 fn default_public_url(served: SocketAddr) -> String {
@@ -1111,6 +1146,46 @@ mod tests {
             let error = config(&[("FILE_AGENT_FILES_RETENTION_DAYS", bad)]).unwrap_err();
             assert_eq!(error.var, "FILE_AGENT_FILES_RETENTION_DAYS");
             assert!(error.to_string().contains("whole days"), "{error}");
+        }
+    }
+
+    #[test]
+    fn links_on_loopback_or_a_cluster_name_are_unreachable_once_the_server_listens_beyond_loopback()
+    {
+        let config = |listen: &str, public: Option<&str>| {
+            let mut vars = vec![("FILE_AGENT_LISTEN", listen.to_string())];
+            if let Some(public) = public {
+                vars.push(("FILE_AGENT_PUBLIC_URL", public.to_string()));
+            }
+            Config::from_lookup(move |name: &str| {
+                vars.iter()
+                    .find(|(var, _)| *var == name)
+                    .map(|(_, value)| value.clone())
+            })
+            .unwrap()
+        };
+        // Loopback listening: the default links are fine.
+        assert_eq!(config("127.0.0.1:8000", None).unreachable_links(), None);
+        // Every address: the default `http://localhost:8000` is not.
+        let every = config("0.0.0.0:8000", None).unreachable_links().unwrap();
+        assert!(
+            every.contains("http://localhost:8000") && every.contains("FILE_AGENT_PUBLIC_URL"),
+            "{every}"
+        );
+        for unreachable in [
+            "http://file-agent.file-agent.svc:8000",
+            "http://file-agent.file-agent.svc.cluster.local:8000",
+            "http://127.0.0.1:8000",
+            "http://[::1]:8000",
+        ] {
+            let problem = config("0.0.0.0:8000", Some(unreachable)).unreachable_links();
+            assert!(problem.is_some(), "{unreachable}");
+        }
+        for reachable in ["https://files.example.com", "http://10.1.2.3:8000"] {
+            assert_eq!(
+                config("0.0.0.0:8000", Some(reachable)).unreachable_links(),
+                None
+            );
         }
     }
 }

@@ -294,3 +294,67 @@ async fn image_prune_removes_unused_old_images_and_keeps_used_ones() {
     );
     assert_eq!(listed, "busy");
 }
+
+/// Issue 48: a server that listens beyond loopback with the local store, and a public URL on
+/// loopback (compose's default) or a cluster-internal name (Kubernetes'), hands out links no
+/// user's browser opens: serve warns at start, doctor fails naming FILE_AGENT_PUBLIC_URL.
+#[tokio::test]
+async fn links_users_cannot_open_are_warned_about_and_fail_doctor() {
+    const TOKEN: &str = "links-token-0123456789abcdef0123456789";
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap();
+    let base = [
+        ("FILE_AGENT_DATA_DIR", data_dir),
+        ("FILE_AGENT_ACCESS_TOKENS", TOKEN),
+        ("FILE_AGENT_LISTEN", "0.0.0.0:8000"),
+    ];
+    let doctor = run_cli(&["doctor"], &base).await;
+    assert_eq!(doctor.code, Some(1), "{}", doctor.stdout);
+    assert!(
+        doctor
+            .stdout
+            .contains("links    FAIL  download links start with http://localhost:8000")
+            && doctor.stdout.contains("FILE_AGENT_PUBLIC_URL"),
+        "{}",
+        doctor.stdout
+    );
+    let mut cluster = base.to_vec();
+    cluster.push((
+        "FILE_AGENT_PUBLIC_URL",
+        "http://file-agent.file-agent.svc:8000",
+    ));
+    let doctor = run_cli(&["doctor"], &cluster).await;
+    assert!(
+        doctor.stdout.contains("a name inside the cluster"),
+        "{}",
+        doctor.stdout
+    );
+    let mut public = base.to_vec();
+    public.push(("FILE_AGENT_PUBLIC_URL", "https://files.example.com"));
+    let doctor = run_cli(&["doctor"], &public).await;
+    assert!(
+        doctor
+            .stdout
+            .contains("links    ok    download links start with https://files.example.com"),
+        "{}",
+        doctor.stdout
+    );
+
+    let port = crate::front_door::free_port();
+    let listen = format!("0.0.0.0:{port}");
+    let served = crate::front_door::Served::start(
+        &[
+            ("FILE_AGENT_ACCESS_TOKENS", TOKEN),
+            ("FILE_AGENT_LISTEN", &listen),
+        ],
+        None,
+    )
+    .await;
+    let log = served.stop().await;
+    assert!(
+        log.contains(&format!(
+            "download links start with http://localhost:{port}"
+        )) && log.contains("set FILE_AGENT_PUBLIC_URL"),
+        "{log}"
+    );
+}
