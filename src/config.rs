@@ -72,6 +72,49 @@ pub struct ConfigError {
     pub expected: String,
 }
 
+/// Why `value`, given for a token or a secret, is a placeholder from the docs or
+/// `.env.example` rather than a secret, if it is: `<openssl rand -hex 32>` uncommented as it
+/// stands is long enough to pass every length rule, and `$(openssl rand -hex 32)` is not run
+/// by an env file or compose, so each would be a token everyone who read the docs knows.
+pub fn placeholder(value: &str) -> Option<&'static str> {
+    let lower = value.to_ascii_lowercase();
+    if lower.contains('<') || lower.contains('>') {
+        Some("it holds `<` or `>`, as the placeholders in the docs do")
+    } else if lower.contains("$(") || lower.contains("${") || lower.contains('`') {
+        Some("it holds a shell command, which an env file, compose and Kubernetes do not run")
+    } else if [
+        "openssl",
+        "changeme",
+        "change-me",
+        "change_me",
+        "placeholder",
+        "your-",
+        "your_",
+    ]
+    .iter()
+    .any(|word| lower.contains(word))
+    {
+        Some("it reads as a placeholder, not a random value")
+    } else {
+        None
+    }
+}
+
+/// A [`ConfigError`] for a placeholder found in `var`, if `value` is one; the value stays
+/// hidden.
+pub(crate) fn refuse_placeholder(var: &'static str, value: &str) -> Result<(), ConfigError> {
+    match placeholder(value) {
+        None => Ok(()),
+        Some(why) => Err(ConfigError {
+            var,
+            value: "(hidden)".into(),
+            expected: format!(
+                "a random value, not a placeholder ({why}); make one with `openssl rand -hex 32` and paste its output"
+            ),
+        }),
+    }
+}
+
 /// The variables, read by name: empty values count as unset, and each reader takes the name
 /// once, for the lookup and for its error. Number readers say their range in the error from
 /// the range itself.
@@ -372,6 +415,29 @@ fn parse_cpus(value: Option<String>) -> Result<f64, ConfigError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn placeholders_from_the_docs_are_told_from_random_values() {
+        for placeholder in [
+            "<openssl rand -hex 32>",
+            "<another random token>",
+            "<openssl rand -hex 32, set on both sides>",
+            "$(openssl rand -hex 32)",
+            "`openssl rand -hex 32`",
+            "changeme-changeme-changeme-changeme",
+            "your-token-goes-here-0123456789",
+        ] {
+            assert!(super::placeholder(placeholder).is_some(), "{placeholder}");
+        }
+        for random in [
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "front-door-token-0123456789abcdef",
+            "Zm9vYmFyYmF6cXV4cXV1eHh5encxMjM0NTY3ODkw",
+        ] {
+            assert_eq!(super::placeholder(random), None, "{random}");
+        }
+    }
+
     use super::*;
     use std::collections::HashMap;
 

@@ -74,10 +74,13 @@ impl OpenWebUiJwtConfig {
                     ),
                 });
             }
-            Some(secret) => Some(OpenWebUiJwtConfig {
-                secret: Secret::new(secret.trim()),
-                header: header_name(vars)?,
-            }),
+            Some(secret) => {
+                super::refuse_placeholder("FILE_AGENT_OPENWEBUI_USER_JWT_SECRET", &secret)?;
+                Some(OpenWebUiJwtConfig {
+                    secret: Secret::new(secret.trim()),
+                    header: header_name(vars)?,
+                })
+            }
         })
     }
 }

@@ -492,11 +492,15 @@ impl ServerConfig {
             allowed_hosts: allowed_hosts.flatten(),
             allowed_origins: allowed_origins.flatten(),
             pinned,
-            access_tokens: access_tokens(vars),
+            access_tokens: access_tokens(vars)?,
             access_tokens_file: vars.get("FILE_AGENT_ACCESS_TOKENS_FILE").map(PathBuf::from),
-            metrics_token: vars
-                .get("FILE_AGENT_METRICS_TOKEN")
-                .map(|t| Secret::new(t.trim())),
+            metrics_token: match vars.get("FILE_AGENT_METRICS_TOKEN") {
+                Some(token) => {
+                    super::refuse_placeholder("FILE_AGENT_METRICS_TOKEN", &token)?;
+                    Some(Secret::new(token.trim()))
+                }
+                None => None,
+            },
             shutdown_grace: vars.seconds(
                 "FILE_AGENT_SHUTDOWN_GRACE",
                 DEFAULT_SHUTDOWN_GRACE_SECS,
@@ -649,17 +653,19 @@ fn listen(vars: &Vars<'_>) -> Result<SocketAddr, ConfigError> {
 }
 
 /// `FILE_AGENT_ACCESS_TOKENS`: comma-separated, blanks dropped.
-fn access_tokens(vars: &Vars<'_>) -> Vec<Secret> {
-    vars.get("FILE_AGENT_ACCESS_TOKENS")
-        .map(|value| {
-            value
-                .split(',')
-                .map(str::trim)
-                .filter(|token| !token.is_empty())
-                .map(Secret::new)
-                .collect()
-        })
-        .unwrap_or_default()
+fn access_tokens(vars: &Vars<'_>) -> Result<Vec<Secret>, ConfigError> {
+    let Some(value) = vars.get("FILE_AGENT_ACCESS_TOKENS") else {
+        return Ok(Vec::new());
+    };
+    let tokens: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|token| !token.is_empty())
+        .collect();
+    for token in &tokens {
+        super::refuse_placeholder("FILE_AGENT_ACCESS_TOKENS", token)?;
+    }
+    Ok(tokens.into_iter().map(Secret::new).collect())
 }
 
 /// `FILE_AGENT_REAP_INTERVAL`; `None` for 0 (off).

@@ -68,6 +68,20 @@ impl AccessTokens {
                 "{source}: token number {number} is shorter than {MIN_TOKEN_CHARS} characters; use a random one (e.g. `openssl rand -hex 32`)"
             )));
         }
+        if let Some((number, why)) = tokens
+            .iter()
+            .enumerate()
+            .find_map(|(at, token)| crate::config::placeholder(token.expose()).map(|why| (at, why)))
+        {
+            let (source, number) = if number < from_variable {
+                ("FILE_AGENT_ACCESS_TOKENS", number + 1)
+            } else {
+                ("FILE_AGENT_ACCESS_TOKENS_FILE", number - from_variable + 1)
+            };
+            return Err(TokenError(format!(
+                "{source}: token number {number} is a placeholder, not a secret ({why}); make one with `openssl rand -hex 32` and paste its output"
+            )));
+        }
         Ok(Self::from_secrets(tokens.iter()))
     }
 
@@ -196,6 +210,24 @@ mod tests {
             max_uploads: 4,
             local_roots: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_placeholder_in_the_tokens_file_refuses_the_start_naming_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(
+            &file,
+            "# ours\n0123456789abcdef0123456789abcdef\n<openssl rand -hex 32>\n",
+        )
+        .unwrap();
+        let mut server = config(&[]);
+        server.access_tokens_file = Some(file);
+        let error = AccessTokens::load(&server).unwrap_err().to_string();
+        assert!(
+            error.starts_with("FILE_AGENT_ACCESS_TOKENS_FILE: token number 2 is a placeholder"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -358,3 +358,34 @@ async fn links_users_cannot_open_are_warned_about_and_fail_doctor() {
         "{log}"
     );
 }
+
+/// Issue 48: a placeholder from the docs or `.env.example`, uncommented as it stands, passes
+/// every length rule; as a token or secret it refuses the start, naming the variable and
+/// never echoing the value.
+#[tokio::test]
+async fn a_placeholder_as_a_token_or_secret_refuses_the_start() {
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap();
+    for (var, value) in [
+        ("FILE_AGENT_ACCESS_TOKENS", "<openssl rand -hex 32>"),
+        ("FILE_AGENT_METRICS_TOKEN", "<another random token>"),
+        (
+            "FILE_AGENT_OPENWEBUI_USER_JWT_SECRET",
+            "<openssl rand -hex 32, set on both sides>",
+        ),
+        ("FILE_AGENT_ACCESS_TOKENS", "$(openssl rand -hex 32)"),
+    ] {
+        let serve = run_cli(
+            &["serve", "--listen", "127.0.0.1:0"],
+            &[("FILE_AGENT_DATA_DIR", data_dir), (var, value)],
+        )
+        .await;
+        assert_eq!(serve.code, Some(2), "{var}={value}: {}", serve.stderr);
+        assert!(
+            serve.stderr.contains(var) && serve.stderr.contains("placeholder"),
+            "{}",
+            serve.stderr
+        );
+        assert!(!serve.stderr.contains(value), "{}", serve.stderr);
+    }
+}
