@@ -177,6 +177,10 @@ async fn accept_until(
     }
 }
 
+/// The client address of a request, in its extensions.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub IpAddr);
+
 /// The requests being answered, and when the last one began or ended.
 #[derive(Debug, Clone, Default)]
 struct Activity(Arc<std::sync::Mutex<ActivityState>>);
@@ -295,20 +299,21 @@ impl Connections {
             return self.refuse(stream, Refusal::Peer);
         };
         match self.slots.clone().try_acquire_owned() {
-            Ok(slot) => self.serve(stream, (slot, peer_slot)),
+            Ok(slot) => self.serve(stream, peer, (slot, peer_slot)),
             Err(_) => self.refuse(stream, Refusal::Full),
         }
     }
 
-    /// Serves `stream` in a task of its own, holding `held` until it closes.
-    fn serve(&self, stream: TcpStream, held: Held) {
+    /// Serves `stream` from `peer` in a task of its own, holding `held` until it closes.
+    fn serve(&self, stream: TcpStream, peer: IpAddr, held: Held) {
         let _ = stream.set_nodelay(true);
         let stream = WriteDeadline::new(stream, self.bounds.write_timeout);
         let (app, body_timeout) = (self.app.clone(), self.bounds.body_timeout);
         let (served, activity) = (Arc::new(AtomicU64::new(0)), self.activity.clone());
         let service =
             hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let request = request.map(|body| Body::new(IdleBody::new(body, body_timeout)));
+                let mut request = request.map(|body| Body::new(IdleBody::new(body, body_timeout)));
+                request.extensions_mut().insert(Peer(peer));
                 let (app, served) = (app.clone(), served.clone());
                 let busy = activity.begin();
                 async move {

@@ -425,12 +425,41 @@ fn mcp_config(config: &Config, shutdown: &CancellationToken) -> StreamableHttpSe
 /// `/metrics`, behind its own token when `FILE_AGENT_METRICS_TOKEN` is set.
 fn metrics_routes(config: &Config) -> axum::Router<Tools> {
     let metrics_tokens = AccessTokens::from_secrets(config.server.metrics_token.iter());
+    let local_only = !metrics_tokens.enabled() && !config.server.listen.ip().is_loopback();
     axum::Router::new()
         .route("/metrics", get(metrics))
         .layer(axum::middleware::from_fn_with_state(
             metrics_tokens,
             auth::require_token,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            local_only,
+            this_host_only,
+        ))
+}
+
+/// `/metrics` of a server that listens beyond loopback without `FILE_AGENT_METRICS_TOKEN`:
+/// served to this host only (a request from another address, or of unknown origin, gets 403
+/// saying what to set). What it shows (who calls, how often, what fails) is for the operator.
+async fn this_host_only(
+    State(local_only): State<bool>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let peer = request
+        .extensions()
+        .get::<connections::Peer>()
+        .map(|peer| peer.0);
+    if !local_only || peer.is_some_and(|peer| peer.to_canonical().is_loopback()) {
+        return next.run(request).await;
+    }
+    (
+        axum::http::StatusCode::FORBIDDEN,
+        axum::Json(serde_json::json!({
+            "error": "/metrics is served to this host only while FILE_AGENT_METRICS_TOKEN is unset and the server listens beyond loopback; set the token, and have the scraper send it as `Authorization: Bearer <token>`"
+        })),
+    )
+        .into_response()
 }
 
 /// The protected-resource metadata, at its path and at the root's.

@@ -117,7 +117,7 @@ pub fn free_port() -> u16 {
 }
 
 /// This host's first address that is not loopback (the bridge Docker made, at least).
-fn non_loopback_address() -> std::net::IpAddr {
+pub fn non_loopback_address() -> std::net::IpAddr {
     let output = std::process::Command::new("hostname")
         .arg("-I")
         .output()

@@ -222,3 +222,47 @@ async fn a_refused_credential_and_the_thousandth_request_close_the_connection() 
     drop(writing.await.unwrap());
     served.stop().await;
 }
+
+/// Issue 48: beyond loopback, `/metrics` without `FILE_AGENT_METRICS_TOKEN` is served to this
+/// host only (403 to another address, saying what to set); with the token, to whoever sends it.
+#[tokio::test]
+async fn metrics_beyond_loopback_need_their_token_or_this_host() {
+    const TOKEN: &str = "metrics-slots-token-0123456789abcdef";
+    const METRICS: &str = "metrics-scraper-token-0123456789abcdef";
+    let outside = crate::front_door::non_loopback_address();
+    let get = |url: String, token: Option<&'static str>| async move {
+        let mut request = reqwest::Client::new().get(url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    };
+    for metrics_token in [None, Some(METRICS)] {
+        let port = free_port();
+        let listen = format!("0.0.0.0:{port}");
+        let mut vars = vec![
+            ("FILE_AGENT_ACCESS_TOKENS", TOKEN),
+            ("FILE_AGENT_LISTEN", listen.as_str()),
+        ];
+        if let Some(token) = metrics_token {
+            vars.push(("FILE_AGENT_METRICS_TOKEN", token));
+        }
+        let served = Served::start(&vars, None).await;
+        let here = format!("http://127.0.0.1:{port}/metrics");
+        let there = format!("http://{outside}:{port}/metrics");
+        match metrics_token {
+            None => {
+                assert_eq!(get(here, None).await.0, 200);
+                let (status, body) = get(there, None).await;
+                assert_eq!(status, 403, "{body}");
+                assert!(body.contains("FILE_AGENT_METRICS_TOKEN"), "{body}");
+            }
+            Some(token) => {
+                assert_eq!(get(there.clone(), None).await.0, 401);
+                assert_eq!(get(there, Some(token)).await.0, 200);
+            }
+        }
+        served.stop().await;
+    }
+}
