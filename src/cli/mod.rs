@@ -292,7 +292,7 @@ enum ImageCommand {
 
 /// Parses the command line, runs the command, and maps the result to an exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     // Before anything else: the PDF check's child caps itself and reads nothing but stdin.
     if let Some(Command::CheckPdf { memory }) = &cli.command {
         return crate::untrusted::pdf::child_main(memory);
@@ -710,4 +710,19 @@ pub(crate) fn shutdown_token() -> CancellationToken {
         cancel.cancel();
     });
     token
+}
+
+/// The command line, with `--version` naming the sandbox image this build makes and runs:
+/// `file-agent 0.1.0 (sandbox image file-agent-sandbox:<hash>)`.
+fn parse_cli() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let version = format!(
+        "{} (sandbox image {})",
+        env!("CARGO_PKG_VERSION"),
+        crate::sandbox::image::default_tag()
+    );
+    // Once per process: clap keeps the version for the life of the command.
+    let version: &'static str = Box::leak(version.into_boxed_str());
+    let matches = Cli::command().version(version).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
 }

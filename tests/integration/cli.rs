@@ -389,3 +389,17 @@ async fn a_placeholder_as_a_token_or_secret_refuses_the_start() {
         assert!(!serve.stderr.contains(value), "{}", serve.stderr);
     }
 }
+
+/// Issue 48: `--version` says the release and the sandbox image this build makes and runs, the
+/// tag `file-agent image build` gives it.
+#[tokio::test]
+async fn the_version_names_the_release_and_its_sandbox_image() {
+    let version = run_cli(&["--version"], &[]).await;
+    assert_eq!(version.code, Some(0));
+    let expected = format!(
+        "file-agent {} (sandbox image {})",
+        env!("CARGO_PKG_VERSION"),
+        file_agent::sandbox::image::default_tag()
+    );
+    assert_eq!(version.stdout.trim(), expected);
+}
