@@ -105,6 +105,28 @@ fn the_liveness_probe_asks_nothing_of_the_cluster() {
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/health");
 }
 
+/// Issue 48: the model key is optional (without it run_python and the saved tools work), so a
+/// Secret without it must not keep the pod from starting; the access tokens are required.
+#[test]
+fn only_the_access_tokens_are_required_of_the_secret() {
+    let deployment = documents(&Path::new(DEPLOY).join("deployment.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let optional = |name: &str| {
+        let variable = container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|variable| variable["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is not in the deployment"));
+        variable["valueFrom"]["secretKeyRef"]["optional"] == true
+    };
+    assert!(optional("OPENAI_API_KEY"));
+    assert!(!optional("FILE_AGENT_ACCESS_TOKENS"));
+}
+
 #[test]
 fn a_typo_is_caught() {
     let document: Value = serde_json::json!({
