@@ -357,3 +357,71 @@ fn the_settings_table_lists_exactly_the_variables_the_code_knows() {
         );
     }
 }
+
+/// The rows of the settings table whose default is one literal value in backticks: the
+/// variable and that value.
+fn literal_defaults() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join(SETTINGS_DOC)).unwrap();
+    let section = text
+        .split_once(&format!("\n{SETTINGS_HEADING}\n"))
+        .unwrap()
+        .1
+        .split("\n## ")
+        .next()
+        .unwrap();
+    section
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .filter_map(|row| {
+            let cells: Vec<&str> = row.split('|').collect();
+            let name = cells.get(1)?.trim().strip_prefix('`')?.strip_suffix('`')?;
+            let default = cells.get(2)?.trim().strip_prefix('`')?.strip_suffix('`')?;
+            (!default.contains('`') && !default.contains('<'))
+                .then(|| (name.to_string(), default.to_string()))
+        })
+        .collect()
+}
+
+/// Issue 48: each default the settings table states is the code's. Setting a variable to its
+/// documented default must leave the whole configuration as it is with nothing set, so a row
+/// that says 30 where the code takes 60 fails here.
+#[test]
+fn the_settings_tables_defaults_are_the_codes() {
+    use file_agent::config::Config;
+    // Read by something other than `Config`: the logger, compose, the Docker client.
+    const ELSEWHERE: [&str; 4] = [
+        "FILE_AGENT_LOG",
+        "FILE_AGENT_LOG_FORMAT",
+        "FILE_AGENT_PUBLISH",
+        "DOCKER_HOST",
+    ];
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap().to_string();
+    let configure = |extra: Option<(&str, &str)>| {
+        let data_dir = data_dir.clone();
+        let extra = extra.map(|(name, value)| (name.to_string(), value.to_string()));
+        let config = Config::from_lookup(move |name| {
+            if name == "FILE_AGENT_DATA_DIR" {
+                return Some(data_dir.clone());
+            }
+            extra
+                .as_ref()
+                .filter(|(set, _)| set == name)
+                .map(|(_, value)| value.clone())
+        });
+        format!("{:?}", config.unwrap())
+    };
+    let unset = configure(None);
+    let defaults = literal_defaults();
+    assert!(defaults.len() > 40, "{defaults:?}");
+    let differing: Vec<String> = defaults
+        .iter()
+        .filter(|(name, _)| !ELSEWHERE.contains(&name.as_str()))
+        .filter(|(name, default)| configure(Some((name, default))) != unset)
+        .map(|(name, default)| format!("{name}={default}"))
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "set to the default {SETTINGS_DOC} states, these change the configuration: {differing:?}"
+    );
+}
