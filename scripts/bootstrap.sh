@@ -29,8 +29,17 @@ if ! docker info >/dev/null 2>&1; then
     echo "bootstrap: installing docker.io" >&2
     apt_install docker.io
   fi
-  echo "bootstrap: starting dockerd" >&2
-  as_root sh -c 'nohup dockerd >/var/log/file-agent-dockerd.log 2>&1 &'
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    # Under systemd the engine is a service: started now, and again after a reboot.
+    echo "bootstrap: enabling and starting the docker service" >&2
+    as_root systemctl enable --now docker >&2 || true
+  fi
+  if ! docker info >/dev/null 2>&1; then
+    # No service manager (a container, a minimal VM): started by hand, gone after a reboot
+    # (run this script again then).
+    echo "bootstrap: starting dockerd" >&2
+    as_root sh -c 'nohup dockerd >/var/log/file-agent-dockerd.log 2>&1 &'
+  fi
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { as_root tail -n 40 /var/log/file-agent-dockerd.log >&2; echo "bootstrap: dockerd did not come up" >&2; exit 1; }
 fi
