@@ -6,7 +6,7 @@
 # and Merkle proofs written apart from the Rust code. Debian's own python3 refuses
 # `pip install` outside a venv (PEP 668, "externally-managed-environment"), and the server
 # itself needs no Python at all, so nothing here is for the main job. Needs python3 (3.10 or
-# later) with its venv module (Debian: python3-venv). Quick when done: the venv is rebuilt only
+# later) with its venv module (Debian's python3-venv, installed here when missing). Quick when done: the venv is rebuilt only
 # when the requirements below change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,13 @@ stamp="$env_dir/requirement"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$requirement" ] && [ -x "$env_dir/bin/python3" ]; then
   exit 0
+fi
+
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  # shellcheck source=scripts/lib.sh
+  . scripts/lib.sh
+  echo "test-python: installing python3-venv (the SDK lives in a venv)" >&2
+  apt_install python3-venv
 fi
 
 echo "test-python: installing the MCP Python SDK and cryptography ('$requirement') into $env_dir" >&2
