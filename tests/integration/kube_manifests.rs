@@ -34,6 +34,7 @@ fn round_trip(document: &Value) -> Value {
         "RoleBinding" => through::<rbac::v1::RoleBinding>(document),
         "RuntimeClass" => through::<node::v1::RuntimeClass>(document),
         "NetworkPolicy" => through::<networking::v1::NetworkPolicy>(document),
+        "Ingress" => through::<networking::v1::Ingress>(document),
         "Deployment" => through::<apps::v1::Deployment>(document),
         "PodDisruptionBudget" => through::<policy::v1::PodDisruptionBudget>(document),
         other => panic!("no type for kind {other:?}; add it to this test"),
@@ -75,6 +76,7 @@ fn every_manifest_parses_into_its_type_and_loses_no_field() {
         kinds,
         [
             "Deployment",
+            "Ingress",
             "Namespace",
             "Namespace",
             "NetworkPolicy",
