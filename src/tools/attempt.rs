@@ -111,6 +111,7 @@ fn count_attempt(status: &str, took: std::time::Duration, outcome: Option<&Outco
     let metrics = crate::metrics::metrics();
     metrics.attempt(&tool, status, took);
     if let Some(outcome) = outcome {
+        metrics.attempt_resources(&tool, status, &outcome.resources);
         let timings = &outcome.timings;
         for (phase, took) in [
             ("create", timings.create),
@@ -134,6 +135,7 @@ fn record_outcome(record: &mut Record, outcome: &Outcome, author: Author) {
     record.container_kind = Some(if outcome.warm { "warm" } else { "cold" }.to_string());
     record.container_created = Some(crate::time::format_rfc3339(outcome.container_created));
     record.image_id = Some(outcome.image_id.clone());
+    record.resources = Some(outcome.resources);
     record.outputs = outcome
         .outputs
         .iter()
