@@ -98,9 +98,8 @@ What an attempt costs (``resources`` in the ``x`` frame; each figure ``null`` wh
   which the script's process holds too.
 - ``output_bytes``: the size of the regular files in ``/work/out`` when the script ended.
 - ``processes``: how many PIDs were taken in the container from the job's start to its end,
-  plus the worker: processes and threads, as the pids limit counts them (from
-  ``/proc/sys/kernel/ns_last_pid``; ``null`` where the kernel does not show it, as under gVisor,
-  and outside a container).
+  plus the worker: processes and threads, as the pids limit counts them (``_last_pid``; ``null``
+  outside a container).
 
 Processes the script left running, which PID 1 kills at its end, are not counted. The script
 can write the memory PID 1 reads, and so misstate its own figures: they are an account, not a
@@ -256,16 +255,30 @@ class _Usage:
         return self.LAYOUT.unpack_from(area, 0)
 
 
-def _last_pid():
-    """The last PID the container's PID namespace handed out, or None (gVisor, or outside a
-    container, where the namespace is the host's)."""
+def _last_pid(at_end=False):
+    """The last PID the container's PID namespace handed out (processes and threads take them
+    in turn): ``/proc/sys/kernel/ns_last_pid`` where the kernel shows it, else (gVisor) the
+    thread id of a thread PID 1 starts for the purpose; ``at_end``, that probe's own id is not
+    the attempt's. None outside a container, where the namespace is the host's."""
     if os.getpid() != 1:
         return None
     try:
         with open("/proc/sys/kernel/ns_last_pid") as handle:
             return int(handle.read())
     except (OSError, ValueError):
+        pass
+    import threading
+
+    taken = []
+    try:
+        probe = threading.Thread(target=lambda: taken.append(threading.get_native_id()))
+        probe.start()
+        probe.join()
+    except RuntimeError:
         return None
+    if not taken:
+        return None
+    return taken[0] - 1 if at_end else taken[0]
 
 
 def _output_bytes():
@@ -903,7 +916,7 @@ class _Worker:
             user = end[0] - start[0] + end[3] - start[3]
             system = end[1] - start[1] + end[4] - start[4]
             peak = max(end[2], end[5])
-        last_pid = _last_pid()
+        last_pid = _last_pid(at_end=True)
         # NaN: the worker wrote no figures (it died before its job, or before the script's end
         # without being reaped yet); the script may have written anything there.
         known = all(math.isfinite(value) for value in (user, system, peak))

@@ -110,7 +110,7 @@ pub struct Resources {
     /// The size of the regular files in `/work/out` when the script ended.
     pub output_bytes: Option<u64>,
     /// Processes and threads started in the container for the attempt, the script's own
-    /// included (`None` under gVisor, whose kernel does not show the count).
+    /// included, as the pids limit counts them.
     pub processes: Option<u64>,
 }
 
