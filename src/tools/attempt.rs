@@ -175,12 +175,57 @@ pub(super) fn failure_reason(outcome: &Outcome, config: &SandboxConfig) -> Optio
             limits.timeout.as_secs()
         )),
         Status::OutOfMemory => Some(format!(
-            "The script used more than the {} MiB memory limit and was killed.",
-            limits.memory_bytes / (1024 * 1024)
+            "The script used more than the {} MiB memory limit and was killed{}.",
+            limits.memory_bytes / (1024 * 1024),
+            outcome
+                .resources
+                .peak_memory_bytes
+                .map(|peak| format!(
+                    " (its largest process had reached {} MiB)",
+                    peak.div_ceil(1 << 20)
+                ))
+                .unwrap_or_default()
         )),
         Status::OutputLimit => Some(format!(
             "The script wrote too much output: {}",
             outcome.message
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::Resources;
+
+    #[test]
+    fn an_out_of_memory_reason_says_the_peak_when_it_was_measured() {
+        let config = SandboxConfig::from_lookup(|_| None).unwrap();
+        let mut outcome = Outcome {
+            status: Status::OutOfMemory,
+            exit_code: Some(137),
+            stdout: Default::default(),
+            stderr: Default::default(),
+            outputs: Vec::new(),
+            skipped: Vec::new(),
+            timings: Default::default(),
+            message: String::new(),
+            container_id: String::new(),
+            image_id: String::new(),
+            warm: false,
+            container_created: std::time::SystemTime::UNIX_EPOCH,
+            resources: Resources::default(),
+        };
+        let unmeasured = failure_reason(&outcome, &config).unwrap();
+        assert!(
+            unmeasured.ends_with("limit and was killed."),
+            "{unmeasured}"
+        );
+        outcome.resources.peak_memory_bytes = Some(1000 << 20);
+        let measured = failure_reason(&outcome, &config).unwrap();
+        assert!(
+            measured.ends_with("killed (its largest process had reached 1000 MiB)."),
+            "{measured}"
+        );
     }
 }
