@@ -1,6 +1,6 @@
 //! What an attempt used, as its runner measures it: CPU seconds, peak memory, bytes written to
-//! `/work/out` and processes, under runc and gVisor, cold and warm, against the real engine
-//! and image. The bounds are the issue's: a peak of 200 MiB touched reads 200 to 300 MiB, a
+//! `/work/out` and processes, under runc and gVisor, cold and warm, in containers and in the
+//! Kubernetes double's pods, against the real engine and image. The bounds are the issue's: a peak of 200 MiB touched reads 200 to 300 MiB, a
 //! second of spinning 0.9 to 1.3 s of CPU, a second asleep (or a warm container's `pass`,
 //! whose imports came before the attempt) under 0.1 s.
 
@@ -198,6 +198,38 @@ async fn pods_report_what_their_attempts_used_in_the_trail_and_the_answer() {
         .unwrap_or_else(|| panic!("no memory in the answer: {text}"));
     assert!((200..300).contains(&mib), "{text}");
     server.assert_nothing_left().await;
+    warm_pod_pass(&vars).await;
+    assert_no_sandbox_pods(&double).await;
+    crate::common::with_timeout(double.shutdown()).await;
+}
+
+/// The same figures from pods of a RuntimeClass whose handler is gVisor (`runsc`).
+#[tokio::test]
+async fn gvisor_pods_report_what_their_attempts_used() {
+    use crate::kubernetes::{assert_no_sandbox_pods, cluster};
+    let (double, _home, mut vars) = cluster(true).await;
+    let class = serde_json::json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": "gvisor"}, "handler": "runsc"});
+    crate::common::with_timeout(double.apply(class)).await;
+    vars.push(("SANDBOX_RUNTIME".into(), "gvisor".into()));
+    let lookup: std::collections::HashMap<String, String> = vars.iter().cloned().collect();
+    let kube = TestSandbox::on(Runtime::Default, |config| {
+        *config = file_agent::config::SandboxConfig::from_lookup(|name| lookup.get(name).cloned())
+            .unwrap();
+    })
+    .await;
+    let checks: [(&str, Check); 3] = [
+        (TOUCH_200_MIB, assert_200_mib),
+        (SPIN_1_S, assert_one_cpu_second),
+        (IDLE_1_S, assert_almost_no_cpu),
+    ];
+    for (code, check) in checks {
+        let outcome = run_script(&kube, code).await;
+        eprintln!("gVisor pod: {code:?}: {:?}", outcome.resources);
+        check(&used(&outcome));
+        assert_eq!(outcome.resources.processes, Some(1), "{outcome:?}");
+    }
+    kube.assert_nothing_left().await;
     warm_pod_pass(&vars).await;
     assert_no_sandbox_pods(&double).await;
     crate::common::with_timeout(double.shutdown()).await;
