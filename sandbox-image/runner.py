@@ -62,7 +62,8 @@ stream fail to parse, which file-agent counts as a failed attempt. The kinds, in
   ``bad_request`` when the request could not be read), ``exit_code`` (from PID 1's ``waitpid``;
   128 + the signal when a signal ended it), ``signal``, ``oom_killed`` (from the cgroup's counter
   of out-of-memory kills, ``null`` when it cannot be read), ``duration_s`` (PID 1's clock, from
-  handing over the script to its end) and ``stdout_dropped``/``stderr_dropped``;
+  handing over the script to its end), ``stdout_dropped``/``stderr_dropped`` and
+  ``resources``: what the attempt used (see *What an attempt costs* below);
 - ``a``: a tar of ``/work/out`` (file-agent unpacks it as untrusted input: the script chose its
   content);
 - ``z``: the end; nothing follows.
@@ -84,6 +85,26 @@ delivers no other signal from inside the container to a PID 1, and file-agent's 
 ``SIGKILL`` from outside, which always works. The worker has the highest OOM score, so the
 kernel's out-of-memory killer takes it rather than PID 1.
 
+What an attempt costs (``resources`` in the ``x`` frame; each figure ``null`` when unknown):
+
+- ``cpu_user_s``/``cpu_system_s``: CPU time of the worker since it took its job, and of every
+  process it waited for (``subprocess.run`` and the like). A warm worker's imports and priming
+  came before the job and are not counted: the worker writes its own ``getrusage`` at the job's
+  start into memory it shares with PID 1 (``_Usage``), and PID 1 subtracts it. The figures are
+  the worker's own ``getrusage`` (itself and its waited-for children) when it reports its end,
+  else PID 1's ``wait4`` of it (a worker killed by a signal or for its memory).
+- ``peak_memory_bytes``: the largest resident set any one of those processes had
+  (``ru_maxrss``), not their sum; for a warm worker it includes the libraries imported ahead,
+  which the script's process holds too.
+- ``output_bytes``: the size of the regular files in ``/work/out`` when the script ended.
+- ``processes``: how many PIDs were taken in the container from the job's start to its end,
+  plus the worker: processes and threads, as the pids limit counts them (``_last_pid``; ``null``
+  outside a container).
+
+Processes the script left running, which PID 1 kills at its end, are not counted. The script
+can write the memory PID 1 reads, and so misstate its own figures: they are an account, not a
+limit, and file-agent bounds what it reads.
+
 It does not enforce the sandbox: the container does (no network, read-only root, dropped
 capabilities, limits). A script that imports ``os`` and writes elsewhere only reaches what the
 container lets it reach.
@@ -93,10 +114,15 @@ import hashlib
 import hmac
 import io
 import json
+import math
+import mmap
 import os
+import resource
 import select
 import shutil
 import signal
+import stat
+import struct
 import sys
 import tarfile
 import time
@@ -193,6 +219,80 @@ def _set_dumpable(dumpable):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(dumpable), 0, 0, 0)
     except (OSError, AttributeError):
         pass  # defence in depth only; the container's boundary does not depend on it
+
+
+class _Usage:
+    """Memory the worker and PID 1 share (mapped before the fork), where the worker writes its
+    ``getrusage`` at its job's start and at the script's end: (user s, system s, peak KiB) of
+    itself, then (user s, system s, peak KiB) of the children it waited for."""
+
+    LAYOUT = struct.Struct("<6d")
+
+    def __init__(self):
+        self.start = mmap.mmap(-1, self.LAYOUT.size)
+        self.end = mmap.mmap(-1, self.LAYOUT.size)
+        # No figures yet: NaN, which the end report leaves out.
+        for area in (self.start, self.end):
+            self.LAYOUT.pack_into(area, 0, *[float("nan")] * 6)
+
+    @staticmethod
+    def _now():
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        waited = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (
+            *(own.ru_utime, own.ru_stime, own.ru_maxrss),
+            *(waited.ru_utime, waited.ru_stime, waited.ru_maxrss),
+        )
+
+    def mark(self, area):
+        """The worker's figures now, into ``start`` or ``end``."""
+        try:
+            self.LAYOUT.pack_into(area, 0, *self._now())
+        except (OSError, ValueError):
+            pass
+
+    def read(self, area):
+        return self.LAYOUT.unpack_from(area, 0)
+
+
+def _last_pid(at_end=False):
+    """The last PID the container's PID namespace handed out (processes and threads take them
+    in turn): ``/proc/sys/kernel/ns_last_pid`` where the kernel shows it, else (gVisor) the
+    thread id of a thread PID 1 starts for the purpose; ``at_end``, that probe's own id is not
+    the attempt's. None outside a container, where the namespace is the host's."""
+    if os.getpid() != 1:
+        return None
+    try:
+        with open("/proc/sys/kernel/ns_last_pid") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        pass
+    import threading
+
+    taken = []
+    try:
+        probe = threading.Thread(target=lambda: taken.append(threading.get_native_id()))
+        probe.start()
+        probe.join()
+    except RuntimeError:
+        return None
+    if not taken:
+        return None
+    return taken[0] - 1 if at_end else taken[0]
+
+
+def _output_bytes():
+    """The size of the regular files under /work/out."""
+    total = 0
+    for folder, _, files in os.walk(OUTPUT_DIR):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,10 +564,10 @@ def _run(script, names):
     return 0
 
 
-def _worker(warm, fds):
+def _worker(warm, fds, usage):
     """The forked worker; ``fds`` are the pipe ends it keeps, by name (``control``: jobs from
     PID 1; ``status``: READY to PID 1; ``stdout``/``stderr``: what PID 1 relays), and ``close``
-    the ends that are PID 1's. Never returns."""
+    the ends that are PID 1's; ``usage`` is where it writes its ``getrusage``. Never returns."""
     code = 1
     try:
         # What every script's run needs (the script's parse, the collection after it), imported
@@ -502,7 +602,9 @@ def _worker(warm, fds):
         job = _read_job(fds["control"])
         os.close(fds["control"])
         if job is not None:
+            usage.mark(usage.start)
             code = _run(job["script"], job["names"])
+            usage.mark(usage.end)
         else:
             code = 0
     except BaseException:  # noqa: BLE001 - whatever happens, the worker must exit here
@@ -650,7 +752,7 @@ class _Frames:
         """PID 1's own words about the attempt, on the script's stderr (not counted)."""
         self.write(FRAME_STDERR, f"file-agent: {text}\n".encode())
 
-    def report(self, ended, exit_code=None, signal_number=None, oom_killed=None, duration=0.0):
+    def report(self, ended, exit_code=None, signal_number=None, oom_killed=None, duration=0.0, resources=None):
         self.write(
             FRAME_EXIT,
             json.dumps(
@@ -662,6 +764,7 @@ class _Frames:
                     "duration_s": round(duration, 6),
                     "stdout_dropped": self.dropped[FRAME_STDOUT],
                     "stderr_dropped": self.dropped[FRAME_STDERR],
+                    "resources": resources,
                 }
             ).encode(),
         )
@@ -698,6 +801,7 @@ class _Worker:
         status = os.pipe()
         stdout = os.pipe()
         stderr = os.pipe()
+        self.usage = _Usage()
         _flush_standard_streams()
         self.pid = os.fork()
         if self.pid == 0:
@@ -710,6 +814,7 @@ class _Worker:
                     "stderr": stderr[1],
                     "close": (control[1], status[0], stdout[0], stderr[0]),
                 },
+                self.usage,
             )
         for fd in (control[0], status[1], stdout[1], stderr[1]):
             os.close(fd)
@@ -724,6 +829,9 @@ class _Worker:
         signal.set_wakeup_fd(self.wakeup[1])
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.ended = None
+        # The worker's rusage from ``wait4`` (itself and the children it waited for), once
+        # reaped.
+        self.rusage = None
         # How the script ended: (exit code, signal or None), once known.
         self.exit = None
 
@@ -736,13 +844,13 @@ class _Worker:
             pass
         while self.ended is None:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, rusage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
             if pid == self.pid:
-                self.ended = status
+                self.ended, self.rusage = status, rusage
         return self.ended
 
     def await_ready(self):
@@ -795,6 +903,31 @@ class _Worker:
         except OSError:
             return False
         return True
+
+    def resources(self, first_pid):
+        """What the attempt used (the ``resources`` of the ``x`` frame); ``first_pid`` is the
+        namespace's last PID when the job was handed over."""
+        start = self.usage.read(self.usage.start)
+        if self.rusage is not None:
+            used = self.rusage
+            user, system, peak = used.ru_utime - start[0], used.ru_stime - start[1], used.ru_maxrss
+        else:
+            end = self.usage.read(self.usage.end)
+            user = end[0] - start[0] + end[3] - start[3]
+            system = end[1] - start[1] + end[4] - start[4]
+            peak = max(end[2], end[5])
+        last_pid = _last_pid(at_end=True)
+        # NaN: the worker wrote no figures (it died before its job, or before the script's end
+        # without being reaped yet); the script may have written anything there.
+        known = all(math.isfinite(value) for value in (user, system, peak))
+        return {
+            "cpu_user_s": round(max(0.0, user), 6) if known else None,
+            "cpu_system_s": round(max(0.0, system), 6) if known else None,
+            # ru_maxrss is in KiB on Linux.
+            "peak_memory_bytes": int(peak) * 1024 if known else None,
+            "output_bytes": _output_bytes(),
+            "processes": None if None in (first_pid, last_pid) else last_pid - first_pid + 1,
+        }
 
     def relay(self, frames, deadline):
         """Relays the worker's output until the script has ended ("ended": ``exit`` then holds
@@ -868,7 +1001,7 @@ class _Worker:
                     pass
         if self.ended is None and self.exit is None:
             try:
-                _, self.ended = os.waitpid(self.pid, 0)
+                _, self.ended, self.rusage = os.wait4(self.pid, 0)
             except ChildProcessError:
                 pass
         self.reap()
@@ -1108,6 +1241,7 @@ def _attempt(worker, frames, script, request):
     timeout = float(request.get("timeout_s") or 0)
     deadline = time.monotonic() + timeout + DEADLINE_GRACE_S
     oom_kills_before = _oom_kills()
+    first_pid = _last_pid()
     started = time.monotonic()
     if not worker.start(script, _preset_names(request)):
         worker.reap()
@@ -1120,7 +1254,7 @@ def _attempt(worker, frames, script, request):
     worker.drain(frames)
     if ended == "deadline":
         frames.say("the script ran past its deadline and was stopped by the runner")
-        frames.report("deadline", duration=duration)
+        frames.report("deadline", duration=duration, resources=worker.resources(first_pid))
         frames.write(FRAME_END)
         return EXIT_DEADLINE
     code, signal_number = worker.exit
@@ -1132,7 +1266,7 @@ def _attempt(worker, frames, script, request):
         # No counter (gVisor): a script that was not killed was not killed for its memory;
         # for one that was, file-agent asks Docker.
         oom_killed = False
-    frames.report("exited", code, signal_number, oom_killed, duration)
+    frames.report("exited", code, signal_number, oom_killed, duration, worker.resources(first_pid))
     try:
         _send_outputs(frames)
     except (OSError, tarfile.TarError) as error:

@@ -10,35 +10,66 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use crate::sandbox::PoolStats;
+use crate::sandbox::{PoolStats, Resources};
 
 /// Bucket bounds, in seconds, shared by every histogram.
 const BUCKETS: [f64; 12] = [
     0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
-/// A histogram with the [`BUCKETS`] bounds.
-#[derive(Debug, Default)]
+/// Bucket bounds, in bytes, of the attempts' peak memory: 16 MiB to 16 GiB.
+const MEMORY_BUCKETS: [f64; 11] = [
+    16_777_216.0,
+    33_554_432.0,
+    67_108_864.0,
+    134_217_728.0,
+    268_435_456.0,
+    536_870_912.0,
+    1_073_741_824.0,
+    2_147_483_648.0,
+    4_294_967_296.0,
+    8_589_934_592.0,
+    17_179_869_184.0,
+];
+
+/// A histogram, by default with the [`BUCKETS`] bounds.
+#[derive(Debug)]
 struct Histogram {
+    bounds: &'static [f64],
     /// Observations at or below each bound (not cumulative; summed when written).
-    counts: [u64; BUCKETS.len()],
+    counts: Vec<u64>,
     sum: f64,
     count: u64,
 }
 
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::with_bounds(&BUCKETS)
+    }
+}
+
 impl Histogram {
-    fn observe(&mut self, seconds: f64) {
-        if let Some(index) = BUCKETS.iter().position(|bound| seconds <= *bound) {
+    fn with_bounds(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, value: f64) {
+        if let Some(index) = self.bounds.iter().position(|bound| value <= *bound) {
             self.counts[index] += 1;
         }
-        self.sum += seconds;
+        self.sum += value;
         self.count += 1;
     }
 
     fn write(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;
         let sep = if labels.is_empty() { "" } else { "," };
-        for (bound, count) in BUCKETS.iter().zip(self.counts) {
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
             cumulative += count;
             let _ = writeln!(
                 out,
@@ -65,6 +96,8 @@ impl Histogram {
 pub struct Metrics {
     tool_calls: Mutex<BTreeMap<(String, String), u64>>,
     attempts: Mutex<BTreeMap<(String, String), Histogram>>,
+    attempt_cpu: Mutex<BTreeMap<(String, String), Histogram>>,
+    attempt_memory: Mutex<BTreeMap<(String, String), Histogram>>,
     phases: Mutex<BTreeMap<&'static str, Histogram>>,
     llm: Mutex<BTreeMap<String, Histogram>>,
     llm_retries: AtomicU64,
@@ -100,6 +133,24 @@ impl Metrics {
             .entry((tool.to_string(), status.to_string()))
             .or_default()
             .observe(took.as_secs_f64());
+    }
+
+    /// What an attempt of `tool` that ended with `status` used (its CPU seconds, user and
+    /// system together, and its peak memory), as far as its runner measured it.
+    pub fn attempt_resources(&self, tool: &str, status: &str, used: &Resources) {
+        let key = (tool.to_string(), status.to_string());
+        if let Some(seconds) = used.cpu_s() {
+            lock(&self.attempt_cpu)
+                .entry(key.clone())
+                .or_default()
+                .observe(seconds);
+        }
+        if let Some(bytes) = used.peak_memory_bytes {
+            lock(&self.attempt_memory)
+                .entry(key)
+                .or_insert_with(|| Histogram::with_bounds(&MEMORY_BUCKETS))
+                .observe(bytes as f64);
+        }
     }
 
     /// A sandbox phase (`create`, `copy_in`, `run`, `logs`, `copy_out`, `remove`) took `took`.
@@ -201,6 +252,23 @@ impl Metrics {
                 "file_agent_attempt_duration_seconds",
                 &format!("tool=\"{tool}\",status=\"{status}\""),
             );
+        }
+        for (name, help, histograms) in [
+            (
+                "file_agent_attempt_cpu_seconds",
+                "CPU time (user and system) of the script's processes in an attempt, by tool and status.",
+                &self.attempt_cpu,
+            ),
+            (
+                "file_agent_attempt_peak_memory_bytes",
+                "The largest resident set of any one of the script's processes in an attempt, by tool and status.",
+                &self.attempt_memory,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            for ((tool, status), histogram) in lock(histograms).iter() {
+                histogram.write(out, name, &format!("tool=\"{tool}\",status=\"{status}\""));
+            }
         }
         out.push_str("# HELP file_agent_sandbox_phase_seconds Time in each phase of an attempt.\n");
         out.push_str("# TYPE file_agent_sandbox_phase_seconds histogram\n");
@@ -411,6 +479,32 @@ pub struct Gauges {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempts_cpu_and_peak_memory_are_histograms_by_tool_and_status() {
+        let metrics = Metrics::default();
+        let used = Resources {
+            cpu_user_s: Some(0.75),
+            cpu_system_s: Some(0.5),
+            peak_memory_bytes: Some(212 << 20),
+            ..Resources::default()
+        };
+        metrics.attempt_resources("run_python", "ok", &used);
+        metrics.attempt_resources("run_python", "ok", &Resources::default());
+        let text = metrics.render(&Gauges::default());
+        for expected in [
+            "# TYPE file_agent_attempt_cpu_seconds histogram",
+            "file_agent_attempt_cpu_seconds_bucket{tool=\"run_python\",status=\"ok\",le=\"1\"} 0",
+            "file_agent_attempt_cpu_seconds_bucket{tool=\"run_python\",status=\"ok\",le=\"2.5\"} 1",
+            "file_agent_attempt_cpu_seconds_sum{tool=\"run_python\",status=\"ok\"} 1.25",
+            "# TYPE file_agent_attempt_peak_memory_bytes histogram",
+            "file_agent_attempt_peak_memory_bytes_bucket{tool=\"run_python\",status=\"ok\",le=\"134217728\"} 0",
+            "file_agent_attempt_peak_memory_bytes_bucket{tool=\"run_python\",status=\"ok\",le=\"268435456\"} 1",
+            "file_agent_attempt_peak_memory_bytes_count{tool=\"run_python\",status=\"ok\"} 1",
+        ] {
+            assert!(text.contains(expected), "{expected}\n{text}");
+        }
+    }
 
     #[test]
     fn histograms_are_cumulative_and_the_text_format_is_well_formed() {

@@ -177,6 +177,10 @@ pub struct Record {
     pub exit_code: Option<i64>,
     /// Milliseconds, from asking for a slot to the container's removal.
     pub duration_ms: u64,
+    /// What the attempt used, as its runner measured it (CPU seconds, peak memory, bytes
+    /// written to `/work/out`, processes); absent when no script ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::sandbox::Resources>,
     /// The error, when there was one.
     pub error: Option<String>,
     /// The saved tool this line is about, if any: its check, its saving or deletion (then

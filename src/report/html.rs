@@ -551,7 +551,7 @@ fn tally_header(what: &str, proofs: bool) -> String {
     if proofs {
         header.push_str("<th>named by</th>");
     }
-    header.push_str("<th>attempts</th><th>calls</th>");
+    header.push_str("<th>attempts</th><th>calls</th><th>CPU s</th>");
     for ending in Ending::ALL {
         let _ = write!(header, "<th>{}</th>", tag(ending));
     }
@@ -571,8 +571,8 @@ fn tally_row(page: &mut String, row: &Tally, proofs: bool) {
     }
     let _ = write!(
         page,
-        "<td class=\"n\">{}</td><td class=\"n\">{}</td>",
-        row.attempts, row.calls
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.1}</td>",
+        row.attempts, row.calls, row.cpu_s
     );
     for ending in Ending::ALL {
         let n = row.endings[ending.index()];

@@ -411,6 +411,9 @@ pub struct Tally {
     pub attempts: u64,
     /// Distinct calls.
     pub calls: u64,
+    /// CPU seconds (user and system) of its attempts, as their runners measured them (lines
+    /// from before the figures were recorded add nothing).
+    pub cpu_s: f64,
     /// Attempts per ending.
     pub endings: Counts,
     /// Its first and last attempt.
@@ -800,6 +803,10 @@ impl Tally {
             ..Tally::default()
         });
         tally.attempts += 1;
+        tally.cpu_s += record
+            .resources
+            .and_then(|used| used.cpu_s())
+            .unwrap_or(0.0);
         tally.endings[ending.index()] += 1;
         tally.call_ids.insert(record.caller.call.clone());
         tally.first = tally.first.clone().min(record.time.clone());
@@ -1320,6 +1327,36 @@ mod tests {
             ..Record::default()
         };
         assert!(attention_of(&failed, Ending::Failed).is_none());
+    }
+
+    #[test]
+    fn a_tally_sums_its_attempts_cpu_seconds() {
+        let mut table = HashMap::new();
+        let used = |cpu_user_s, cpu_system_s| Record {
+            resources: Some(crate::sandbox::Resources {
+                cpu_user_s,
+                cpu_system_s,
+                ..Default::default()
+            }),
+            ..Record::default()
+        };
+        for record in [
+            used(Some(1.0), Some(0.25)),
+            used(Some(0.5), Some(0.0)),
+            used(None, Some(9.0)),
+            Record::default(),
+        ] {
+            Tally::count(
+                &mut table,
+                "t".into(),
+                "t".into(),
+                None,
+                &record,
+                Ending::Ok,
+            );
+        }
+        assert_eq!(table["t"].attempts, 4);
+        assert_eq!(table["t"].cpu_s, 1.75);
     }
 
     #[test]

@@ -631,6 +631,7 @@ mod tests {
             duration_s: 0.1,
             stdout_dropped: 0,
             stderr_dropped: 0,
+            resources: Default::default(),
         }
     }
 

@@ -327,6 +327,7 @@ mod tests {
             image_id: String::new(),
             warm: false,
             container_created: SystemTime::UNIX_EPOCH,
+            resources: Default::default(),
         }
     }
 

@@ -49,7 +49,9 @@ pub use archive::{Input, InputSource};
 pub use attempt::{End, Ending, classify, runs_gvisor};
 pub use canary::{CanaryReport, Verdict};
 pub use guard::ContainerGuard;
-pub use outcome::{Captured, Outcome, OutputFile, SandboxError, Skipped, Status, Timings};
+pub use outcome::{
+    Captured, Outcome, OutputFile, Resources, SandboxError, Skipped, Status, Timings,
+};
 pub use pool::PoolStats;
 
 use crate::config::{Backend, SandboxConfig};
@@ -871,7 +873,17 @@ impl Sandbox {
         kind: Kind,
         created_at: SystemTime,
     ) -> Outcome {
-        let (status, exit_code, message) = classify(&ended.summary(), &self.config().limits);
+        let (status, exit_code, mut message) = classify(&ended.summary(), &self.config().limits);
+        let resources = (ended.relayed.report.as_ref())
+            .map_or_else(Resources::default, |report| report.resources);
+        if status == Status::OutOfMemory
+            && let Some(peak) = resources.peak_memory_bytes
+        {
+            message.push_str(&format!(
+                " (its largest process had reached {} MiB when it was killed)",
+                peak.div_ceil(1 << 20)
+            ));
+        }
         Outcome {
             status,
             exit_code,
@@ -885,6 +897,7 @@ impl Sandbox {
             image_id,
             warm: kind.is_warm(),
             container_created: created_at,
+            resources,
         }
     }
 }

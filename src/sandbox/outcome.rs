@@ -95,6 +95,75 @@ pub struct Timings {
     pub total: Duration,
 }
 
+/// What one attempt used, as the runner (PID 1) measured it for that attempt alone (a warm
+/// container's imports before the attempt are not counted); see runner.py's module doc for
+/// how. Every figure is `None` when the runner could not measure it or sent something that is
+/// not a figure: the script can misstate its own usage, never make the attempt fail.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct Resources {
+    /// User CPU seconds of the script's process and of the processes it waited for.
+    pub cpu_user_s: Option<f64>,
+    /// System CPU seconds of the same.
+    pub cpu_system_s: Option<f64>,
+    /// The largest resident set of any one of those processes (not their sum), in bytes.
+    pub peak_memory_bytes: Option<u64>,
+    /// The size of the regular files in `/work/out` when the script ended.
+    pub output_bytes: Option<u64>,
+    /// Processes and threads started in the container for the attempt, the script's own
+    /// included, as the pids limit counts them.
+    pub processes: Option<u64>,
+}
+
+/// The largest figure taken: a CPU time over a year or a size over an exabyte is no figure.
+const FIGURE_MAX: f64 = 1e18;
+
+impl Resources {
+    /// The figures of the runner's `resources` object; whatever is not a non-negative number
+    /// in range (or not an object at all) is left out, never an error.
+    pub(crate) fn lenient<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let value = <serde_json::Value as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(Self::from_value(&value))
+    }
+
+    fn from_value(value: &serde_json::Value) -> Self {
+        let number = |name: &str| {
+            value
+                .get(name)
+                .and_then(serde_json::Value::as_f64)
+                .filter(|figure| figure.is_finite() && (0.0..FIGURE_MAX).contains(figure))
+        };
+        let count = |name: &str| value.get(name).and_then(serde_json::Value::as_u64);
+        Self {
+            cpu_user_s: number("cpu_user_s").filter(|seconds| *seconds < 3.2e7),
+            cpu_system_s: number("cpu_system_s").filter(|seconds| *seconds < 3.2e7),
+            peak_memory_bytes: count("peak_memory_bytes").filter(|b| (*b as f64) < FIGURE_MAX),
+            output_bytes: count("output_bytes").filter(|b| (*b as f64) < FIGURE_MAX),
+            processes: count("processes").filter(|n| *n < 1 << 32),
+        }
+    }
+
+    /// User and system CPU seconds together, when both are known.
+    pub fn cpu_s(&self) -> Option<f64> {
+        Some(self.cpu_user_s? + self.cpu_system_s?)
+    }
+
+    /// The short line of a tool's answer: "used 1.2 s of CPU and 212 MiB"; `None` when
+    /// nothing was measured.
+    pub fn summary(&self) -> Option<String> {
+        let cpu = self.cpu_s().map(|seconds| format!("{seconds:.1} s of CPU"));
+        let memory = self
+            .peak_memory_bytes
+            .map(|bytes| format!("{} MiB", bytes.div_ceil(1 << 20)));
+        match (cpu, memory) {
+            (Some(cpu), Some(memory)) => Some(format!("used {cpu} and {memory}")),
+            (Some(one), None) | (None, Some(one)) => Some(format!("used {one}")),
+            (None, None) => None,
+        }
+    }
+}
+
 /// The result of a script that ran in the sandbox (whatever its exit status).
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -122,6 +191,8 @@ pub struct Outcome {
     pub warm: bool,
     /// When the container was created.
     pub container_created: SystemTime,
+    /// What the attempt used, as its runner reported it (all `None` without a report).
+    pub resources: Resources,
 }
 
 /// Why an attempt could not run, or could not be cleaned up. Every message says what to do.
@@ -266,5 +337,45 @@ impl SandboxError {
             }
             _ => Self::Docker { action, source },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(json: &str) -> Resources {
+        Resources::from_value(&serde_json::from_str(json).unwrap())
+    }
+
+    #[test]
+    fn the_runners_figures_are_read() {
+        let used = parsed(
+            r#"{"cpu_user_s": 1.25, "cpu_system_s": 0.05, "peak_memory_bytes": 222298112,
+                "output_bytes": 12350, "processes": 3}"#,
+        );
+        assert_eq!(used.cpu_s(), Some(1.3));
+        assert_eq!(used.peak_memory_bytes, Some(222_298_112));
+        assert_eq!(used.output_bytes, Some(12_350));
+        assert_eq!(used.processes, Some(3));
+        assert_eq!(
+            used.summary().as_deref(),
+            Some("used 1.3 s of CPU and 212 MiB")
+        );
+    }
+
+    #[test]
+    fn a_malformed_figure_is_left_out_and_the_rest_kept() {
+        let used = parsed(
+            r#"{"cpu_user_s": -1, "cpu_system_s": "lots", "peak_memory_bytes": 1.5,
+                "output_bytes": 1e300, "processes": 5000000000}"#,
+        );
+        assert_eq!(used, Resources::default());
+        assert_eq!(used.summary(), None);
+        for json in ["null", "[1, 2]", "\"x\"", "{}"] {
+            assert_eq!(parsed(json), Resources::default(), "{json}");
+        }
+        let only_memory = parsed(r#"{"cpu_user_s": null, "peak_memory_bytes": 1048576}"#);
+        assert_eq!(only_memory.summary().as_deref(), Some("used 1 MiB"));
     }
 }

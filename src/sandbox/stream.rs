@@ -38,7 +38,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Captured, archive};
+use super::{Captured, Resources, archive};
 
 /// The largest payload of one frame (`FRAME_MAX_BYTES` in runner.py).
 pub const FRAME_MAX_BYTES: usize = 64 * 1024;
@@ -118,6 +118,10 @@ pub struct Report {
     pub stdout_dropped: u64,
     /// Bytes of stderr the runner read past the cap and dropped.
     pub stderr_dropped: u64,
+    /// What the attempt used; a figure that is missing or malformed is left out (an older
+    /// runner sends none).
+    #[serde(default, deserialize_with = "Resources::lenient")]
+    pub resources: Resources,
 }
 
 /// Why the runner's stream could not be read.
@@ -598,6 +602,28 @@ mod tests {
         assert_eq!(relayed.report.unwrap().exit_code, Some(0));
         assert!(relayed.complete && finished && relayed.error.is_none());
         assert_eq!(archive, b"tar-1tar-2");
+    }
+
+    #[tokio::test]
+    async fn the_reports_resources_are_read_and_a_malformed_one_never_fails_the_stream() {
+        for (resources, cpu) in [
+            (r#"{"cpu_user_s": 0.5, "cpu_system_s": 0.25}"#, Some(0.75)),
+            (r#"{"cpu_user_s": "NaN", "cpu_system_s": -0.5}"#, None),
+            (r#""not an object""#, None),
+        ] {
+            let report = format!(
+                r#"{{"ended": "exited", "exit_code": 0, "signal": null, "oom_killed": false, "duration_s": 0.1, "stdout_dropped": 0, "stderr_dropped": 0, "resources": {resources}}}"#
+            );
+            let mut r = runner();
+            let stream = [r.frame(b'x', report.as_bytes()), r.frame(b'z', b"")].concat();
+            let (relayed, _, _) = run(stream, b"", 1024).await;
+            assert!(relayed.complete && relayed.error.is_none(), "{resources}");
+            assert_eq!(
+                relayed.report.unwrap().resources.cpu_s(),
+                cpu,
+                "{resources}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -111,6 +111,7 @@ fn count_attempt(status: &str, took: std::time::Duration, outcome: Option<&Outco
     let metrics = crate::metrics::metrics();
     metrics.attempt(&tool, status, took);
     if let Some(outcome) = outcome {
+        metrics.attempt_resources(&tool, status, &outcome.resources);
         let timings = &outcome.timings;
         for (phase, took) in [
             ("create", timings.create),
@@ -134,6 +135,7 @@ fn record_outcome(record: &mut Record, outcome: &Outcome, author: Author) {
     record.container_kind = Some(if outcome.warm { "warm" } else { "cold" }.to_string());
     record.container_created = Some(crate::time::format_rfc3339(outcome.container_created));
     record.image_id = Some(outcome.image_id.clone());
+    record.resources = Some(outcome.resources);
     record.outputs = outcome
         .outputs
         .iter()
@@ -173,12 +175,57 @@ pub(super) fn failure_reason(outcome: &Outcome, config: &SandboxConfig) -> Optio
             limits.timeout.as_secs()
         )),
         Status::OutOfMemory => Some(format!(
-            "The script used more than the {} MiB memory limit and was killed.",
-            limits.memory_bytes / (1024 * 1024)
+            "The script used more than the {} MiB memory limit and was killed{}.",
+            limits.memory_bytes / (1024 * 1024),
+            outcome
+                .resources
+                .peak_memory_bytes
+                .map(|peak| format!(
+                    " (its largest process had reached {} MiB)",
+                    peak.div_ceil(1 << 20)
+                ))
+                .unwrap_or_default()
         )),
         Status::OutputLimit => Some(format!(
             "The script wrote too much output: {}",
             outcome.message
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::Resources;
+
+    #[test]
+    fn an_out_of_memory_reason_says_the_peak_when_it_was_measured() {
+        let config = SandboxConfig::from_lookup(|_| None).unwrap();
+        let mut outcome = Outcome {
+            status: Status::OutOfMemory,
+            exit_code: Some(137),
+            stdout: Default::default(),
+            stderr: Default::default(),
+            outputs: Vec::new(),
+            skipped: Vec::new(),
+            timings: Default::default(),
+            message: String::new(),
+            container_id: String::new(),
+            image_id: String::new(),
+            warm: false,
+            container_created: std::time::SystemTime::UNIX_EPOCH,
+            resources: Resources::default(),
+        };
+        let unmeasured = failure_reason(&outcome, &config).unwrap();
+        assert!(
+            unmeasured.ends_with("limit and was killed."),
+            "{unmeasured}"
+        );
+        outcome.resources.peak_memory_bytes = Some(1000 << 20);
+        let measured = failure_reason(&outcome, &config).unwrap();
+        assert!(
+            measured.ends_with("killed (its largest process had reached 1000 MiB)."),
+            "{measured}"
+        );
     }
 }

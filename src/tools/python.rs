@@ -140,12 +140,18 @@ fn output_text(outcome: &Outcome) -> Result<String, ToolError> {
     let stderr = tail(&outcome.stderr.text(), OUTPUT_CHARS);
     if outcome.status != Status::Ok {
         let mut report = format!("The code did not succeed: {}\n", outcome.message);
+        if let Some(used) = outcome.resources.summary() {
+            report.push_str(&format!("It {used}.\n"));
+        }
         push_block(&mut report, "stdout", &stdout);
         push_block(&mut report, "stderr", &stderr);
         report.push_str("\nNo files were kept. Fix the code and call run_python again.");
         return Err(ToolError::ScriptFailed(report));
     }
-    let mut text = String::from("The code ran successfully.\n");
+    let mut text = match outcome.resources.summary() {
+        Some(used) => format!("The code ran successfully; it {used}.\n"),
+        None => String::from("The code ran successfully.\n"),
+    };
     push_block(&mut text, "stdout", &stdout);
     push_block(&mut text, "stderr", &stderr);
     Ok(text)

@@ -198,7 +198,7 @@ pub(super) const AUDIT_ERROR_CHARS: usize = 1000;
 /// a longer path may pass the room set aside, and then needs the disk to have more).
 const OUTPUT_ENTRY_BYTES: u64 = 256;
 /// Bytes of an attempt's line beyond what is known before it runs, its outputs and its error:
-/// the container, its times, the exit code.
+/// the container, its times, the exit code, what it used.
 const LINE_SLACK_BYTES: u64 = 4096;
 /// What is known before it runs of an attempt with a few lines of code (its caller, the
 /// limits, the code): what a probe of the trail sets aside for it.

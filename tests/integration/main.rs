@@ -11,6 +11,7 @@ mod audit_crash;
 mod audit_report;
 mod cli;
 mod common;
+mod cost;
 mod deploy;
 mod docs;
 mod fakes;

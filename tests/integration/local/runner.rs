@@ -226,6 +226,8 @@ impl Runner for LocalRunner {
             malformed: unpacked.malformed.as_deref(),
         };
         let (status, exit_code, message) = classify(&ending, limits);
+        let resources =
+            (relayed.report.as_ref()).map_or_else(Default::default, |report| report.resources);
         Ok(Outcome {
             status,
             exit_code,
@@ -244,6 +246,7 @@ impl Runner for LocalRunner {
             image_id: "local".to_string(),
             warm: false,
             container_created: SystemTime::now(),
+            resources,
         })
     }
 }
