@@ -23,13 +23,6 @@ use super::{COPY_OUT_GRACE, Sandbox, SandboxError, Status, Timings, archive};
 use crate::config::{Limits, SandboxConfig};
 
 /// Time allowed for the attach stream to close after the container exited.
-/// The exit code of a container killed by SIGKILL (128 + 9): by us, or by the kernel for its
-/// memory.
-const SIGKILL_EXIT: i64 = 137;
-/// How often a SIGKILLed container's out-of-memory flag is read again, and the pause between.
-const OOM_FLAG_LOOKS: u32 = 5;
-const OOM_FLAG_PAUSE: Duration = Duration::from_millis(200);
-
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// Bytes of the attach stream held for the parser, per stream, before Docker is read further.
 const DEMUX_BUFFER: usize = 2 * stream::FRAME_MAX_BYTES;
@@ -267,16 +260,6 @@ impl Sandbox {
         let mut now = state().await?;
         if now.running == Some(true) {
             let _ = tokio::time::timeout(DRAIN_GRACE, docker.wait_container(id, None).next()).await;
-            now = state().await?;
-        }
-        // The engine may learn of the kernel's out-of-memory kill after the exit (the event
-        // comes apart from it; under gVisor, whose whole sandbox is killed, now and then): a
-        // container killed by SIGKILL is looked at again for a moment before it counts as not.
-        for _ in 0..OOM_FLAG_LOOKS {
-            if now.oom_killed == Some(true) || now.exit_code != Some(SIGKILL_EXIT) {
-                break;
-            }
-            tokio::time::sleep(OOM_FLAG_PAUSE).await;
             now = state().await?;
         }
         Ok(now.oom_killed.unwrap_or(false))
