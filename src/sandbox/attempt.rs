@@ -584,15 +584,17 @@ fn script_failed(report: &Report, code: Option<i64>) -> Verdict {
 /// runner reports whatever the script does.
 fn no_report(ending: &Ending<'_>, code: Option<i64>, limits: &Limits) -> Verdict {
     // Under gVisor that is how a script that exhausts the process limit ends: the limit also
-    // binds gVisor's own kernel, which stops.
+    // binds gVisor's own kernel, which stops. So does one that exhausts the memory limit, which
+    // the engine does not always flag as out of memory then (Docker 20.10: now and then not).
     if ending.gvisor {
         return (
             Status::Failed,
             code,
             format!(
-                "the sandbox stopped before its runner could report (exit code {}): the script probably started more processes or threads than the limit of {} allows, which ends a gVisor sandbox; start fewer, or raise SANDBOX_PIDS",
+                "the sandbox stopped before its runner could report (exit code {}): the script probably started more processes or threads than the limit of {} allows, or used more than the {} MiB of memory it may; either ends a gVisor sandbox; start fewer or use less, or raise SANDBOX_PIDS or SANDBOX_MEMORY_MIB",
                 code_text(code),
-                limits.pids
+                limits.pids,
+                limits.memory_bytes / (1024 * 1024)
             ),
         );
     }

@@ -157,9 +157,9 @@ impl<R: Runner> Tools<R> {
                 .checked_file(&task, &reply.text, attempt, &file_path, cancel)
                 .await?
             {
-                Ok((bytes, report)) => {
+                Ok(written) => {
                     let text = self
-                        .store_file(&task, verb, attempt, bytes, report, caller)
+                        .store_file(&task, verb, attempt, written, caller)
                         .await?;
                     tracing::info!(
                         attempt,
@@ -195,13 +195,13 @@ impl<R: Runner> Tools<R> {
         attempt: usize,
         file_path: &str,
         cancel: &CancellationToken,
-    ) -> Result<Result<(Vec<u8>, Option<String>), String>, ToolError> {
+    ) -> Result<Result<Written, String>, ToolError> {
         let Some(code) = extract_code(reply) else {
             return Ok(Err("your reply contained no Python code block".to_string()));
         };
         tracing::debug!(attempt, %code, "generated code");
         announce(Phase::Running { attempt });
-        let (bytes, line) = match self.try_code(task, code, file_path, cancel).await? {
+        let (mut written, line) = match self.try_code(task, code, file_path, cancel).await? {
             Ok(written) => written,
             Err(why) => return Ok(Err(why)),
         };
@@ -210,12 +210,16 @@ impl<R: Runner> Tools<R> {
         // to the caller only once its line is in the trail.
         let Some(original) = &task.input else {
             line.commit()?;
-            return Ok(Ok((bytes, None)));
+            return Ok(Ok(written));
         };
-        match self.compare(task, &original.source, &bytes, cancel).await? {
+        match self
+            .compare(task, &original.source, &written.bytes, cancel)
+            .await?
+        {
             Ok(report) => {
                 line.commit()?;
-                Ok(Ok((bytes, Some(report))))
+                written.report = Some(report);
+                Ok(Ok(written))
             }
             Err(why) => {
                 line.refuse(&why);
@@ -224,17 +228,21 @@ impl<R: Runner> Tools<R> {
         }
     }
 
-    /// Stores the valid file and words the answer: its link, its size and id, the attempt and
-    /// the change report of a modification.
+    /// Stores the valid file and words the answer: its link, its size and id, the attempt,
+    /// what it used, and the change report of a modification.
     async fn store_file(
         &self,
         task: &FileTask,
         verb: &str,
         attempt: usize,
-        bytes: Vec<u8>,
-        report: Option<String>,
+        written: Written,
         caller: &Caller,
     ) -> Result<String, ToolError> {
+        let Written {
+            bytes,
+            report,
+            usage,
+        } = written;
         let size = bytes.len() as u64;
         let stored = self
             .store_result(
@@ -253,6 +261,9 @@ impl<R: Runner> Tools<R> {
             human_size(size),
             stored.id,
         );
+        if let Some(usage) = usage {
+            text.push_str(&format!(" The attempt {usage}."));
+        }
         if let Some(report) = report {
             text.push_str("\n\n");
             text.push_str(&report);
@@ -269,7 +280,7 @@ impl<R: Runner> Tools<R> {
         code: String,
         file_path: &str,
         cancel: &CancellationToken,
-    ) -> Result<Result<(Vec<u8>, AttemptLine), String>, ToolError> {
+    ) -> Result<Result<(Written, AttemptLine), String>, ToolError> {
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
         let job = task.job(code, file_path);
@@ -296,8 +307,13 @@ impl<R: Runner> Tools<R> {
             .await
             .map_err(local_io("cannot read the attempt's output"))?;
         let (bytes, verdict) = self.validate(task.file_type, bytes).await?;
+        let written = Written {
+            bytes,
+            report: None,
+            usage: outcome.resources.summary(),
+        };
         match verdict {
-            Ok(()) => Ok(Ok((bytes, line))),
+            Ok(()) => Ok(Ok((written, line))),
             Err(why) => {
                 let why = format!(
                     "The file at file_path is not a valid {}: {why}.",
@@ -434,4 +450,12 @@ impl FileTask {
             input_file_path,
         }
     }
+}
+
+/// A valid file an attempt wrote: its bytes, the change report of a modification, and what
+/// the attempt used ("used 1.2 s of CPU and 212 MiB"), when measured.
+struct Written {
+    bytes: Vec<u8>,
+    report: Option<String>,
+    usage: Option<String>,
 }

@@ -368,7 +368,16 @@ async fn memory_exhaustion_is_out_of_memory(runtime: Runtime) {
     let sandbox = TestSandbox::on(runtime, |c| c.limits.memory_bytes = 256 << 20).await;
     let out = tempfile::tempdir().unwrap();
     let outcome = run_fixture(&sandbox, "memory_hog.py", out.path()).await;
-    assert_eq!(outcome.status, Status::OutOfMemory, "{outcome:?}");
+    // Under gVisor the whole sandbox goes down, and Docker 20.10 now and then (2 runs in 16)
+    // does not flag it as out of memory: then it is a sandbox that stopped without a report,
+    // whose message names the memory limit as one of the two causes.
+    let unflagged = matches!(runtime, Runtime::Gvisor)
+        && outcome.status == Status::Failed
+        && outcome.message.contains("SANDBOX_MEMORY_MIB");
+    assert!(
+        outcome.status == Status::OutOfMemory || unflagged,
+        "{outcome:?}"
+    );
     assert!(outcome.message.contains("256 MiB"), "{}", outcome.message);
     sandbox.assert_nothing_left().await;
 }

@@ -73,6 +73,11 @@ async fn model_code_that_reassigns_file_path_still_saves_where_asked() {
     let local = LocalTools::start(&llm, &[]);
     let text = local.generate("stock", "excel").await.unwrap().text;
     assert!(text.contains("attempt 1 of 3"), "{text}");
+    // What the attempt used, as run_python's answer says it (issue 47).
+    assert!(
+        text.contains("The attempt used ") && text.contains(" s of CPU and "),
+        "{text}"
+    );
     let cells = xlsx_cells(&local.linked_file(&text).await, "Stock");
     assert_eq!(cells[1], vec!["Apples", "3"]);
 }
