@@ -112,6 +112,31 @@ struct Claims {
     role: Option<String>,
     #[serde(default)]
     iat: Option<u64>,
+    exp: u64,
+}
+
+/// The user-token lifetime IDENTITY.md advises (Open WebUI's
+/// `FORWARD_USER_INFO_HEADER_JWT_EXPIRES_SECONDS`; 300 s by default there): a chat turn whose
+/// calls go on past a token's life sends its later calls with an expired one, naming no user.
+pub const ADVISED_LIFETIME_SECS: u64 = 3600;
+
+/// The lifetime of a token issued at `iat` for `exp`, when it is shorter than advised.
+fn short_lifetime(iat: Option<u64>, exp: u64) -> Option<u64> {
+    let lifetime = exp.checked_sub(iat?)?;
+    (lifetime < ADVISED_LIFETIME_SECS).then_some(lifetime)
+}
+
+/// Warns once per process when Open WebUI signs its user tokens for less than advised.
+fn warn_if_short_lived(claims: &Claims) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if let Some(lifetime) = short_lifetime(claims.iat, claims.exp)
+        && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        tracing::warn!(
+            lifetime_s = lifetime,
+            "Open WebUI signs its user tokens for {lifetime} s: a chat turn whose tool calls go on longer sends its later calls with an expired token, which names no user; set FORWARD_USER_INFO_HEADER_JWT_EXPIRES_SECONDS={ADVISED_LIFETIME_SECS} in Open WebUI"
+        );
+    }
 }
 
 /// The verifier of Open WebUI's signed user token.
@@ -180,6 +205,7 @@ impl OpenWebUiJwt {
         if claims.sub.trim().is_empty() {
             return Err(JwtRefusal::Malformed { header });
         }
+        warn_if_short_lived(&claims);
         Ok(user(claims))
     }
 }
@@ -239,6 +265,21 @@ mod tests {
     fn alice(now: u64) -> serde_json::Value {
         json!({"sub": "u-alice", "email": "alice@example.com", "name": "Alice", "role": "user",
                "iss": "open-webui", "iat": now, "exp": now + 300})
+    }
+
+    #[test]
+    fn a_lifetime_shorter_than_advised_is_told_and_a_long_or_unknown_one_is_not() {
+        assert_eq!(
+            short_lifetime(Some(1000), 1300),
+            Some(300),
+            "Open WebUI's default"
+        );
+        assert_eq!(
+            short_lifetime(Some(1000), 1000 + ADVISED_LIFETIME_SECS),
+            None
+        );
+        assert_eq!(short_lifetime(None, 1300), None, "no iat: unknown");
+        assert_eq!(short_lifetime(Some(2000), 1300), None, "exp before iat");
     }
 
     #[test]
