@@ -1,0 +1,225 @@
+//! One trace per call (issue 47): the real `file-agent serve` exports OTLP over HTTP to a
+//! receiver that decodes it with the official `opentelemetry-proto` package
+//! (`tests/sdk/otlp_receiver.py`), and the official MCP Python SDK sends the call's
+//! `traceparent` in `params._meta`. The tree, the audit line's `trace_id`, and the absence of
+//! the script's text and of the access token in every byte exported are checked on what the
+//! receiver got.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt as _;
+
+use crate::common::{audit_lines, unique_instance, wait_for_containers, with_timeout};
+use crate::front_door::{Served, free_port};
+use crate::mcp_server::python_sdk;
+
+const TOKEN: &str = "trace-test-token-5f1c0ffee0ddba11";
+/// The client's trace and span: the server span must be their child.
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_SPAN: &str = "00f067aa0ba902b7";
+/// A marker only the script's text holds (its output is a number).
+const MARKER: &str = "zebra-quokka-7781";
+
+/// The receiver, running; stopped when dropped.
+struct Receiver {
+    child: tokio::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Receiver {
+    async fn start() -> Self {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
+            .map_or_else(|| root.join("target/test-python"), |dir| root.join(dir));
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = tokio::process::Command::new(venv.join("bin/python3"))
+            .arg(root.join("tests/sdk/otlp_receiver.py"))
+            .arg(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        with_timeout(tokio::io::BufReader::new(stdout).read_line(&mut line))
+            .await
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("port: ")
+            .unwrap_or_else(|| panic!("the receiver did not start (is opentelemetry-proto in the venv? scripts/test-python.sh): {line:?}"))
+            .parse()
+            .unwrap();
+        Self { child, port, dir }
+    }
+
+    fn spans(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join("spans.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    fn raw(&self) -> Vec<u8> {
+        std::fs::read(self.dir.path().join("raw.bin")).unwrap_or_default()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// The one span named `name` among `spans` under `parent` (a span id).
+fn child<'a>(spans: &'a [Value], parent: &str, name: &str) -> &'a Value {
+    let found: Vec<&Value> = spans
+        .iter()
+        .filter(|span| span["name"] == name && span["parent_span_id"] == parent)
+        .collect();
+    assert_eq!(found.len(), 1, "one {name} under {parent}: {spans:#?}");
+    found[0]
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle.as_bytes())
+}
+
+#[tokio::test]
+async fn a_call_is_one_trace_under_the_clients_traceparent_joined_to_its_audit_line() {
+    let receiver = Receiver::start().await;
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let instance = unique_instance("traces", 12);
+    let served = Served::start(
+        &[
+            ("FILE_AGENT_LISTEN", listen.as_str()),
+            ("FILE_AGENT_ACCESS_TOKENS", TOKEN),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_SERVICE_NAME", "file-agent-under-test"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+            ("SANDBOX_INSTANCE", instance.as_str()),
+        ],
+        None,
+    )
+    .await;
+    let code = format!("marker = {MARKER:?}\nprint(len(marker))");
+    let traceparent = format!("00-{TRACE_ID}-{PARENT_SPAN}-01");
+    let output = python_sdk(
+        &served.url,
+        &[
+            "--token",
+            TOKEN,
+            "--no-list",
+            "--code",
+            &code,
+            "--traceparent",
+            &traceparent,
+            "--tracestate",
+            "rojo=00f067aa0ba902b7",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{output:?}");
+    // A malformed traceparent is no error: the call runs, in a trace of its own.
+    let output = python_sdk(
+        &served.url,
+        &[
+            "--token",
+            TOKEN,
+            "--no-list",
+            "--traceparent",
+            "00-zz-not-a-trace-01",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{output:?}");
+    let (log, dir) = served.stop_keeping().await;
+    wait_for_containers(&instance, 0).await;
+    let spans = until_exported(&receiver, 2).await;
+
+    // The server span: a child of the client's span, in the conventions' names.
+    let server = child(&spans, PARENT_SPAN, "tools/call run_python");
+    assert_eq!(server["trace_id"], TRACE_ID, "{server:#}");
+    assert_eq!(server["kind"], "SPAN_KIND_SERVER");
+    assert_eq!(server["trace_state"], "rojo=00f067aa0ba902b7");
+    let attributes = &server["attributes"];
+    assert_eq!(attributes["mcp.method.name"], "tools/call");
+    assert_eq!(attributes["gen_ai.tool.name"], "run_python");
+    assert_eq!(attributes["gen_ai.operation.name"], "execute_tool");
+    assert!(attributes["jsonrpc.request.id"].is_string(), "{server:#}");
+    assert!(attributes["mcp.protocol.version"].is_string(), "{server:#}");
+    assert_eq!(attributes["network.transport"], "tcp");
+    assert_eq!(attributes["network.protocol.name"], "http");
+    assert!(attributes.get("error.type").is_none(), "{server:#}");
+    assert_eq!(server["resource"]["service.name"], "file-agent-under-test");
+
+    // The attempt under it, and the sandbox's phases under the attempt.
+    let server_id = server["span_id"].as_str().unwrap();
+    let attempt = child(&spans, server_id, "attempt");
+    assert_eq!(attempt["attributes"]["file_agent.attempt.number"], 1);
+    assert_eq!(attempt["attributes"]["file_agent.attempt.status"], "ok");
+    assert_eq!(
+        attempt["attributes"]["file_agent.sandbox.backend"],
+        "docker"
+    );
+    assert_eq!(
+        attempt["attributes"]["file_agent.attempt.container"],
+        "cold"
+    );
+    let attempt_id = attempt["span_id"].as_str().unwrap();
+    for phase in ["queue", "create", "start", "copy_in", "run", "copy_out"] {
+        let span = child(&spans, attempt_id, phase);
+        assert_eq!(span["trace_id"], TRACE_ID, "{span:#}");
+    }
+    let run = child(&spans, attempt_id, "run");
+    let took = run["end_ns"].as_u64().unwrap() - run["start_ns"].as_u64().unwrap();
+    assert!(took > 0, "{run:#}");
+
+    // The malformed traceparent's call: a root span of a new trace.
+    let other: Vec<&Value> = spans
+        .iter()
+        .filter(|span| span["name"] == "tools/call run_python" && span["trace_id"] != TRACE_ID)
+        .collect();
+    assert_eq!(other.len(), 1, "{spans:#?}");
+    assert_eq!(other[0]["parent_span_id"], "");
+
+    // The audit line and the log line carry the trace id.
+    let lines = audit_lines(&dir.path().join("data"));
+    let ours: Vec<&Value> = lines
+        .iter()
+        .filter(|line| line["trace_id"] == TRACE_ID)
+        .collect();
+    assert_eq!(ours.len(), 1, "{lines:#?}");
+    assert_eq!(ours[0]["call"], server["attributes"]["file_agent.call.id"]);
+    assert!(log.contains(&format!("trace_id=\"{TRACE_ID}\"")), "{log}");
+
+    // Nothing of the code, and no token, in any byte exported.
+    let raw = receiver.raw();
+    assert!(!raw.is_empty());
+    assert!(!contains(&raw, MARKER), "the script's text was exported");
+    assert!(!contains(&raw, TOKEN), "the access token was exported");
+}
+
+/// The spans the receiver has once both calls' server spans are in (the server flushes its
+/// queue when it stops), waiting up to 10 s.
+async fn until_exported(receiver: &Receiver, calls: usize) -> Vec<Value> {
+    let started = Instant::now();
+    loop {
+        let spans = receiver.spans();
+        let servers = spans
+            .iter()
+            .filter(|span| span["kind"] == "SPAN_KIND_SERVER")
+            .count();
+        if servers >= calls || started.elapsed() > Duration::from_secs(10) {
+            return spans;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
