@@ -39,6 +39,11 @@ static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 /// Spans that did not reach the collector: an export that failed (down, refused, timed out).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
+/// Whether traces are on (a collector is configured and the exporter was built).
+pub fn enabled() -> bool {
+    TRACER.get().is_some()
+}
+
 /// Spans lost so far because an export failed.
 pub fn dropped_spans() -> u64 {
     DROPPED.load(Ordering::Relaxed)

@@ -223,3 +223,53 @@ async fn until_exported(receiver: &Receiver, calls: usize) -> Vec<Value> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn a_collector_that_is_down_fails_no_call_and_its_spans_are_counted_as_dropped() {
+    // Nothing listens on this port: every export is refused.
+    let endpoint = format!("http://127.0.0.1:{}", free_port());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let instance = unique_instance("traces", 12);
+    let served = Served::start(
+        &[
+            ("FILE_AGENT_LISTEN", listen.as_str()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("SANDBOX_INSTANCE", instance.as_str()),
+        ],
+        None,
+    )
+    .await;
+    let started = Instant::now();
+    let output = python_sdk(&served.url, &["--no-list"]).await;
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut dropped = 0.0;
+    let waiting = Instant::now();
+    while dropped == 0.0 && waiting.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let metrics = with_timeout(reqwest::get(format!("{}/metrics", served.url)))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        dropped = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("file_agent_trace_spans_dropped_total "))
+            .unwrap_or_else(|| panic!("no dropped-spans counter:\n{metrics}"))
+            .parse()
+            .unwrap();
+    }
+    let log = served.stop().await;
+    wait_for_containers(&instance, 0).await;
+    assert!(dropped >= 1.0, "no span counted as dropped\n{log}");
+    assert!(
+        log.contains("traces: an export to the collector failed"),
+        "{log}"
+    );
+}
