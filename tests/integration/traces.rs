@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt as _;
 
-use crate::common::{audit_lines, unique_instance, wait_for_containers, with_timeout};
+use crate::common::{audit_lines, run_cli, unique_instance, wait_for_containers, with_timeout};
 use crate::front_door::{Served, free_port};
 use crate::mcp_server::python_sdk;
 
@@ -199,6 +199,26 @@ async fn a_call_is_one_trace_under_the_clients_traceparent_joined_to_its_audit_l
     assert_eq!(ours.len(), 1, "{lines:#?}");
     assert_eq!(ours[0]["call"], server["attributes"]["file_agent.call.id"]);
     assert!(log.contains(&format!("trace_id=\"{TRACE_ID}\"")), "{log}");
+    // The review page shows it with the attempt.
+    let data = dir.path().join("data");
+    let page = dir.path().join("review.html");
+    let report = run_cli(
+        &[
+            "audit",
+            "report",
+            data.to_str().unwrap(),
+            "--out",
+            page.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(report.code, Some(0), "{}", report.stderr);
+    let page = std::fs::read_to_string(page).unwrap();
+    assert!(
+        page.contains(&format!("<dt>trace</dt><dd><code>{TRACE_ID}</code>")),
+        "the review page does not show the trace id"
+    );
 
     // Nothing of the code, and no token, in any byte exported.
     let raw = receiver.raw();
