@@ -8,12 +8,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt as _;
 
 use crate::common::{audit_lines, run_cli, unique_instance, wait_for_containers, with_timeout};
-use crate::front_door::{Served, free_port};
-use crate::mcp_server::python_sdk;
+use crate::fakes::openai::{FakeOpenAi, KEY, MODEL, Reply};
+use crate::front_door::{Served, free_port, post_mcp};
+use crate::mcp_server::{llm_script, python_sdk};
 
 const TOKEN: &str = "trace-test-token-5f1c0ffee0ddba11";
 /// The client's trace and span: the server span must be their child.
@@ -292,4 +293,84 @@ async fn a_collector_that_is_down_fails_no_call_and_its_spans_are_counted_as_dro
         log.contains("traces: an export to the collector failed"),
         "{log}"
     );
+}
+
+#[tokio::test]
+async fn a_retried_generate_file_shows_both_attempts_and_model_requests_under_the_http_traceparent()
+{
+    const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const CLIENT_SPAN: &str = "b7ad6b7169203331";
+    const FAILURE: &str = "first-try-fails-on-purpose";
+    const ASKED: &str = "sales by region, privately";
+    let llm = FakeOpenAi::start(vec![
+        Reply::Code(format!("raise ValueError({FAILURE:?})")),
+        Reply::Code(llm_script("excel_sales.py")),
+    ])
+    .await;
+    let receiver = Receiver::start().await;
+    let endpoint = format!("http://127.0.0.1:{}/v1/traces", receiver.port);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let instance = unique_instance("traces", 12);
+    let llm_env = llm.env();
+    let mut vars: Vec<(&str, &str)> = llm_env
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    vars.extend([
+        ("FILE_AGENT_LISTEN", listen.as_str()),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+        ("SANDBOX_INSTANCE", instance.as_str()),
+    ]);
+    let served = Served::start(&vars, None).await;
+    // No `_meta` trace context: the HTTP request's `traceparent` header is the parent.
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "generate_file", "arguments": {
+            "instructions": ASKED, "file_type": "excel", "filename_hint": "Sales"}}});
+    let traceparent = format!("00-{TRACE}-{CLIENT_SPAN}-01");
+    let (status, body) = post_mcp(&served.url, call, &[("traceparent", &traceparent)]).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("attempt 2 of 3"), "{body}");
+    served.stop().await;
+    wait_for_containers(&instance, 0).await;
+    let spans = until_exported(&receiver, 1).await;
+
+    let server = child(&spans, CLIENT_SPAN, "tools/call generate_file");
+    assert_eq!(server["trace_id"], TRACE);
+    assert_eq!(server["attributes"]["jsonrpc.request.id"], "7");
+    let server_id = server["span_id"].as_str().unwrap();
+    let attempts: Vec<&Value> = spans
+        .iter()
+        .filter(|span| span["name"] == "attempt" && span["parent_span_id"] == server_id)
+        .collect();
+    let endings: Vec<(i64, &str)> = attempts
+        .iter()
+        .map(|span| {
+            let attributes = &span["attributes"];
+            (
+                attributes["file_agent.attempt.number"].as_i64().unwrap(),
+                attributes["file_agent.attempt.status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(endings, vec![(1, "failed"), (2, "ok")], "{spans:#?}");
+    assert_eq!(attempts[0]["status"], "STATUS_CODE_ERROR");
+    let chats: Vec<&Value> = spans
+        .iter()
+        .filter(|span| span["parent_span_id"] == server_id && span["kind"] == "SPAN_KIND_CLIENT")
+        .collect();
+    assert_eq!(chats.len(), 2, "{spans:#?}");
+    for chat in chats {
+        assert_eq!(chat["name"], format!("chat {MODEL}"));
+        let attributes = &chat["attributes"];
+        assert_eq!(attributes["gen_ai.operation.name"], "chat");
+        assert_eq!(attributes["gen_ai.request.model"], MODEL);
+        assert_eq!(attributes["gen_ai.usage.input_tokens"], 100);
+        assert_eq!(attributes["gen_ai.usage.output_tokens"], 50);
+    }
+    // No prompt, no code, no error text, no key.
+    let raw = receiver.raw();
+    for secret in [ASKED, FAILURE, KEY, "xlsxwriter"] {
+        assert!(!contains(&raw, secret), "{secret:?} was exported");
+    }
 }
