@@ -115,3 +115,37 @@ fn phase(name: &'static str, start: SystemTime, took: Duration) {
     let attributes = vec![KeyValue::new("file_agent.sandbox.phase", name)];
     crate::traces::record_measured(name, start, took, attributes);
 }
+
+/// The check of an output file (`label`: Excel, Word, ...), of `bytes`, not yet entered.
+pub(super) fn check(label: &str, bytes: usize) -> tracing::Span {
+    tracing::info_span!(
+        "check",
+        otel.name = "check",
+        otel.status_code = tracing::field::Empty,
+        file_agent.check.file_type = label,
+        file_agent.check.bytes = i64::try_from(bytes).unwrap_or(i64::MAX),
+        file_agent.outcome = tracing::field::Empty,
+    )
+}
+
+/// The upload of a result to `storage` (its kind), of `bytes`, not yet entered.
+pub(super) fn upload(storage: &str, content_type: &str, bytes: usize) -> tracing::Span {
+    tracing::info_span!(
+        "upload",
+        otel.name = "upload",
+        otel.status_code = tracing::field::Empty,
+        file_agent.storage = storage,
+        file_agent.upload.content_type = content_type,
+        file_agent.upload.bytes = i64::try_from(bytes).unwrap_or(i64::MAX),
+        file_agent.outcome = tracing::field::Empty,
+    )
+}
+
+/// Whether a check passed (or an upload went through): `ok`, else `refused` and an error
+/// status. The reason stays out: it may quote what the file holds.
+pub(super) fn record_verdict(span: &tracing::Span, ok: bool) {
+    span.record("file_agent.outcome", if ok { "ok" } else { "refused" });
+    if !ok {
+        span.record("otel.status_code", "ERROR");
+    }
+}
