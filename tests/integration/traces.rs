@@ -370,11 +370,19 @@ async fn a_retried_generate_file_shows_both_attempts_and_model_requests_under_th
     }
     // The file's check, then its upload to the local store.
     let check = child(&spans, server_id, "check");
-    assert_eq!(check["attributes"]["file_agent.check.file_type"], "Excel workbook");
+    assert_eq!(
+        check["attributes"]["file_agent.check.file_type"],
+        "Excel workbook"
+    );
     assert_eq!(check["attributes"]["file_agent.outcome"], "ok");
     let upload = child(&spans, server_id, "upload");
     assert_eq!(upload["attributes"]["file_agent.storage"], "local");
-    assert!(upload["attributes"]["file_agent.upload.bytes"].as_i64().unwrap() > 0);
+    assert!(
+        upload["attributes"]["file_agent.upload.bytes"]
+            .as_i64()
+            .unwrap()
+            > 0
+    );
     assert!(upload["start_ns"].as_u64() >= check["end_ns"].as_u64());
     // No prompt, no code, no error text, no key.
     let raw = receiver.raw();
