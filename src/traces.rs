@@ -165,16 +165,28 @@ impl SpanExporter for CountingExporter {
 /// it parses; a malformed one is ignored and the span starts a new trace. Call it before the
 /// span is first entered.
 pub fn set_remote_parent(span: &tracing::Span, traceparent: &str, tracestate: Option<&str>) {
+    if let Some(parent) = remote_context(traceparent, tracestate) {
+        let _ = span.set_parent(parent);
+    }
+}
+
+/// Links `span` to the W3C trace context in `traceparent`, when it parses.
+pub fn add_remote_link(span: &tracing::Span, traceparent: &str, tracestate: Option<&str>) {
+    if let Some(linked) = remote_context(traceparent, tracestate) {
+        span.add_link(linked.span().span_context().clone());
+    }
+}
+
+/// The remote span context `traceparent` (and `tracestate`) name, when it parses.
+fn remote_context(traceparent: &str, tracestate: Option<&str>) -> Option<Context> {
     use opentelemetry::propagation::TextMapPropagator as _;
     let mut carrier = std::collections::HashMap::new();
     carrier.insert("traceparent".to_string(), traceparent.to_string());
     if let Some(state) = tracestate {
         carrier.insert("tracestate".to_string(), state.to_string());
     }
-    let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
-    if parent.span().span_context().is_valid() {
-        let _ = span.set_parent(parent);
-    }
+    let context = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
+    context.span().span_context().is_valid().then_some(context)
 }
 
 /// The trace id of the current span (32 lowercase hex digits), when traces are on.

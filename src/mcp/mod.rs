@@ -389,6 +389,8 @@ impl ServerHandler for FileAgentServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let span = span::other("tools/list", &context);
+        let _entered = span.enter();
         let tools = self.tools_for(&identity_of(&context));
         // The list depends on the caller: a client may cache it for itself only.
         let hints = context
@@ -428,6 +430,8 @@ impl ServerHandler for FileAgentServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        let span = span::other("resources/list", &context);
+        let _entered = span.enter();
         Ok(files::list(self.tools.storage(), &caller_of(&context)))
     }
 
@@ -436,9 +440,15 @@ impl ServerHandler for FileAgentServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        files::read(self.tools.storage(), &request.uri, &caller_of(&context))
-            .await
-            .map(Into::into)
+        use tracing::Instrument as _;
+        let span = span::other("resources/read", &context);
+        let read = files::read(self.tools.storage(), &request.uri, &caller_of(&context))
+            .instrument(span.clone())
+            .await;
+        if let Err(error) = &read {
+            span::record_protocol_error(&span, error);
+        }
+        read.map(Into::into)
     }
 
     fn get_info(&self) -> ServerConfig {

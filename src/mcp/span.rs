@@ -14,16 +14,37 @@ pub(super) fn tools_call(
     request: &CallToolRequestParams,
     context: &RequestContext<RoleServer>,
 ) -> tracing::Span {
+    request_span(
+        "tools/call",
+        Some(&request.name),
+        context,
+        request.meta.as_ref(),
+    )
+}
+
+/// The span of another request (`tools/list`, `resources/list`, `resources/read`), named by
+/// its method alone: a resource's URI holds a file's id, which is the capability to read it.
+pub(super) fn other(method: &'static str, context: &RequestContext<RoleServer>) -> tracing::Span {
+    request_span(method, None, context, None)
+}
+
+/// The server span of a request of `method` about `tool`, with `params_meta` (the params'
+/// own `_meta`, when rmcp left it there) read for the trace context after the context's.
+fn request_span(
+    method: &'static str,
+    tool: Option<&str>,
+    context: &RequestContext<RoleServer>,
+    params_meta: Option<&rmcp::model::RequestMetaObject>,
+) -> tracing::Span {
     let parts = context.extensions.get::<http::request::Parts>();
-    let tool: &str = &request.name;
     let span = tracing::info_span!(
         "mcp.server",
-        otel.name = format!("tools/call {tool}"),
+        otel.name = tool.map_or_else(|| method.to_string(), |tool| format!("{method} {tool}")),
         otel.kind = "server",
         otel.status_code = tracing::field::Empty,
-        mcp.method.name = "tools/call",
+        mcp.method.name = method,
         gen_ai.tool.name = tool,
-        gen_ai.operation.name = "execute_tool",
+        gen_ai.operation.name = tool.map(|_| "execute_tool"),
         jsonrpc.request.id = %context.id,
         mcp.protocol.version = context.protocol_version().map(|v| v.as_str().to_string()),
         mcp.session.id = parts.and_then(|p| header(p, "mcp-session-id")),
@@ -37,19 +58,24 @@ pub(super) fn tools_call(
         context
             .meta
             .get(name)
-            .or_else(|| request.meta.as_ref().and_then(|meta| meta.get(name)))
+            .or_else(|| params_meta.and_then(|meta| meta.get(name)))
             .and_then(|value| value.as_str())
             .map(str::to_string)
     };
-    let parent = match meta("traceparent") {
-        Some(traceparent) => Some((traceparent, meta("tracestate"))),
-        None => parts.and_then(|p| {
-            let traceparent = header(p, "traceparent")?;
-            Some((traceparent, header(p, "tracestate")))
-        }),
-    };
-    if let Some((traceparent, tracestate)) = parent {
-        crate::traces::set_remote_parent(&span, &traceparent, tracestate.as_deref());
+    let http = parts.and_then(|p| Some((header(p, "traceparent")?, header(p, "tracestate"))));
+    match (meta("traceparent"), http) {
+        // The MCP message's context is the parent; the HTTP request's, when it differs, is a
+        // link (one HTTP request may carry several MCP messages, and the reverse).
+        (Some(traceparent), http) => {
+            crate::traces::set_remote_parent(&span, &traceparent, meta("tracestate").as_deref());
+            if let Some((header, state)) = http.filter(|(header, _)| *header != traceparent) {
+                crate::traces::add_remote_link(&span, &header, state.as_deref());
+            }
+        }
+        (None, Some((header, state))) => {
+            crate::traces::set_remote_parent(&span, &header, state.as_deref());
+        }
+        (None, None) => {}
     }
     span
 }

@@ -20,6 +20,9 @@ const TOKEN: &str = "trace-test-token-5f1c0ffee0ddba11";
 /// The client's trace and span: the server span must be their child.
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN: &str = "00f067aa0ba902b7";
+/// The HTTP request's trace context, beside the one in `_meta`.
+const HTTP_TRACE: &str = "11111111111111111111111111111111";
+const HTTP_SPAN: &str = "2222222222222222";
 /// A marker only the script's text holds (its output is a number).
 const MARKER: &str = "zebra-quokka-7781";
 
@@ -124,6 +127,9 @@ async fn a_call_is_one_trace_under_the_clients_traceparent_joined_to_its_audit_l
             &traceparent,
             "--tracestate",
             "rojo=00f067aa0ba902b7",
+            // The HTTP request's own context differs: a link, not the parent.
+            "--header",
+            &format!("traceparent=00-{HTTP_TRACE}-{HTTP_SPAN}-01"),
         ],
     )
     .await;
@@ -160,6 +166,21 @@ async fn a_call_is_one_trace_under_the_clients_traceparent_joined_to_its_audit_l
     assert_eq!(attributes["network.protocol.name"], "http");
     assert!(attributes.get("error.type").is_none(), "{server:#}");
     assert_eq!(server["resource"]["service.name"], "file-agent-under-test");
+    assert_eq!(
+        server["links"],
+        json!([{"trace_id": HTTP_TRACE, "span_id": HTTP_SPAN}])
+    );
+    // The SDK's tools/list after the call (it did not list first): a server span too.
+    let list = spans
+        .iter()
+        .find(|span| span["name"] == "tools/list")
+        .unwrap_or_else(|| panic!("no tools/list span: {spans:#?}"));
+    assert_eq!(list["kind"], "SPAN_KIND_SERVER");
+    assert_eq!(list["attributes"]["mcp.method.name"], "tools/list");
+    assert!(
+        list["attributes"].get("gen_ai.tool.name").is_none(),
+        "{list:#}"
+    );
 
     // The attempt under it, and the sandbox's phases under the attempt.
     let server_id = server["span_id"].as_str().unwrap();
@@ -228,7 +249,7 @@ async fn a_call_is_one_trace_under_the_clients_traceparent_joined_to_its_audit_l
     assert!(!contains(&raw, TOKEN), "the access token was exported");
 }
 
-/// The spans the receiver has once both calls' server spans are in (the server flushes its
+/// The spans the receiver has once `calls` tools/call server spans are in (the server flushes its
 /// queue when it stops), waiting up to 10 s.
 async fn until_exported(receiver: &Receiver, calls: usize) -> Vec<Value> {
     let started = Instant::now();
@@ -236,7 +257,7 @@ async fn until_exported(receiver: &Receiver, calls: usize) -> Vec<Value> {
         let spans = receiver.spans();
         let servers = spans
             .iter()
-            .filter(|span| span["kind"] == "SPAN_KIND_SERVER")
+            .filter(|span| span["attributes"]["mcp.method.name"] == "tools/call")
             .count();
         if servers >= calls || started.elapsed() > Duration::from_secs(10) {
             return spans;

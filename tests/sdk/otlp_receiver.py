@@ -7,7 +7,7 @@ Listens on 127.0.0.1 on a free port and prints `port: N` once ready. Each POST t
 with the official `opentelemetry-proto` package (scripts/test-python.sh installs it), and each
 span is appended to OUT_DIR/spans.jsonl as one JSON object: `trace_id`, `span_id`,
 `parent_span_id` (hex, empty for a root), `name`, `kind` (`SPAN_KIND_SERVER`, ...), `status`,
-`start_ns`, `end_ns`, `attributes` and the resource's `resource` attributes (values as
+`start_ns`, `end_ns`, `attributes`, `links` (`trace_id`, `span_id`) and the resource's `resource` attributes (values as
 strings, numbers or booleans). The request bodies are also appended, as received, to
 OUT_DIR/raw.bin, so a test can search every byte exported. Answers 200 with an empty
 ExportTraceServiceResponse, or 400 for a body that does not decode. Stops on SIGTERM.
@@ -56,6 +56,10 @@ def spans_of(body: bytes):
                     "start_ns": span.start_time_unix_nano,
                     "end_ns": span.end_time_unix_nano,
                     "attributes": {kv.key: value_of(kv.value) for kv in span.attributes},
+                    "links": [
+                        {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex()}
+                        for link in span.links
+                    ],
                     "resource": resource,
                 }
 
