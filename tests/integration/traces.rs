@@ -267,7 +267,7 @@ async fn until_exported(receiver: &Receiver, calls: usize) -> Vec<Value> {
 }
 
 #[tokio::test]
-async fn a_collector_that_is_down_fails_no_call_and_its_spans_are_counted_as_dropped() {
+async fn a_collector_that_is_down_or_a_full_queue_fails_no_call_and_drops_are_counted_and_said() {
     // Nothing listens on this port: every export is refused.
     let endpoint = format!("http://127.0.0.1:{}", free_port());
     let listen = format!("127.0.0.1:{}", free_port());
@@ -277,6 +277,8 @@ async fn a_collector_that_is_down_fails_no_call_and_its_spans_are_counted_as_dro
             ("FILE_AGENT_LISTEN", listen.as_str()),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            // A queue of two: a call's spans overflow it, and the drops are said too.
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "2"),
             ("SANDBOX_INSTANCE", instance.as_str()),
         ],
         None,
@@ -314,6 +316,7 @@ async fn a_collector_that_is_down_fails_no_call_and_its_spans_are_counted_as_dro
         log.contains("traces: an export to the collector failed"),
         "{log}"
     );
+    assert!(log.contains("due to queue full"), "{log}");
 }
 
 #[tokio::test]
