@@ -15,6 +15,7 @@
 //! - [`audit`]: the hash-chained trail of every attempt, and its verification;
 //! - [`report`]: `audit report`, the trail and the saved tools' versions as one reviewer's page;
 //! - [`metrics`]: counters and histograms for `/metrics` (Prometheus text format);
+//! - [`traces`]: OpenTelemetry traces (OTLP), off unless a collector is configured;
 //! - [`identity`]: who called, and what proves it (Open WebUI's signed user token, OAuth 2.1
 //!   access tokens, Open WebUI's session, a plain header, an access token);
 //! - [`owner`]: whose data something is, the one owner key of files, uploads and saved tools;
@@ -44,6 +45,7 @@ pub mod storage;
 pub mod text;
 pub mod time;
 pub mod tools;
+pub mod traces;
 pub mod untrusted;
 
 /// An error and its sources joined with `: `, for one log line or message.

@@ -348,6 +348,7 @@ impl Metrics {
         .into_iter()
         .chain(pool_rows(gauges.pool.as_ref()))
         .chain(audit_rows(gauges.audit.as_ref()))
+        .chain(trace_rows())
         .collect()
     }
 }
@@ -410,6 +411,19 @@ fn pool_rows(pool: Option<&PoolStats>) -> Vec<PlainRow> {
             pool.failures as usize,
         ),
     ]
+}
+
+/// The traces' row (none when traces are off).
+fn trace_rows() -> Vec<PlainRow> {
+    if !crate::traces::enabled() {
+        return Vec::new();
+    }
+    vec![(
+        "file_agent_trace_spans_dropped_total",
+        "counter",
+        "Spans that did not reach the OpenTelemetry collector (an export that failed).",
+        crate::traces::dropped_spans() as usize,
+    )]
 }
 
 /// The audit trail's rows (none when the trail is off).

@@ -101,6 +101,10 @@ pub struct CallInfo {
     /// owner keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The call's OpenTelemetry trace id (32 hex digits), also on the call's log line and its
+    /// spans; absent when traces are off (`crate::traces`) and in lines written before them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// What a line says about a saved tool (`create_tool`, `generate_tool`, a `my_<name>` call).

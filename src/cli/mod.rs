@@ -305,7 +305,14 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    format.init(default_log_filter(cli.command.as_ref()));
+    // Dropped last, after the runtime: the spans still queued go to the collector.
+    let _traces = match format.init(default_log_filter(cli.command.as_ref())) {
+        Ok(traces) => traces,
+        Err(message) => {
+            eprintln!("file-agent: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -480,7 +487,9 @@ impl LogFormat {
         }
     }
 
-    fn init(self, default_filter: &str) {
+    /// With traces configured (`crate::traces`), file-agent's spans also go to the collector;
+    /// the guard flushes them when dropped.
+    fn init(self, default_filter: &str) -> Result<crate::traces::TracesGuard, String> {
         use tracing_subscriber::Layer as _;
         use tracing_subscriber::layer::SubscriberExt as _;
         use tracing_subscriber::util::SubscriberInitExt as _;
@@ -489,12 +498,17 @@ impl LogFormat {
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
         // rmcp logs each request's arguments at debug (a presigned URL's signature, code):
         // never below info, whatever FILE_AGENT_LOG asks. A cap, not a level of its own: rmcp's
-        // info lines show only where the filter asks for them.
+        // info lines show only where the filter asks for them. file-agent's own spans are for
+        // traces only: a log line stays as it was, and names its call and trace in fields.
         let rmcp_capped = tracing_subscriber::filter::filter_fn(|meta| {
-            !(meta.target().starts_with("rmcp") && *meta.level() > tracing::Level::INFO)
+            let rmcp_detail =
+                meta.target().starts_with("rmcp") && *meta.level() > tracing::Level::INFO;
+            let our_span = meta.is_span() && meta.target().starts_with("file_agent");
+            !rmcp_detail && !our_span
         });
         let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-        let registry = tracing_subscriber::registry();
+        let (traces, guard) = crate::traces::layer::<tracing_subscriber::Registry>()?;
+        let registry = tracing_subscriber::registry().with(traces);
         match self {
             // Colour codes only for a person at a terminal: in a file, a pipe, `docker logs`
             // or journald they are noise. Every field value and message is one escaped line
@@ -520,6 +534,7 @@ impl LogFormat {
                 )
                 .init(),
         }
+        Ok(guard)
     }
 }
 

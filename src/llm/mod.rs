@@ -23,6 +23,7 @@ use async_openai::types::chat::{
 };
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::config::LlmConfig;
 
@@ -201,10 +202,12 @@ impl Llm {
         for attempt in 1..=tries {
             let chat = client.chat();
             let sent = Instant::now();
+            let span = self.request_span();
             let answer = tokio::select! {
                 () = cancel.cancelled() => return Err(LlmError::Cancelled),
-                answer = chat.create(request.clone()) => answer,
+                answer = chat.create(request.clone()).instrument(span.clone()) => answer,
             };
+            record_answer(&span, &answer);
             crate::metrics::metrics().llm_request(answer_word(&answer), sent.elapsed());
             match answer {
                 Ok(response) => {
@@ -229,6 +232,27 @@ impl Llm {
             timeout: self.config.timeout,
             tries,
         })
+    }
+
+    /// The span of one chat request, in OpenTelemetry's GenAI client conventions: the model
+    /// and the server, never a message.
+    fn request_span(&self) -> tracing::Span {
+        let url = reqwest::Url::parse(&self.config.base_url).ok();
+        tracing::info_span!(
+            "chat",
+            otel.name = format!("chat {}", self.config.model),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = "openai",
+            gen_ai.request.model = self.config.model.as_str(),
+            gen_ai.response.model = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            server.address = url.as_ref().and_then(|url| url.host_str().map(str::to_string)),
+            server.port = url.and_then(|url| url.port_or_known_default()).map(i64::from),
+            error.type = tracing::field::Empty,
+        )
     }
 
     /// The text of the first choice; a reply without text is a bad reply.
@@ -287,6 +311,27 @@ impl Llm {
                 base_url,
                 detail: other.to_string(),
             },
+        }
+    }
+}
+
+/// What a chat request's span keeps of its answer: the model that answered and the token
+/// counts, or the kind of error (`answer_word`'s).
+fn record_answer(span: &tracing::Span, answer: &Result<CreateChatCompletionResponse, OpenAIError>) {
+    match answer {
+        Ok(response) => {
+            span.record("gen_ai.response.model", response.model.as_str());
+            if let Some(usage) = &response.usage {
+                span.record("gen_ai.usage.input_tokens", i64::from(usage.prompt_tokens));
+                span.record(
+                    "gen_ai.usage.output_tokens",
+                    i64::from(usage.completion_tokens),
+                );
+            }
+        }
+        Err(_) => {
+            span.record("error.type", answer_word(answer));
+            span.record("otel.status_code", "ERROR");
         }
     }
 }

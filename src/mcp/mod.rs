@@ -8,6 +8,7 @@
 
 mod files;
 mod phases;
+mod span;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -388,6 +389,8 @@ impl ServerHandler for FileAgentServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let span = span::other("tools/list", &context);
+        let _entered = span.enter();
         let tools = self.tools_for(&identity_of(&context));
         // The list depends on the caller: a client may cache it for itself only.
         let hints = context
@@ -408,22 +411,18 @@ impl ServerHandler for FileAgentServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(name) = request.name.strip_prefix(SAVED_TOOL_PREFIX) else {
-            let call = ToolCallContext::new(self, request, context);
-            return self.tool_router.call(call).await;
-        };
-        let (cancel, _stop) = self.tools.call_token(&context.ct);
-        let identity = identity_of(&context);
-        let caller = caller_of(&context);
-        let arguments = serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
-        let call = self
-            .tools
-            .call_saved_tool(&identity, name, arguments, &caller, &cancel);
-        let deadline = self.tools.call_deadline(Tool::RunPython);
-        let result = self
-            .finish_as(&request.name, deadline, &context, call)
+        use tracing::Instrument as _;
+        let span = span::tools_call(&request, &context);
+        let response = self
+            .call_tool_in_span(request, context)
+            .instrument(span.clone())
             .await;
-        Ok(result.into())
+        match &response {
+            Ok(CallToolResponse::Complete(result)) => span::record_result(&span, result),
+            Ok(_) => {}
+            Err(error) => span::record_protocol_error(&span, error),
+        }
+        response
     }
 
     async fn list_resources(
@@ -431,6 +430,8 @@ impl ServerHandler for FileAgentServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        let span = span::other("resources/list", &context);
+        let _entered = span.enter();
         Ok(files::list(self.tools.storage(), &caller_of(&context)))
     }
 
@@ -439,9 +440,15 @@ impl ServerHandler for FileAgentServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        files::read(self.tools.storage(), &request.uri, &caller_of(&context))
-            .await
-            .map(Into::into)
+        use tracing::Instrument as _;
+        let span = span::other("resources/read", &context);
+        let read = files::read(self.tools.storage(), &request.uri, &caller_of(&context))
+            .instrument(span.clone())
+            .await;
+        if let Err(error) = &read {
+            span::record_protocol_error(&span, error);
+        }
+        read.map(Into::into)
     }
 
     fn get_info(&self) -> ServerConfig {
@@ -493,6 +500,32 @@ fn describe<S>(router: &mut ToolRouter<S>, prompts: &Prompts) -> Result<(), Stri
     }
 }
 
+impl FileAgentServer {
+    /// A `tools/call`: a built-in tool through the router, a saved `my_<name>` tool here.
+    async fn call_tool_in_span(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(name) = request.name.strip_prefix(SAVED_TOOL_PREFIX) else {
+            let call = ToolCallContext::new(self, request, context);
+            return self.tool_router.call(call).await;
+        };
+        let (cancel, _stop) = self.tools.call_token(&context.ct);
+        let identity = identity_of(&context);
+        let caller = caller_of(&context);
+        let arguments = serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
+        let call = self
+            .tools
+            .call_saved_tool(&identity, name, arguments, &caller, &cancel);
+        let deadline = self.tools.call_deadline(Tool::RunPython);
+        let result = self
+            .finish_as(&request.name, deadline, &context, call)
+            .await;
+        Ok(result.into())
+    }
+}
+
 /// Who is calling, for the audit trail: the MCP client as the call itself identifies it, the
 /// user and what identified them ([`identity_of`]), and Open WebUI's chat id when it forwards
 /// it (`ENABLE_FORWARD_USER_INFO_HEADERS`).
@@ -536,6 +569,7 @@ fn call_info(
         user: identity.user.map(|user| user.id),
         chat: header("x-openwebui-chat-id"),
         owner: Some(owner),
+        trace_id: crate::traces::current_trace_id(),
     }
 }
 
@@ -591,6 +625,7 @@ impl FileAgentServer {
     ) -> CallToolResult {
         let started = Instant::now();
         let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+        tracing::Span::current().record("file_agent.call.id", &id);
         // The JSON-RPC id as JSON: a number stays a number, a string a string.
         let request = serde_json::to_value(&context.id).unwrap_or_default();
         let (call_context, shown) = self.call_context(&id, &request, tool, context);
@@ -645,6 +680,7 @@ impl FileAgentServer {
             phases,
             outputs,
             receipts: Receipts::default(),
+            attempts: Default::default(),
         };
         (call_context, shown)
     }
@@ -676,6 +712,8 @@ fn answer(
     outputs: &Outputs,
 ) -> CallToolResult {
     let duration_ms = started.elapsed().as_millis() as u64;
+    // The call's trace, when traces are on: the log line joins the trace and the audit lines.
+    let trace_id = crate::traces::current_trace_id();
     // Saved tools share one label: their names are the callers' to choose.
     let label = if tool.starts_with(SAVED_TOOL_PREFIX) {
         "saved_tool"
@@ -685,15 +723,15 @@ fn answer(
     crate::metrics::metrics().tool_call(label, result.as_ref().map_or_else(outcome_name, |_| "ok"));
     match result {
         Ok(output) => {
-            tracing::info!(call = %id, %request, tool, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
+            tracing::info!(call = %id, %request, tool, trace_id, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
             CallToolResult::success(files::content(output.text, outputs.taken()))
         }
         Err(error) => {
             let outcome = outcome_name(&error);
             if error.is_infrastructure() {
-                tracing::error!(call = %id, %request, tool, outcome, duration_ms, error = %crate::error_chain(&error), "tool call");
+                tracing::error!(call = %id, %request, tool, trace_id, outcome, duration_ms, error = %crate::error_chain(&error), "tool call");
             } else {
-                tracing::info!(call = %id, %request, tool, outcome, duration_ms, error = %error, "tool call");
+                tracing::info!(call = %id, %request, tool, trace_id, outcome, duration_ms, error = %error, "tool call");
             }
             CallToolResult::error(vec![ContentBlock::text(format!("{tool} failed: {error}"))])
         }

@@ -827,6 +827,10 @@ fn detail_caller(page: &mut String, r: &crate::audit::Record, versions: &Version
             esc(&r.caller.request.to_string())
         ),
     );
+    if let Some(trace) = &r.caller.trace_id {
+        // The OpenTelemetry trace of the call: what to search the tracing backend for.
+        row(page, "trace", format!("<code>{}</code>", esc(trace)));
+    }
     row(page, "client", opt(r.caller.client.as_deref()));
     row(
         page,

@@ -6,7 +6,9 @@
 use std::path::Path;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
+use super::spans;
 use super::trail::{AUDIT_ERROR_CHARS, AttemptLine, Author};
 use super::{CALL, MAX_ATTEMPTS, ToolError, Tools};
 use crate::audit::{FileDigest, Record};
@@ -61,14 +63,28 @@ impl<R: Runner> Tools<R> {
             ..self.audit_record(&job, author)
         });
         let reservation = self.reserve_line(record.as_ref())?;
-        let result = match self.admission.enter(cancel).await {
-            Err(error) => Err(error),
-            Ok(_slot) => match self.runner.run(job, out_dir, cancel).await {
-                Err(SandboxError::Cancelled) => Err(ToolError::Cancelled),
-                other => other.map_err(ToolError::from),
-            },
+        let span = spans::attempt(self.runner.config(), author);
+        let mut slot_at = None;
+        let run = async {
+            match self
+                .admission
+                .enter(cancel)
+                .instrument(spans::queue())
+                .await
+            {
+                Err(error) => Err(error),
+                Ok(_slot) => {
+                    slot_at = Some(std::time::SystemTime::now());
+                    match self.runner.run(job, out_dir, cancel).await {
+                        Err(SandboxError::Cancelled) => Err(ToolError::Cancelled),
+                        other => other.map_err(ToolError::from),
+                    }
+                }
+            }
         };
+        let result = run.instrument(span.clone()).await;
         let status = status_word(&result);
+        spans::record_attempt(&span, &status, result.as_ref().ok(), slot_at);
         count_attempt(&status, started.elapsed(), result.as_ref().ok());
         let mut line = AttemptLine {
             audit: self.audit.clone(),

@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::changes::{self, Compared};
 use super::filename::{output_name, safe_name};
@@ -306,7 +307,12 @@ impl<R: Runner> Tools<R> {
         let bytes = tokio::fs::read(&output.host_path)
             .await
             .map_err(local_io("cannot read the attempt's output"))?;
-        let (bytes, verdict) = self.validate(task.file_type, bytes).await?;
+        let span = super::spans::check(task.file_type.label(), bytes.len());
+        let (bytes, verdict) = self
+            .validate(task.file_type, bytes)
+            .instrument(span.clone())
+            .await?;
+        super::spans::record_verdict(&span, verdict.is_ok());
         let written = Written {
             bytes,
             report: None,

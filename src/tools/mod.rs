@@ -26,6 +26,7 @@ mod attempt;
 mod files;
 mod parts;
 mod python;
+mod spans;
 mod trail;
 
 use std::collections::HashSet;
@@ -152,6 +153,8 @@ pub struct CallContext {
     pub outputs: progress::Outputs,
     /// The receipts of the call's audit lines ([`crate::audit::Receipt`]), in order.
     pub receipts: Receipts,
+    /// Attempts the call has started so far: the next one's number, for its span.
+    pub attempts: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Where a call's audit lines are in their chain's tree, gathered as they are written.

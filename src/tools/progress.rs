@@ -8,6 +8,7 @@
 //! a test's, announces to nobody).
 
 use std::sync::{Arc, Mutex};
+use tracing::Instrument as _;
 
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -224,10 +225,14 @@ impl<R: Runner> Tools<R> {
     ) -> Result<Stored, ToolError> {
         announce(Phase::Storing);
         let image = inline_image(content_type, &bytes);
+        let span = super::spans::upload(self.storage.kind(), content_type, bytes.len());
         let stored = self
             .storage
             .store(name, content_type, bytes, caller)
-            .await?;
+            .instrument(span.clone())
+            .await;
+        super::spans::record_verdict(&span, stored.is_ok());
+        let stored = stored?;
         let file = StoredFile {
             id: stored.id.clone(),
             name: stored.name.clone(),

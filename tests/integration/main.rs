@@ -42,4 +42,5 @@ mod signed_trail;
 mod slots;
 mod status;
 mod tenants;
+mod traces;
 mod url_policy;

@@ -3,6 +3,7 @@
 Usage: target/test-python/bin/python3 tests/sdk/python_client.py http://127.0.0.1:8000/mcp
        [--client-name NAME] [--user-id ID [--openwebui-jwt-secret SECRET]] [--saved-tool]
        [--header NAME=VALUE]... [--token TOKEN] [--code CODE] [--no-list]
+       [--traceparent TRACEPARENT [--tracestate TRACESTATE]]
 
 Like Open WebUI's "auto" mode it first tries `server/discover` (protocol 2026-07-28) and falls
 back to `initialize`; then it lists the tools and calls run_python. With --saved-tool it also
@@ -15,7 +16,9 @@ saved tools need a user); with --openwebui-jwt-secret as well, it sends the user
 of `print(2 + 2)`. With --no-list it calls run_python without listing the tools first, as a
 client does that opens a session per call (Open WebUI): the SDK then lists the tools after the
 call's answer, to find its output schema, before it returns the result. With --token it sends `Authorization: Bearer TOKEN` (a server with
-FILE_AGENT_ACCESS_TOKENS). Prints one line per step, and `link: URL` for each file link in
+FILE_AGENT_ACCESS_TOKENS). With --traceparent (and --tracestate) the run_python call
+carries that W3C trace context in its `params._meta`, as OpenTelemetry's MCP conventions
+propagate it (the SDK's `meta=` argument of `call_tool`). Prints one line per step, and `link: URL` for each file link in
 run_python's answer; exits non-zero on any failure. Run by the
 integration test `the_official_python_sdk_lists_and_calls_the_tools`; `scripts/test-python.sh`
 installs the SDK in the venv `target/test-python`; deploy/check.sh runs it against compose.
@@ -58,6 +61,7 @@ async def main(
     saved_tool: bool,
     code: str,
     list_first: bool = True,
+    trace_meta: dict[str, str] | None = None,
 ) -> None:
     # With --client-name the session introduces itself as NAME/9.9.9 (the audit test looks for
     # it); otherwise as the SDK's default.
@@ -83,7 +87,7 @@ async def main(
             if list_first:
                 tools = await session.list_tools()
                 print("tools:", ",".join(sorted(tool.name for tool in tools.tools)))
-            result = await session.call_tool("run_python", {"code": code})
+            result = await session.call_tool("run_python", {"code": code}, meta=trace_meta or None)
             text = "".join(getattr(item, "text", "") for item in result.content)
             if result.is_error:
                 raise SystemExit("run_python failed: " + text)
@@ -134,7 +138,14 @@ if __name__ == "__main__":
     parser.add_argument("--saved-tool", action="store_true")
     parser.add_argument("--code", default="print(2 + 2)")
     parser.add_argument("--no-list", action="store_true")
+    parser.add_argument("--traceparent")
+    parser.add_argument("--tracestate")
     arguments = parser.parse_args()
+    trace_meta = {
+        key: value
+        for key, value in (("traceparent", arguments.traceparent), ("tracestate", arguments.tracestate))
+        if value
+    }
     asyncio.run(
         main(
             arguments.url,
@@ -146,5 +157,6 @@ if __name__ == "__main__":
             arguments.saved_tool,
             arguments.code,
             not arguments.no_list,
+            trace_meta,
         )
     )

@@ -1,0 +1,242 @@
+//! OpenTelemetry traces: off unless the standard variables name a collector
+//! (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`). Then file-agent's own
+//! `tracing` spans (targets `file_agent::*`, never a log event and never another crate's span)
+//! go out as OTLP over HTTP/protobuf, batched by the SDK's batch processor on a thread of its
+//! own: a span's end only puts it in a bounded queue (2,048 by default, `OTEL_BSP_*`), so a
+//! collector that is down or slow never slows or fails a call. What cannot go out is counted
+//! ([`dropped_spans`], `file_agent_trace_spans_dropped_total`) and logged once per failing
+//! export; the SDK logs the spans a full queue dropped.
+//!
+//! The SDK reads the other standard variables itself (`OTEL_SERVICE_NAME`,
+//! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER` and `_ARG`, `OTEL_EXPORTER_OTLP_HEADERS`,
+//! `_TIMEOUT`). The spans carry ids, sizes, names and outcomes only: never code, file content,
+//! a prompt, a token or a secret. This module knows no MCP type: `mcp` hands it the
+//! `traceparent` it found.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::trace::{TraceContextExt as _, Tracer as _, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+/// The variables that turn traces on, the traces-only one first.
+pub const ENDPOINT_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+];
+
+/// `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES` names one.
+pub const DEFAULT_SERVICE_NAME: &str = "file-agent";
+
+/// The tracer, once traces are on: phases measured as durations become spans through it.
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+/// Spans that did not reach the collector: an export that failed (down, refused, timed out).
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether traces are on (a collector is configured and the exporter was built).
+pub fn enabled() -> bool {
+    TRACER.get().is_some()
+}
+
+/// Spans lost so far because an export failed.
+pub fn dropped_spans() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Whether `variable` (the environment, or a `.env` file) turns traces on.
+pub fn configured(variable: impl Fn(&str) -> Option<String>) -> bool {
+    ENDPOINT_VARIABLES
+        .iter()
+        .any(|name| variable(name).is_some_and(|value| !value.trim().is_empty()))
+}
+
+/// Holds the tracer provider while the process runs; dropping it exports what is queued
+/// (at most the exporter's timeout) and stops the export thread.
+pub struct TracesGuard {
+    /// `None` when traces are off.
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for TracesGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take()
+            && let Err(error) = provider.shutdown()
+        {
+            tracing::warn!(error = %error, "traces: the last spans could not be exported");
+        }
+    }
+}
+
+/// The layer that turns file-agent's spans into OpenTelemetry spans, and the guard that
+/// flushes them at exit; no layer when traces are off. An exporter that cannot be built (a
+/// malformed endpoint) is said in the error, naming the variable.
+pub fn layer<S>() -> Result<(Option<impl tracing_subscriber::Layer<S>>, TracesGuard), String>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    use tracing_subscriber::Layer as _;
+    if !configured(|name| std::env::var(name).ok()) {
+        return Ok((None, TracesGuard { provider: None }));
+    }
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .build()
+        .map_err(|error| format!("{}: {error}", ENDPOINT_VARIABLES.join(" or ")))?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(CountingExporter(exporter))
+        .with_resource(resource())
+        .build();
+    let tracer = provider.tracer("file-agent");
+    let _ = TRACER.set(tracer.clone());
+    // Spans only, and only ours: a log event's fields (a script's stderr, a model's reply)
+    // never become span events, and no library's span (rmcp's, hyper's) joins the trace.
+    let ours = tracing_subscriber::filter::filter_fn(|meta| {
+        meta.is_span() && meta.target().starts_with("file_agent")
+    });
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_level(false)
+        .with_tracked_inactivity(false)
+        .with_filter(ours);
+    Ok((
+        Some(layer),
+        TracesGuard {
+            provider: Some(provider),
+        },
+    ))
+}
+
+/// The SDK's resource (its detectors read `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`),
+/// named `file-agent` unless they name it.
+fn resource() -> opentelemetry_sdk::Resource {
+    let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|name| !name.is_empty())
+        || std::env::var("OTEL_RESOURCE_ATTRIBUTES")
+            .is_ok_and(|attributes| attributes.contains("service.name="));
+    let builder = opentelemetry_sdk::Resource::builder();
+    if named {
+        builder.build()
+    } else {
+        builder.with_service_name(DEFAULT_SERVICE_NAME).build()
+    }
+}
+
+/// The OTLP exporter, counting the spans of each export that fails.
+#[derive(Debug)]
+struct CountingExporter(opentelemetry_otlp::SpanExporter);
+
+impl SpanExporter for CountingExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let spans = batch.len() as u64;
+        let result = self.0.export(batch).await;
+        if let Err(error) = &result {
+            let total = DROPPED.fetch_add(spans, Ordering::Relaxed) + spans;
+            tracing::warn!(
+                error = %error, spans, dropped_total = total,
+                "traces: an export to the collector failed; its spans are dropped"
+            );
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.0.set_resource(resource);
+    }
+}
+
+/// Makes `span` a child of the W3C trace context in `traceparent` (and `tracestate`), when
+/// it parses; a malformed one is ignored and the span starts a new trace. Call it before the
+/// span is first entered.
+pub fn set_remote_parent(span: &tracing::Span, traceparent: &str, tracestate: Option<&str>) {
+    if let Some(parent) = remote_context(traceparent, tracestate) {
+        let _ = span.set_parent(parent);
+    }
+}
+
+/// Links `span` to the W3C trace context in `traceparent`, when it parses.
+pub fn add_remote_link(span: &tracing::Span, traceparent: &str, tracestate: Option<&str>) {
+    if let Some(linked) = remote_context(traceparent, tracestate) {
+        span.add_link(linked.span().span_context().clone());
+    }
+}
+
+/// The remote span context `traceparent` (and `tracestate`) name, when it parses.
+fn remote_context(traceparent: &str, tracestate: Option<&str>) -> Option<Context> {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    let mut carrier = std::collections::HashMap::new();
+    carrier.insert("traceparent".to_string(), traceparent.to_string());
+    if let Some(state) = tracestate {
+        carrier.insert("tracestate".to_string(), state.to_string());
+    }
+    let context = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
+    context.span().span_context().is_valid().then_some(context)
+}
+
+/// The trace id of the current span (32 lowercase hex digits), when traces are on.
+pub fn current_trace_id() -> Option<String> {
+    TRACER.get()?;
+    let context = tracing::Span::current().context();
+    let span_context = context.span().span_context().clone();
+    span_context
+        .is_valid()
+        .then(|| span_context.trace_id().to_string())
+}
+
+/// Records a step measured as a duration (an attempt's phases, timed by the sandbox) as a
+/// child span of the current span, from `start` for `took`, with `attributes`. Nothing when
+/// traces are off.
+pub fn record_measured(
+    name: &'static str,
+    start: SystemTime,
+    took: Duration,
+    attributes: Vec<KeyValue>,
+) {
+    let Some(tracer) = TRACER.get() else {
+        return;
+    };
+    let parent: Context = tracing::Span::current().context();
+    if !parent.span().span_context().is_valid() {
+        return;
+    }
+    use opentelemetry::trace::Span as _;
+    tracer
+        .span_builder(name)
+        .with_start_time(start)
+        .with_attributes(attributes)
+        .start_with_context(tracer, &parent)
+        .end_with_timestamp(start + took);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_collector_turns_traces_on() {
+        assert!(!configured(|_| None));
+        assert!(!configured(|_| Some("  ".into())));
+        assert!(configured(|name| {
+            (name == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "http://127.0.0.1:4318".into())
+        }));
+        assert!(configured(|name| {
+            (name == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").then(|| "http://c/v1/traces".into())
+        }));
+    }
+}
