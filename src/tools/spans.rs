@@ -45,8 +45,29 @@ pub(super) fn attempt(config: &SandboxConfig, author: Author) -> tracing::Span {
         file_agent.attempt.exit_code = tracing::field::Empty,
         file_agent.attempt.outputs = tracing::field::Empty,
         file_agent.attempt.output_bytes = tracing::field::Empty,
+        file_agent.attempt.cpu_user_s = tracing::field::Empty,
+        file_agent.attempt.cpu_system_s = tracing::field::Empty,
+        file_agent.attempt.peak_memory_bytes = tracing::field::Empty,
+        file_agent.attempt.processes = tracing::field::Empty,
         error.type = tracing::field::Empty,
     )
+}
+
+/// What the attempt used (the audit line's `resources`), on its span: each figure measured.
+fn record_resources(span: &tracing::Span, resources: &crate::sandbox::Resources) {
+    let whole = |figure: Option<u64>| figure.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+    if let Some(user) = resources.cpu_user_s {
+        span.record("file_agent.attempt.cpu_user_s", user);
+    }
+    if let Some(system) = resources.cpu_system_s {
+        span.record("file_agent.attempt.cpu_system_s", system);
+    }
+    if let Some(peak) = whole(resources.peak_memory_bytes) {
+        span.record("file_agent.attempt.peak_memory_bytes", peak);
+    }
+    if let Some(processes) = whole(resources.processes) {
+        span.record("file_agent.attempt.processes", processes);
+    }
 }
 
 /// The wait for a sandbox slot, a child of the attempt's span.
@@ -85,6 +106,7 @@ pub(super) fn record_attempt(
         "file_agent.attempt.output_bytes",
         i64::try_from(bytes).unwrap_or(i64::MAX),
     );
+    record_resources(span, &outcome.resources);
     if let Some(slot_at) = slot_at {
         span.in_scope(|| phases(outcome, slot_at));
     }

@@ -195,6 +195,11 @@ async fn a_call_is_one_trace_under_the_clients_traceparent_joined_to_its_audit_l
         attempt["attributes"]["file_agent.attempt.container"],
         "cold"
     );
+    // What it used, as the audit line's `resources` says it.
+    let peak = attempt["attributes"]["file_agent.attempt.peak_memory_bytes"].as_i64();
+    assert!(peak.is_some_and(|peak| peak > 1 << 20), "{attempt:#}");
+    let cpu = attempt["attributes"]["file_agent.attempt.cpu_user_s"].as_f64();
+    assert!(cpu.is_some_and(|cpu| cpu >= 0.0), "{attempt:#}");
     let attempt_id = attempt["span_id"].as_str().unwrap();
     for phase in ["queue", "create", "start", "copy_in", "run", "copy_out"] {
         let span = child(&spans, attempt_id, phase);
