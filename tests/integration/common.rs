@@ -336,3 +336,23 @@ pub fn memory(field: &str) -> u64 {
         .unwrap();
     kib * 1024
 }
+
+/// Defines `runc::<test>` and `runsc::<test>` for each async `<test>(runtime)` named: one
+/// test per runtime, the engine's default and gVisor.
+macro_rules! on_each_runtime {
+    ($($test:ident),* $(,)?) => {
+        mod runc {
+            $(#[tokio::test]
+            async fn $test() {
+                super::$test(crate::common::Runtime::Default).await
+            })*
+        }
+        mod runsc {
+            $(#[tokio::test]
+            async fn $test() {
+                super::$test(crate::common::Runtime::Gvisor).await
+            })*
+        }
+    };
+}
+pub(crate) use on_each_runtime;

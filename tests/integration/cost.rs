@@ -8,24 +8,7 @@ use std::time::Duration;
 
 use file_agent::sandbox::{Outcome, Resources, Status};
 
-use crate::common::{Runtime, TestSandbox, run_script};
-
-macro_rules! on_each_runtime {
-    ($($test:ident),* $(,)?) => {
-        mod runc {
-            $(#[tokio::test]
-            async fn $test() {
-                super::$test(crate::common::Runtime::Default).await
-            })*
-        }
-        mod runsc {
-            $(#[tokio::test]
-            async fn $test() {
-                super::$test(crate::common::Runtime::Gvisor).await
-            })*
-        }
-    };
-}
+use crate::common::{Runtime, TestSandbox, on_each_runtime, run_script};
 
 on_each_runtime!(
     touching_200_mib_reports_a_peak_of_200_to_300_mib,

@@ -9,27 +9,10 @@ use file_agent::sandbox::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{Runtime, TestSandbox, fixture_script, run_job, with_timeout};
+use crate::common::{Runtime, TestSandbox, fixture_script, on_each_runtime, run_job, with_timeout};
 
-/// Each hostile script runs under the engine's default runtime (runc) and under gVisor (runsc):
-/// `sandbox::runc::<test>` and `sandbox::runsc::<test>`.
-macro_rules! on_each_runtime {
-    ($($test:ident),* $(,)?) => {
-        mod runc {
-            $(#[tokio::test]
-            async fn $test() {
-                super::$test(crate::common::Runtime::Default).await
-            })*
-        }
-        mod runsc {
-            $(#[tokio::test]
-            async fn $test() {
-                super::$test(crate::common::Runtime::Gvisor).await
-            })*
-        }
-    };
-}
-
+// Each hostile script runs under the engine's default runtime (runc) and under gVisor (runsc):
+// `sandbox::runc::<test>` and `sandbox::runsc::<test>`.
 on_each_runtime!(
     a_benign_script_writes_a_real_workbook,
     a_chart_renders_without_rebuilding_the_font_cache,
