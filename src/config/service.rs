@@ -865,11 +865,7 @@ impl Config {
         if self.server.listen.ip().is_loopback() {
             return None;
         }
-        let url = reqwest::Url::parse(&local.public_url).ok()?;
-        let host = url
-            .host_str()?
-            .trim_start_matches('[')
-            .trim_end_matches(']');
+        let host = url_authority(&local.public_url)?;
         let name = host.trim_end_matches('.').to_ascii_lowercase();
         let place = if name == "localhost"
             || name.ends_with(".localhost")
