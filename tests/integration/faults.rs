@@ -90,7 +90,7 @@ async fn health(url: &str) -> (u16, Value) {
 }
 
 /// The value of the sample `name` (with its labels, as written) in `/metrics`.
-async fn metric(url: &str, name: &str) -> Option<f64> {
+pub async fn metric(url: &str, name: &str) -> Option<f64> {
     let text = with_timeout(reqwest::get(format!("{url}/metrics")))
         .await
         .unwrap()

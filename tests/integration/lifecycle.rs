@@ -133,19 +133,12 @@ pub fn start_call(url: &str, code: &str) -> tokio::task::JoinHandle<Option<(bool
 /// The warm pool as the server's /health shows it.
 /// Waits (at most 60 s) until `/metrics` says `depth` calls wait for a slot.
 async fn wait_for_queue(url: &str, depth: usize) {
-    let wanted = format!("\nfile_agent_queue_depth {depth}\n");
     let started = Instant::now();
-    loop {
-        let metrics = reqwest::get(format!("{url}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if metrics.contains(&wanted) {
-            return;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "{metrics}");
+    while crate::faults::metric(url, "file_agent_queue_depth").await != Some(depth as f64) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "queue never {depth} deep"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
