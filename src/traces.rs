@@ -14,7 +14,7 @@
 //! `traceparent` it found.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{TraceContextExt as _, Tracer as _, TracerProvider as _};
@@ -39,9 +39,30 @@ static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 /// Spans that did not reach the collector: an export that failed (down, refused, timed out).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
+/// While set, no span of ours is made (as with traces off). Only `bench` sets it, to time
+/// the same server with traces on and off in one run.
+static PAUSED: AtomicBool = AtomicBool::new(false);
+
 /// Whether traces are on (a collector is configured and the exporter was built).
 pub fn enabled() -> bool {
     TRACER.get().is_some()
+}
+
+/// Where `bench` sends its spans (a receiver in its own process), instead of what the
+/// environment names; every span is then sampled.
+static BENCH_ENDPOINT: OnceLock<String> = OnceLock::new();
+
+/// Sends every span to `endpoint` (an OTLP/HTTP traces URL), whatever the environment says:
+/// for `bench`. Call before [`layer`]; starts paused.
+pub fn export_to(endpoint: String) {
+    let _ = BENCH_ENDPOINT.set(endpoint);
+    pause(true);
+}
+
+/// Stops (`true`) or resumes (`false`) making spans, as if traces were off: for `bench`, which
+/// times calls with traces on and off side by side. Spans already open go on.
+pub fn pause(paused: bool) {
+    PAUSED.store(paused, Ordering::Relaxed);
 }
 
 /// Spans lost so far because an export failed.
@@ -81,24 +102,43 @@ where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
 {
     use tracing_subscriber::Layer as _;
-    if !configured(|name| std::env::var(name).ok()) {
+    let bench = BENCH_ENDPOINT.get();
+    if bench.is_none() && !configured(|name| std::env::var(name).ok()) {
         return Ok((None, TracesGuard { provider: None }));
     }
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
-        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+    if let Some(endpoint) = bench {
+        exporter = exporter.with_endpoint(endpoint.clone());
+    }
+    let exporter = exporter
         .build()
         .map_err(|error| format!("{}: {error}", ENDPOINT_VARIABLES.join(" or ")))?;
-    let provider = SdkTracerProvider::builder()
+    let mut provider = SdkTracerProvider::builder()
         .with_batch_exporter(CountingExporter(exporter))
-        .with_resource(resource())
-        .build();
+        .with_resource(resource());
+    if bench.is_some() {
+        provider = provider.with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn);
+    }
+    let provider = provider.build();
     let tracer = provider.tracer("file-agent");
     let _ = TRACER.set(tracer.clone());
     // Spans only, and only ours: a log event's fields (a script's stderr, a model's reply)
-    // never become span events, and no library's span (rmcp's, hyper's) joins the trace.
-    let ours = tracing_subscriber::filter::filter_fn(|meta| {
-        meta.is_span() && meta.target().starts_with("file_agent")
+    // never become span events, and no library's span (rmcp's, hyper's) joins the trace. Our
+    // call sites are asked each time (`sometimes`), so that `pause` takes effect at once; the
+    // rest are never asked again.
+    let ours =
+        |meta: &tracing::Metadata<'_>| meta.is_span() && meta.target().starts_with("file_agent");
+    let ours = tracing_subscriber::filter::dynamic_filter_fn(move |meta, _| {
+        ours(meta) && !PAUSED.load(Ordering::Relaxed)
+    })
+    .with_callsite_filter(move |meta| {
+        if ours(meta) {
+            tracing::subscriber::Interest::sometimes()
+        } else {
+            tracing::subscriber::Interest::never()
+        }
     });
     let layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
@@ -211,6 +251,9 @@ pub fn record_measured(
     let Some(tracer) = TRACER.get() else {
         return;
     };
+    if PAUSED.load(Ordering::Relaxed) {
+        return;
+    }
     let parent: Context = tracing::Span::current().context();
     if !parent.span().span_context().is_valid() {
         return;

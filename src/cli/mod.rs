@@ -108,6 +108,10 @@ enum Command {
         /// Skip the signed audit trail's figures (appends, signing, proofs at a million lines).
         #[arg(long)]
         no_trail: bool,
+        /// Skip timing traces on and off (warm `run_python` calls, exported to a receiver in
+        /// this process).
+        #[arg(long)]
+        no_traces: bool,
     },
 }
 
@@ -305,6 +309,15 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The bench's trace receiver, before logging sets up the exporter that sends to it.
+    if let Some(Command::Bench {
+        no_traces: false, ..
+    }) = &cli.command
+        && let Err(message) = bench::prepare_traces()
+    {
+        eprintln!("file-agent: {message}");
+        return ExitCode::from(2);
+    }
     // Dropped last, after the runtime: the spans still queued go to the collector.
     let _traces = match format.init(default_log_filter(cli.command.as_ref())) {
         Ok(traces) => traces,
@@ -434,6 +447,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
             concurrency,
             no_mcp,
             no_trail,
+            no_traces,
         } => {
             let args = bench::BenchArgs {
                 runs: runs.max(1),
@@ -442,6 +456,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
                 concurrency: concurrency.unwrap_or_else(bench::cpus).max(1),
                 mcp: !no_mcp,
                 trail: !no_trail,
+                traces: !no_traces,
             };
             bench::bench(config, args).await
         }

@@ -17,6 +17,8 @@
 //!   starts with a full pool and ends when the pool is full again, so every container it used
 //!   was made inside the window;
 //! - `run_python` over MCP through a real server in this process, without and with the pool;
+//! - what OpenTelemetry traces cost: the warm `run_python` call with traces on (exported to
+//!   a receiver in this process) and off, in alternating rounds (`traces`);
 //! - the signed audit trail: a line's append beside its leaf in the tree, signing a
 //!   checkpoint, and proofs in a tree of a million lines (`trail`).
 
@@ -24,7 +26,10 @@ mod idle;
 mod mcp;
 mod probe;
 mod report;
+mod traces;
 mod trail;
+
+pub(super) use traces::prepare as prepare_traces;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -58,6 +63,8 @@ pub(super) struct BenchArgs {
     pub mcp: bool,
     /// Whether to measure the signed audit trail.
     pub trail: bool,
+    /// Whether to measure what traces cost (the receiver was prepared before logging).
+    pub traces: bool,
 }
 
 /// Everything one run measured, for the report.
@@ -67,6 +74,7 @@ struct Measured {
     idle: Option<IdleCost>,
     rates: Vec<(&'static str, Rate)>,
     mcp: (Vec<Duration>, Vec<Duration>),
+    traces: Option<traces::TracesCost>,
 }
 
 pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -115,6 +123,10 @@ pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Res
     cold.shutdown().await;
     if args.mcp {
         measured.mcp = mcp_calls(&instance, args.runs).await?;
+    }
+    if args.traces {
+        let rounds = args.runs + args.pairs;
+        measured.traces = Some(traces::measure(&instance, rounds).await?);
     }
     report::print(&measured, args);
     if args.trail {

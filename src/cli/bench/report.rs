@@ -47,6 +47,9 @@ pub(super) fn print(measured: &Measured, args: BenchArgs) {
     if !measured.mcp.0.is_empty() {
         mcp(&measured.mcp, samples);
     }
+    if let Some(cost) = &measured.traces {
+        traces(cost);
+    }
 }
 
 /// The phases of a cold and a warm attempt.
@@ -196,6 +199,34 @@ fn mcp(calls: &(Vec<Duration>, Vec<Duration>), samples: &Samples) {
         ratio(warm_call, subprocess),
         ratio(cold_call, subprocess)
     );
+}
+
+/// Warm calls with traces off and on: medians, and on / off as the median of the rounds' ratios.
+fn traces(cost: &super::traces::TracesCost) {
+    let (off, on) = (median(cost.off.clone()), median(cost.on.clone()));
+    println!(
+        "\nrun_python over MCP, warm, traces off and on (OTLP/HTTP to a receiver in this process)"
+    );
+    println!("{:<38}{:>10.1}", "traces off", ms(off));
+    println!("{:<38}{:>10.1}", "traces on", ms(on));
+    let ratios: Vec<f64> = cost
+        .on
+        .iter()
+        .zip(&cost.off)
+        .map(|(&on, &off)| ratio(on, off))
+        .collect();
+    if let Some(spread) = Spread::of(&ratios) {
+        println!(
+            "on / off, median of {} rounds: {:.3} (middle half {:.3} to {:.3}); {} exports ({:.1} KiB) received, {} spans dropped",
+            ratios.len(),
+            spread.median,
+            spread.lower_quartile,
+            spread.upper_quartile,
+            cost.exports,
+            cost.bytes as f64 / 1024.0,
+            cost.dropped
+        );
+    }
 }
 
 fn phase(list: &[Timings], pick: fn(&Timings) -> Duration) -> Duration {
