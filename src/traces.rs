@@ -4,8 +4,8 @@
 //! go out as OTLP over HTTP/protobuf, batched by the SDK's batch processor on a thread of its
 //! own: a span's end only puts it in a bounded queue (2,048 by default, `OTEL_BSP_*`), so a
 //! collector that is down or slow never slows or fails a call. What cannot go out is counted
-//! ([`dropped_spans`], `file_agent_trace_spans_dropped_total`) and logged once per failing
-//! export; the SDK logs the spans a full queue dropped.
+//! ([`dropped_spans`], `file_agent_trace_spans_dropped_total`): a span that finds the queue
+//! full, and the spans of an export that fails (logged once per failing export).
 //!
 //! The SDK reads the other standard variables itself (`OTEL_SERVICE_NAME`,
 //! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER` and `_ARG`, `OTEL_EXPORTER_OTLP_HEADERS`,
@@ -14,14 +14,17 @@
 //! `traceparent` it found.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter,
+    SpanProcessor,
+};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The variables that turn traces on, the traces-only one first.
@@ -115,8 +118,19 @@ where
     let exporter = exporter
         .build()
         .map_err(|error| format!("{}: {error}", ENDPOINT_VARIABLES.join(" or ")))?;
+    let queue = queue_size(|name| std::env::var(name).ok());
+    let batches = BatchSpanProcessor::builder(CountingExporter(exporter))
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_max_queue_size(queue)
+                .build(),
+        )
+        .build();
     let mut provider = SdkTracerProvider::builder()
-        .with_batch_exporter(CountingExporter(exporter))
+        .with_span_processor(CountingQueue {
+            batches,
+            capacity: queue,
+        })
         .with_resource(resource());
     if bench.is_some() {
         provider = provider.with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn);
@@ -170,12 +184,78 @@ fn resource() -> opentelemetry_sdk::Resource {
     }
 }
 
+/// The batch queue's size: `OTEL_BSP_MAX_QUEUE_SIZE` read as the SDK reads it (a whole number,
+/// else the default), so that [`CountingQueue`] and the SDK's queue are the same size.
+fn queue_size(variable: impl Fn(&str) -> Option<String>) -> usize {
+    variable(opentelemetry_sdk::trace::OTEL_BSP_MAX_QUEUE_SIZE)
+        .and_then(|size| size.parse().ok())
+        .unwrap_or(opentelemetry_sdk::trace::OTEL_BSP_MAX_QUEUE_SIZE_DEFAULT)
+}
+
+/// Spans handed to the batch processor and not yet given to the exporter: never fewer than its
+/// queue holds (the exporter takes a batch off the queue before it exports it).
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a full queue's drops were said in the log (once per process).
+static QUEUE_FULL_SAID: AtomicBool = AtomicBool::new(false);
+
+/// The SDK's batch processor behind a count of what its queue holds: a span that would find
+/// the queue full is dropped here and counted in [`DROPPED`] (the SDK only logs such drops).
+/// The count errs on the full side, so a span counted as passed on is never dropped unseen.
+#[derive(Debug)]
+struct CountingQueue {
+    batches: BatchSpanProcessor,
+    capacity: usize,
+}
+
+impl SpanProcessor for CountingQueue {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, context: &Context) {
+        self.batches.on_start(span, context);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        let room = QUEUED.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+            (queued < self.capacity).then_some(queued + 1)
+        });
+        if room.is_ok() {
+            self.batches.on_end(span);
+            return;
+        }
+        let total = DROPPED.fetch_add(1, Ordering::Relaxed) + 1;
+        if !QUEUE_FULL_SAID.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                queue = self.capacity,
+                dropped_total = total,
+                "traces: the export queue is full (the collector is slow or down, or \
+                 OTEL_BSP_MAX_QUEUE_SIZE is small); spans are dropped and counted in \
+                 file_agent_trace_spans_dropped_total (said once)"
+            );
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.batches.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.batches.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.batches.set_resource(resource);
+    }
+}
+
 /// The OTLP exporter, counting the spans of each export that fails.
 #[derive(Debug)]
 struct CountingExporter(opentelemetry_otlp::SpanExporter);
 
 impl SpanExporter for CountingExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        // Off the queue: room for as many more.
+        let _ = QUEUED.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+            Some(queued.saturating_sub(batch.len()))
+        });
         let spans = batch.len() as u64;
         let result = self.0.export(batch).await;
         if let Err(error) = &result {

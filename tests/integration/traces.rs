@@ -321,7 +321,67 @@ async fn a_collector_that_is_down_or_a_full_queue_fails_no_call_and_drops_are_co
         log.contains("traces: an export to the collector failed"),
         "{log}"
     );
-    assert!(log.contains("due to queue full"), "{log}");
+    assert!(log.contains("traces: the export queue is full"), "{log}");
+}
+
+/// A collector that takes connections and never answers: every export hangs until it is
+/// dropped.
+async fn silent_collector() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let holding = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (endpoint, holding)
+}
+
+#[tokio::test]
+async fn a_collector_that_never_answers_slows_no_call_and_a_full_queue_is_counted() {
+    let (endpoint, collector) = silent_collector().await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let instance = unique_instance("traces", 12);
+    let served = Served::start(
+        &[
+            ("FILE_AGENT_LISTEN", listen.as_str()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "2"),
+            // No export fails while the test looks: what is counted is the full queue's.
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "120000"),
+            ("OTEL_BSP_EXPORT_TIMEOUT", "120000"),
+            ("SANDBOX_INSTANCE", instance.as_str()),
+        ],
+        None,
+    )
+    .await;
+    let started = Instant::now();
+    let output = python_sdk(&served.url, &["--no-list"]).await;
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut dropped = 0.0;
+    let waiting = Instant::now();
+    while dropped == 0.0 && waiting.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        dropped = crate::faults::metric(&served.url, "file_agent_trace_spans_dropped_total")
+            .await
+            .unwrap_or(0.0);
+    }
+    // The collector goes: the hung export fails at once and the server stops promptly.
+    collector.abort();
+    let log = served.stop().await;
+    wait_for_containers(&instance, 0).await;
+    assert!(
+        dropped >= 1.0,
+        "a full queue's drops were not counted\n{log}"
+    );
+    assert!(log.contains("traces: the export queue is full"), "{log}");
 }
 
 #[tokio::test]
