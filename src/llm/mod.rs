@@ -202,7 +202,7 @@ impl Llm {
         for attempt in 1..=tries {
             let chat = client.chat();
             let sent = Instant::now();
-            let span = self.request_span();
+            let span = self.request_span(&self.config.model);
             let answer = tokio::select! {
                 () = cancel.cancelled() => return Err(LlmError::Cancelled),
                 answer = chat.create(request.clone()).instrument(span.clone()) => answer,
@@ -234,24 +234,26 @@ impl Llm {
         })
     }
 
-    /// The span of one chat request, in OpenTelemetry's GenAI client conventions: the model
-    /// and the server, never a message.
-    fn request_span(&self) -> tracing::Span {
+    /// The span of one request to `model` (a chat completion, or a research run's request of
+    /// the Responses API), in OpenTelemetry's GenAI client conventions: the model and the
+    /// server, never a message.
+    fn request_span(&self, model: &str) -> tracing::Span {
         let url = reqwest::Url::parse(&self.config.base_url).ok();
         tracing::info_span!(
             "chat",
-            otel.name = format!("chat {}", self.config.model),
+            otel.name = format!("chat {model}"),
             otel.kind = "client",
             otel.status_code = tracing::field::Empty,
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = "openai",
-            gen_ai.request.model = self.config.model.as_str(),
+            gen_ai.request.model = model,
             gen_ai.response.model = tracing::field::Empty,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             server.address = url.as_ref().and_then(|url| url.host_str().map(str::to_string)),
             server.port = url.and_then(|url| url.port_or_known_default()).map(i64::from),
             error.type = tracing::field::Empty,
+            file_agent.llm.request = tracing::field::Empty,
         )
     }
 

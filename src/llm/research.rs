@@ -13,6 +13,7 @@ use async_openai::types::responses::{
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::{Llm, LlmError};
 
@@ -101,10 +102,13 @@ impl Llm {
             .build()
             .map_err(|error| self.bad_reply(format!("cannot build the request: {error}")))?;
         let responses = client.responses();
+        let span = self.request_span(model);
+        span.record("file_agent.llm.request", "research_start");
         let answer = tokio::select! {
             () = cancel.cancelled() => return Err(LlmError::Cancelled),
-            answer = responses.create(request) => answer,
+            answer = responses.create(request).instrument(span.clone()) => answer,
         };
+        record_response(&span, &answer);
         match answer {
             Ok(response) => Ok(run_of(&response)),
             Err(OpenAIError::ApiError(error))
@@ -125,21 +129,25 @@ impl Llm {
         }
     }
 
-    /// The run's current state.
+    /// The run's current state; `model` is the model the run was started with.
     pub async fn research_status(
         &self,
         id: &str,
+        model: &str,
         cancel: &CancellationToken,
     ) -> Result<ResearchRun, LlmError> {
         let client = self.client.as_ref().ok_or(LlmError::NotConfigured)?;
         let responses = client.responses();
+        let span = self.request_span(model);
+        span.record("file_agent.llm.request", "research_poll");
         let answer = tokio::select! {
             () = cancel.cancelled() => return Err(LlmError::Cancelled),
-            answer = responses.retrieve(id) => answer,
+            answer = responses.retrieve(id).instrument(span.clone()) => answer,
         };
+        record_response(&span, &answer);
         answer
             .map(|response| run_of(&response))
-            .map_err(|error| self.classify(error, 1, &self.config.model))
+            .map_err(|error| self.classify(error, 1, model))
     }
 
     /// Asks the API to stop a run (best effort: a failure is only logged).
@@ -156,6 +164,24 @@ impl Llm {
         LlmError::NoResponsesApi {
             base_url: self.config.base_url.clone(),
             detail,
+        }
+    }
+}
+
+/// What a research request's span keeps of its answer: the model that answered and the token
+/// counts so far (a run's usage grows as it goes), or that it failed. No text, no citation.
+fn record_response(span: &tracing::Span, answer: &Result<Response, OpenAIError>) {
+    match answer {
+        Ok(response) => {
+            span.record("gen_ai.response.model", response.model.as_str());
+            if let Some(usage) = &response.usage {
+                span.record("gen_ai.usage.input_tokens", i64::from(usage.input_tokens));
+                span.record("gen_ai.usage.output_tokens", i64::from(usage.output_tokens));
+            }
+        }
+        Err(_) => {
+            span.record("error.type", super::answer_word(answer));
+            span.record("otel.status_code", "ERROR");
         }
     }
 }

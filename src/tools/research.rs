@@ -66,7 +66,11 @@ impl<R: Runner> Tools<R> {
             if started.elapsed() >= config.max_wait {
                 continue;
             }
-            match self.llm.research_status(&run.id, cancel).await {
+            match self
+                .llm
+                .research_status(&run.id, &config.model, cancel)
+                .await
+            {
                 Ok(next) => {
                     failed_polls = 0;
                     if next.status != run.status {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt as _;
 
 use crate::common::{audit_lines, run_cli, unique_instance, wait_for_containers, with_timeout};
-use crate::fakes::openai::{FakeOpenAi, KEY, MODEL, Reply};
+use crate::fakes::openai::{FakeOpenAi, KEY, MODEL, Poll, Reply};
 use crate::front_door::{Served, free_port, post_mcp};
 use crate::mcp_server::{llm_script, python_sdk};
 
@@ -478,4 +478,66 @@ async fn a_retried_generate_file_shows_both_attempts_and_model_requests_under_th
     for secret in [ASKED, FAILURE, KEY, "xlsxwriter"] {
         assert!(!contains(&raw, secret), "{secret:?} was exported");
     }
+}
+
+#[tokio::test]
+async fn a_research_run_shows_its_start_and_polls_as_model_requests_without_its_question() {
+    const QUESTION: &str = "the-secret-question-about-walruses";
+    let llm =
+        FakeOpenAi::with_research(vec![Poll::Queued, Poll::InProgress, Poll::Completed]).await;
+    let receiver = Receiver::start().await;
+    let endpoint = format!("http://127.0.0.1:{}/v1/traces", receiver.port);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let llm_env = llm.env();
+    let mut vars: Vec<(&str, &str)> = llm_env
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    vars.extend([
+        ("FILE_AGENT_LISTEN", listen.as_str()),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+        ("FILE_AGENT_RESEARCH_POLL", "0.05"),
+        ("DEEP_RESEARCH_MODEL", "o4-mini-deep-research"),
+    ]);
+    let served = Served::start(&vars, None).await;
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "conduct_deep_research", "arguments": {"instructions": QUESTION}}});
+    let (status, body) = post_mcp(&served.url, call, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("## Sources"), "{body}");
+    served.stop().await;
+    let spans = until_exported(&receiver, 1).await;
+
+    let server = spans
+        .iter()
+        .find(|span| span["name"] == "tools/call conduct_deep_research")
+        .unwrap_or_else(|| panic!("no server span: {spans:#?}"));
+    let requests: Vec<&str> = spans
+        .iter()
+        .filter(|span| span["parent_span_id"] == server["span_id"])
+        .filter(|span| span["name"] == "chat o4-mini-deep-research")
+        .map(|span| {
+            assert_eq!(span["kind"], "SPAN_KIND_CLIENT");
+            assert_eq!(
+                span["attributes"]["gen_ai.request.model"],
+                "o4-mini-deep-research"
+            );
+            span["attributes"]["file_agent.llm.request"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(requests[0], "research_start", "{spans:#?}");
+    assert!(requests.len() >= 3, "{requests:?}");
+    assert!(
+        requests[1..]
+            .iter()
+            .all(|request| *request == "research_poll"),
+        "{requests:?}"
+    );
+    assert!(
+        !contains(&receiver.raw(), QUESTION),
+        "the question is in a span"
+    );
 }
