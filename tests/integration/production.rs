@@ -23,6 +23,7 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use crate::common::with_timeout;
+use crate::deploy::{compose, copy_tree};
 use crate::fakes::kubernetes::{KubeDouble, TOKEN};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -172,19 +173,6 @@ fn assert_key_is_taken(config: &file_agent::config::Config, key: &Path) {
     let taken = file_agent::audit::checkpoints::settings(&audit, data.path(), None)
         .unwrap_or_else(|e| panic!("the server refuses the page's key: {e}"));
     assert!(taken.is_some());
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// The variables the server image sets (`ENV` of the Dockerfile's runtime stage).
@@ -374,21 +362,6 @@ async fn the_kubernetes_half_applies_in_order_against_the_double() {
         "{verifier}"
     );
     with_timeout(double.shutdown()).await;
-}
-
-/// `docker compose` (v2) where installed, else `docker-compose` (v1).
-fn compose() -> Command {
-    let v2 = Command::new("docker")
-        .args(["compose", "version"])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if v2 {
-        let mut command = Command::new("docker");
-        command.arg("compose");
-        command
-    } else {
-        Command::new("docker-compose")
-    }
 }
 
 /// The stand-ins of the compose half: every call is recorded in `$FILE_AGENT_TEST_LOG`.
