@@ -100,7 +100,7 @@ fn stage<'a>(stages: &'a [Vec<(String, String)>], name: &str) -> &'a [(String, S
 }
 
 /// Copies a file or a folder (recursively, files only) from `from` to `to`.
-fn copy_tree(from: &Path, to: &Path) {
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
     if from.is_dir() {
         std::fs::create_dir_all(to).unwrap();
         for entry in std::fs::read_dir(from).unwrap() {
@@ -298,7 +298,7 @@ fn the_sandbox_image_dockerfile_copies_what_its_context_and_the_rootfs_build_hol
 
 /// `docker compose` (v2) where installed, else `docker-compose` (v1, Debian's package, which
 /// scripts/test-setup.sh installs).
-fn compose() -> Command {
+pub(crate) fn compose() -> Command {
     let v2 = Command::new("docker")
         .args(["compose", "version"])
         .output()

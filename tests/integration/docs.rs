@@ -3,7 +3,8 @@
 //! file whose GitHub anchor is the fragment. The settings table of `docs/OPERATING.md` lists
 //! exactly the variables the code knows (`config::names::KNOWN`, which `serve` and `doctor`
 //! check the environment against), so a new setting cannot go undocumented nor a removed one
-//! stay. Plain file reads: no Docker, no server.
+//! stay. `CHANGELOG.md`'s newest release is `Cargo.toml`'s version, so a bump cannot go out
+//! without its section. Plain file reads: no Docker, no server.
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -424,4 +425,69 @@ fn the_settings_tables_defaults_are_the_codes() {
         differing.is_empty(),
         "set to the default {SETTINGS_DOC} states, these change the configuration: {differing:?}"
     );
+}
+
+/// A CHANGELOG release heading, `## X.Y.Z — YYYY-MM-DD`: its version, or `None` for any other
+/// line (`## Unreleased`, a version without its date, a date that is not one).
+fn release_heading(line: &str) -> Option<&str> {
+    let (version, date) = line.strip_prefix("## ")?.split_once(" — ")?;
+    let numbers: Vec<&str> = version.split('.').collect();
+    let is_number = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    let date_parts: Vec<&str> = date.split('-').collect();
+    let date_ok = date_parts.len() == 3
+        && date_parts.iter().all(|part| is_number(part))
+        && [4, 2, 2]
+            == [
+                date_parts[0].len(),
+                date_parts[1].len(),
+                date_parts[2].len(),
+            ];
+    (numbers.len() == 3 && numbers.iter().all(|part| is_number(part)) && date_ok).then_some(version)
+}
+
+/// The changelog opens with "Unreleased" (what comes next), then the releases, the newest
+/// first, whose version is the one `Cargo.toml` (and `file-agent --version`) says.
+#[test]
+fn the_changelogs_newest_release_is_cargos_version() {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("CHANGELOG.md")).unwrap();
+    let headings: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("## "))
+        .collect();
+    assert_eq!(headings.first(), Some(&"## Unreleased"), "{headings:?}");
+    let releases: Vec<&str> = headings[1..]
+        .iter()
+        .map(|heading| {
+            release_heading(heading).unwrap_or_else(|| {
+                panic!("{heading:?} is not a release heading, `## X.Y.Z — YYYY-MM-DD`")
+            })
+        })
+        .collect();
+    assert_eq!(
+        releases.first(),
+        Some(&env!("CARGO_PKG_VERSION")),
+        "Cargo.toml's version has no CHANGELOG section of its own (docs/DEVELOPMENT.md, Releases)"
+    );
+    let version = |v: &str| -> Vec<u64> { v.split('.').map(|n| n.parse().unwrap()).collect() };
+    assert!(
+        releases
+            .windows(2)
+            .all(|pair| version(pair[0]) > version(pair[1])),
+        "newest first: {releases:?}"
+    );
+}
+
+#[test]
+fn a_release_heading_needs_its_version_and_date() {
+    assert_eq!(release_heading("## 0.2.0 — 2027-01-31"), Some("0.2.0"));
+    for line in [
+        "## Unreleased",
+        "## 0.2.0",
+        "## 0.2 — 2027-01-31",
+        "## v0.2.0 — 2027-01-31",
+        "## 0.2.0 — January 2027",
+        "### 0.2.0 — 2027-01-31",
+    ] {
+        assert_eq!(release_heading(line), None, "{line}");
+    }
 }

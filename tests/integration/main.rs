@@ -32,6 +32,7 @@ mod mcp_server;
 mod office;
 mod operator;
 mod pool;
+mod production;
 mod reap;
 mod research;
 mod retention;

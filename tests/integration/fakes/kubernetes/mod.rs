@@ -10,7 +10,12 @@
 //!   Bound at once when the default class offers its access modes, else Pending with the
 //!   provisioner's `ProvisioningFailed` event), node.k8s.io/v1 `runtimeclasses`, networking.k8s.io/v1
 //!   `networkpolicies` (stored, never enforced), authorization.k8s.io/v1
-//!   `selfsubjectaccessreviews`;
+//!   `selfsubjectaccessreviews`; and, stored as they come with nothing acting on them (no
+//!   controller: a Deployment makes no pod, a Secret is mounted nowhere), `secrets`,
+//!   `configmaps`, `serviceaccounts`, `services`, `resourcequotas`, apps/v1 `deployments`,
+//!   rbac.authorization.k8s.io/v1 `roles` and `rolebindings`, networking.k8s.io/v1
+//!   `ingresses`, policy/v1 `poddisruptionbudgets`, so that `kubectl apply -k` of the
+//!   manifests runs against it;
 //! - JSON only (no protobuf), `metav1.Status` errors with the real codes, reasons and messages,
 //!   `resourceVersion` on every object and list, `Table` answers for kubectl's `get`;
 //! - watch streams (`?watch=1`): newline-delimited JSON events `ADDED`/`MODIFIED`/`DELETED`,
@@ -84,8 +89,8 @@
 //!   patch), JSON only; label and field selectors are matched on the object as it is now (a
 //!   watched object that stops matching is not turned into a `DELETED` event).
 //! - No aggregated discovery and no OpenAPI documents (`/openapi/v2` and `/v3` answer 404,
-//!   so kubectl's client-side schema validation is not available); no events, no
-//!   ServiceAccounts or Secrets; `pods/exec`, port-forward and SPDY are not served.
+//!   so kubectl's client-side schema validation is not available); the objects
+//!   stored for `kubectl apply` are not validated, defaulted or acted on; `pods/exec`, port-forward and SPDY are not served.
 //! - Pod Security checks implemented: host namespaces, privileged, hostPort,
 //!   allowPrivilegeEscalation, capabilities, restricted volume types, runAsNonRoot, runAsUser=0,
 //!   seccompProfile (not AppArmor, SELinux, procMount, sysctls, Windows, probes' hosts).
