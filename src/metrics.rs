@@ -348,7 +348,7 @@ impl Metrics {
         .into_iter()
         .chain(pool_rows(gauges.pool.as_ref()))
         .chain(audit_rows(gauges.audit.as_ref()))
-        .chain(trace_rows())
+        .chain(trace_rows(gauges.trace_spans_dropped))
         .collect()
     }
 }
@@ -414,15 +414,15 @@ fn pool_rows(pool: Option<&PoolStats>) -> Vec<PlainRow> {
 }
 
 /// The traces' row (none when traces are off).
-fn trace_rows() -> Vec<PlainRow> {
-    if !crate::traces::enabled() {
+fn trace_rows(dropped: Option<u64>) -> Vec<PlainRow> {
+    let Some(dropped) = dropped else {
         return Vec::new();
-    }
+    };
     vec![(
         "file_agent_trace_spans_dropped_total",
         "counter",
         "Spans that did not reach the OpenTelemetry collector (an export that failed).",
-        crate::traces::dropped_spans() as usize,
+        dropped as usize,
     )]
 }
 
@@ -488,6 +488,8 @@ pub struct Gauges {
     pub backend: &'static str,
     /// The OCI runtime asked for (`SANDBOX_RUNTIME`), or `default` for the engine's own.
     pub runtime: String,
+    /// Spans lost by a failed export, when traces are on.
+    pub trace_spans_dropped: Option<u64>,
 }
 
 #[cfg(test)]

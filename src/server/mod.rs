@@ -665,7 +665,7 @@ async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
 }
 
 /// The values `/metrics` reads at scrape time: the queue, the slots, the containers, the
-/// warm pool, the audit trail, the canary and the runtime.
+/// warm pool, the audit trail, the canary, the runtime and the traces' lost spans.
 fn gauges(tools: &Tools) -> crate::metrics::Gauges {
     let admission = tools.admission();
     crate::metrics::Gauges {
@@ -694,6 +694,7 @@ fn gauges(tools: &Tools) -> crate::metrics::Gauges {
             .runtime
             .clone()
             .unwrap_or_else(|| ENGINE_DEFAULT_RUNTIME.into()),
+        trace_spans_dropped: crate::traces::enabled().then(crate::traces::dropped_spans),
     }
 }
 
