@@ -495,6 +495,127 @@ pub struct Gauges {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
+
+    /// Every metric family `/metrics` has had, one a line, tab-separated: name, type, label
+    /// names, help, and a histogram's bucket bounds (as numbers, `-` for none). Written from
+    /// the hand-made text format's render of every metric with a sample, before the move to
+    /// `prometheus-client`: a family dropped, renamed, retyped or relabelled fails the test.
+    const REFERENCE: &str = include_str!("../tests/fixtures/metrics/families.tsv");
+
+    /// A scrape with every family present: each metric observed once, each optional part of
+    /// the server on.
+    fn everything() -> String {
+        let metrics = Metrics::default();
+        metrics.tool_call("run_python", "ok");
+        metrics.attempt("run_python", "ok", Duration::from_millis(300));
+        let used = Resources {
+            cpu_user_s: Some(0.5),
+            cpu_system_s: Some(0.25),
+            peak_memory_bytes: Some(64 << 20),
+            ..Resources::default()
+        };
+        metrics.attempt_resources("run_python", "ok", &used);
+        metrics.phase("run", Duration::from_millis(40));
+        metrics.llm_request("ok", Duration::from_secs(2));
+        metrics.llm_retry();
+        metrics.identity_refused("oauth", "expired");
+        metrics.audit_checkpoint();
+        metrics.audit_alarm();
+        metrics.render(&Gauges {
+            pool: Some(PoolStats::default()),
+            audit: Some(AuditGauges::default()),
+            canary: Some("isolated"),
+            backend: "docker",
+            runtime: "runsc".into(),
+            trace_spans_dropped: Some(0),
+            ..Gauges::default()
+        })
+    }
+
+    /// The families of a scrape, each as a line of [`REFERENCE`]: the `# TYPE` and `# HELP`
+    /// lines, the label names of the family's samples and a histogram's bucket bounds.
+    fn families(text: &str) -> BTreeSet<String> {
+        let mut helps = BTreeMap::new();
+        let mut types = BTreeMap::new();
+        let mut labels: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        let mut bounds: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(help) = line.strip_prefix("# HELP ") {
+                let (name, help) = help.split_once(' ').unwrap();
+                helps.insert(name, help);
+            } else if let Some(kind) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = kind.split_once(' ').unwrap();
+                types.insert(name, kind);
+            } else if !line.starts_with('#') {
+                let (sample, mut pairs) = sample_labels(line);
+                let family = family_of(&types, sample).unwrap_or_else(|| panic!("{line}"));
+                if let Some(at) = pairs.iter().position(|(name, _)| *name == "le") {
+                    let bound = pairs.remove(at).1.parse::<f64>().unwrap().to_string();
+                    let seen = bounds.entry(family).or_default();
+                    if !seen.contains(&bound) {
+                        seen.push(bound);
+                    }
+                }
+                let names: Vec<&str> = pairs.iter().map(|(name, _)| *name).collect();
+                labels.entry(family).or_default().insert(names.join(","));
+            }
+        }
+        types
+            .iter()
+            .flat_map(|(name, kind)| {
+                let help = helps[name];
+                let bounds = bounds
+                    .get(name)
+                    .map_or("-".into(), |bounds| bounds.join(","));
+                let labels = labels
+                    .get(name)
+                    .unwrap_or_else(|| panic!("no sample of {name}"));
+                labels
+                    .iter()
+                    .map(move |names| format!("{name}\t{kind}\t{names}\t{help}\t{bounds}"))
+            })
+            .collect()
+    }
+
+    /// The family of `# TYPE` lines that the sample `name` belongs to.
+    fn family_of<'a>(types: &BTreeMap<&'a str, &str>, name: &str) -> Option<&'a str> {
+        types
+            .keys()
+            .copied()
+            .filter(|family| {
+                ["", "_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|suffix| name == format!("{family}{suffix}"))
+            })
+            .max_by_key(|family| family.len())
+    }
+
+    /// A sample's name and its labels, as written.
+    fn sample_labels(line: &str) -> (&str, Vec<(&str, &str)>) {
+        let Some((name, rest)) = line.split_once('{') else {
+            return (line.split_once(' ').unwrap().0, Vec::new());
+        };
+        let (labels, _) = rest.rsplit_once('}').unwrap();
+        let pairs = labels
+            .split(",")
+            .filter_map(|pair| pair.split_once("=\""))
+            .map(|(name, value)| (name, value.trim_end_matches('"')))
+            .collect();
+        (name, pairs)
+    }
+
+    #[test]
+    fn every_family_keeps_its_name_type_labels_help_and_buckets() {
+        let rendered = families(&everything());
+        for family in REFERENCE.lines() {
+            assert!(
+                rendered.contains(family),
+                "missing: {family}\n{rendered:#?}"
+            );
+        }
+        assert_eq!(rendered.len(), REFERENCE.lines().count(), "{rendered:#?}");
+    }
 
     #[test]
     fn an_attempts_cpu_and_peak_memory_are_histograms_by_tool_and_status() {
