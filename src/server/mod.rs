@@ -654,14 +654,21 @@ pub async fn serve_stdio(
 const ENGINE_DEFAULT_RUNTIME: &str = "default";
 
 /// `GET /metrics`: the Prometheus text format.
-async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        crate::metrics::metrics().render(&gauges(&tools)),
-    )
+async fn metrics(State(tools): State<Tools>) -> axum::response::Response {
+    match crate::metrics::metrics().render(&gauges(&tools)) {
+        Ok(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::metrics::CONTENT_TYPE,
+            )],
+            text,
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::error!(%error, "/metrics could not be written");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
 }
 
 /// The values `/metrics` reads at scrape time: the queue, the slots, the containers, the
