@@ -236,42 +236,50 @@ impl Metrics {
             "Identities not accepted (a token refused, a plain header contradicting a proven user), by source and reason",
             self.identities_refused.clone(),
         );
-        registry.register(
-            "file_agent_llm_retries",
-            "Model requests tried again after a timeout",
-            self.llm_retries.clone(),
-        );
-        registry.register(
-            "file_agent_audit_checkpoints",
-            "Signed checkpoints of the audit trail kept (FILE_AGENT_AUDIT_SIGNING_KEY_FILE)",
-            self.audit_checkpoints.clone(),
-        );
-        registry.register(
-            "file_agent_audit_alarms",
-            "Audit trail alarms: a witness refused a checkpoint as inconsistent with what it saw, or the trail no longer matched a checkpoint signed before",
-            self.audit_alarms.clone(),
-        );
+        for (name, help, counter) in [
+            (
+                "file_agent_llm_retries",
+                "Model requests tried again after a timeout",
+                &self.llm_retries,
+            ),
+            (
+                "file_agent_audit_checkpoints",
+                "Signed checkpoints of the audit trail kept (FILE_AGENT_AUDIT_SIGNING_KEY_FILE)",
+                &self.audit_checkpoints,
+            ),
+            (
+                "file_agent_audit_alarms",
+                "Audit trail alarms: a witness refused a checkpoint as inconsistent with what it saw, or the trail no longer matched a checkpoint signed before",
+                &self.audit_alarms,
+            ),
+        ] {
+            registry.register(name, help, counter.clone());
+        }
     }
 
     /// Registers the histograms: attempts (duration, CPU, peak memory), sandbox phases,
     /// model requests.
     fn register_histograms(&mut self) {
         let registry = &mut self.registry;
-        registry.register(
-            "file_agent_attempt_duration_seconds",
-            "Sandbox attempts, from asking for a slot to removal, by tool and status",
-            self.attempts.clone(),
-        );
-        registry.register(
-            "file_agent_attempt_cpu_seconds",
-            "CPU time (user and system) of the script's processes in an attempt, by tool and status",
-            self.attempt_cpu.clone(),
-        );
-        registry.register(
-            "file_agent_attempt_peak_memory_bytes",
-            "The largest resident set of any one of the script's processes in an attempt, by tool and status",
-            self.attempt_memory.clone(),
-        );
+        for (name, help, histograms) in [
+            (
+                "file_agent_attempt_duration_seconds",
+                "Sandbox attempts, from asking for a slot to removal, by tool and status",
+                &self.attempts,
+            ),
+            (
+                "file_agent_attempt_cpu_seconds",
+                "CPU time (user and system) of the script's processes in an attempt, by tool and status",
+                &self.attempt_cpu,
+            ),
+            (
+                "file_agent_attempt_peak_memory_bytes",
+                "The largest resident set of any one of the script's processes in an attempt, by tool and status",
+                &self.attempt_memory,
+            ),
+        ] {
+            registry.register(name, help, histograms.clone());
+        }
         registry.register(
             "file_agent_sandbox_phase_seconds",
             "Time in each phase of an attempt",
@@ -293,15 +301,9 @@ fn attempt_labels(tool: &str, status: &str) -> AttemptLabels {
     }
 }
 
-/// A value read at scrape time: a gauge, or a counter another module keeps.
-enum Scraped {
-    Gauge(u64),
-    Counter(u64),
-}
-
 /// A metric without labels read at scrape time: name (a counter's without `_total`), help,
 /// value.
-type Row = (&'static str, &'static str, Scraped);
+type Row<V> = (&'static str, &'static str, V);
 
 /// The metrics read at scrape time, in a registry of their own made for this scrape.
 fn scrape_registry(gauges: &Gauges) -> Registry {
@@ -314,16 +316,21 @@ fn scrape_registry(gauges: &Gauges) -> Registry {
             runtime: gauges.runtime.clone(),
         }),
     );
-    let rows = plain_rows(gauges)
+    let gauge_rows = plain_gauges(gauges)
         .into_iter()
-        .chain(pool_rows(gauges.pool.as_ref()))
-        .chain(audit_rows(gauges.audit.as_ref()))
-        .chain(trace_rows(gauges.trace_spans_dropped));
-    for (name, help, value) in rows {
-        match value {
-            Scraped::Gauge(value) => registry.register(name, help, ConstGauge::new(value)),
-            Scraped::Counter(value) => registry.register(name, help, ConstCounter::new(value)),
-        }
+        .chain(gauges.pool.iter().flat_map(pool_gauges))
+        .chain(gauges.audit.as_ref().map(audit_gauge));
+    for (name, help, value) in gauge_rows {
+        registry.register(name, help, ConstGauge::new(value));
+    }
+    let counter_rows = gauges
+        .pool
+        .iter()
+        .flat_map(pool_counters)
+        .chain(gauges.audit.iter().flat_map(audit_counters))
+        .chain(gauges.trace_spans_dropped.map(trace_counter));
+    for (name, help, value) in counter_rows {
+        registry.register(name, help, ConstCounter::new(value));
     }
     if let Some(verdict) = gauges.canary {
         registry.register(
@@ -347,109 +354,110 @@ fn canary_family(verdict: &str) -> Family<VerdictLabels, Gauge> {
 }
 
 /// The queue, the slots, the containers and the removals pending.
-fn plain_rows(gauges: &Gauges) -> Vec<Row> {
-    vec![
+fn plain_gauges(gauges: &Gauges) -> [Row<usize>; 5] {
+    [
         (
             "file_agent_queue_depth",
             "Attempts waiting for a sandbox slot",
-            Scraped::Gauge(gauges.queue_depth as u64),
+            gauges.queue_depth,
         ),
         (
             "file_agent_sandbox_slots_in_use",
             "Sandbox slots held by attempts",
-            Scraped::Gauge(gauges.slots_in_use as u64),
+            gauges.slots_in_use,
         ),
         (
             "file_agent_sandbox_slots",
             "Sandbox slots (FILE_AGENT_MAX_CONCURRENT)",
-            Scraped::Gauge(gauges.slots as u64),
+            gauges.slots,
         ),
         (
             "file_agent_containers_live",
             "Sandbox containers created and not yet removed",
-            Scraped::Gauge(gauges.live_containers as u64),
+            gauges.live_containers,
         ),
         (
             "file_agent_removals_pending",
             "Sandbox containers (or pods) whose removal failed (the engine unreachable) and is tried again with backoff",
-            Scraped::Gauge(gauges.pending_removals as u64),
+            gauges.pending_removals,
         ),
     ]
 }
 
-/// The warm pool's rows (none when the pool is off): its size now, and what happened to it.
-fn pool_rows(pool: Option<&PoolStats>) -> Vec<Row> {
-    let Some(pool) = pool else {
-        return Vec::new();
-    };
-    vec![
+/// The warm pool's size now (when the pool is on).
+fn pool_gauges(pool: &PoolStats) -> [Row<usize>; 2] {
+    [
         (
             "file_agent_warm_pool_ready",
             "Warm sandbox containers ready for an attempt",
-            Scraped::Gauge(pool.ready as u64),
+            pool.ready,
         ),
         (
             "file_agent_warm_pool_target",
             "Warm sandbox containers the pool keeps ready (SANDBOX_WARM)",
-            Scraped::Gauge(pool.target as u64),
+            pool.target,
         ),
+    ]
+}
+
+/// What happened to the warm pool (when it is on).
+fn pool_counters(pool: &PoolStats) -> [Row<u64>; 4] {
+    [
         (
             "file_agent_warm_pool_takes",
             "Attempts that ran in a warm container",
-            Scraped::Counter(pool.takes),
+            pool.takes,
         ),
         (
             "file_agent_warm_pool_misses",
             "Attempts that found no warm container ready and started a cold one",
-            Scraped::Counter(pool.misses),
+            pool.misses,
         ),
         (
             "file_agent_warm_pool_replaced",
             "Warm containers removed unused (waited SANDBOX_WARM_MAX_IDLE, or died)",
-            Scraped::Counter(pool.replaced),
+            pool.replaced,
         ),
         (
             "file_agent_warm_pool_failures",
             "Warm containers that could not be started",
-            Scraped::Counter(pool.failures),
+            pool.failures,
         ),
     ]
 }
 
-/// The traces' row (none when traces are off).
-fn trace_rows(dropped: Option<u64>) -> Vec<Row> {
-    let Some(dropped) = dropped else {
-        return Vec::new();
-    };
-    vec![(
-        "file_agent_trace_spans_dropped",
-        "Spans that did not reach the OpenTelemetry collector (an export that failed)",
-        Scraped::Counter(dropped),
-    )]
+/// Whether the audit trail (when it is on) can take lines.
+fn audit_gauge(audit: &AuditGauges) -> Row<usize> {
+    (
+        "file_agent_audit_writable",
+        "1 when the audit trail can take lines, 0 while it cannot (calls that would run code are then refused, unless FILE_AGENT_AUDIT_ON_FAILURE=continue)",
+        usize::from(audit.writable),
+    )
 }
 
-/// The audit trail's rows (none when the trail is off).
-fn audit_rows(audit: Option<&AuditGauges>) -> Vec<Row> {
-    let Some(audit) = audit else {
-        return Vec::new();
-    };
-    vec![
-        (
-            "file_agent_audit_writable",
-            "1 when the audit trail can take lines, 0 while it cannot (calls that would run code are then refused, unless FILE_AGENT_AUDIT_ON_FAILURE=continue)",
-            Scraped::Gauge(u64::from(audit.writable)),
-        ),
+/// What the audit trail (when it is on) could not do.
+fn audit_counters(audit: &AuditGauges) -> [Row<u64>; 2] {
+    [
         (
             "file_agent_audit_refused_calls",
             "Tool calls refused, or answered as failed with their output withheld, because the audit trail could not be written",
-            Scraped::Counter(audit.refused_calls),
+            audit.refused_calls,
         ),
         (
             "file_agent_audit_lines_lost",
             "Audit lines that could not be written",
-            Scraped::Counter(audit.lines_lost),
+            audit.lines_lost,
         ),
     ]
+}
+
+/// The spans a failed export lost (when traces are on).
+fn trace_counter(dropped: u64) -> Row<u64> {
+    (
+        "file_agent_trace_spans_dropped",
+        "Spans that did not reach the OpenTelemetry collector (an export that failed)",
+        dropped,
+    )
 }
 
 /// The audit trail, read at scrape time.
