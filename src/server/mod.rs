@@ -654,18 +654,25 @@ pub async fn serve_stdio(
 const ENGINE_DEFAULT_RUNTIME: &str = "default";
 
 /// `GET /metrics`: the Prometheus text format.
-async fn metrics(State(tools): State<Tools>) -> impl IntoResponse {
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        crate::metrics::metrics().render(&gauges(&tools)),
-    )
+async fn metrics(State(tools): State<Tools>) -> axum::response::Response {
+    match crate::metrics::metrics().render(&gauges(&tools)) {
+        Ok(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::metrics::CONTENT_TYPE,
+            )],
+            text,
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::error!(%error, "/metrics could not be written");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
 }
 
 /// The values `/metrics` reads at scrape time: the queue, the slots, the containers, the
-/// warm pool, the audit trail, the canary and the runtime.
+/// warm pool, the audit trail, the canary, the runtime and the traces' lost spans.
 fn gauges(tools: &Tools) -> crate::metrics::Gauges {
     let admission = tools.admission();
     crate::metrics::Gauges {
@@ -694,6 +701,7 @@ fn gauges(tools: &Tools) -> crate::metrics::Gauges {
             .runtime
             .clone()
             .unwrap_or_else(|| ENGINE_DEFAULT_RUNTIME.into()),
+        trace_spans_dropped: crate::traces::enabled().then(crate::traces::dropped_spans),
     }
 }
 
