@@ -7,8 +7,10 @@
 //! their whole chain. Nothing here returns a JSON-RPC error for a tool's own failure.
 
 mod files;
+mod icons;
 mod phases;
 mod span;
+mod structured;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -159,6 +161,7 @@ impl FileAgentServer {
         if let Err(error) = describe(&mut tool_router, tools.prompts()) {
             panic!("{error}");
         }
+        structured::annotate(&mut tool_router);
         Self {
             tools,
             tool_router,
@@ -724,7 +727,8 @@ fn answer(
     match result {
         Ok(output) => {
             tracing::info!(call = %id, %request, tool, trace_id, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
-            CallToolResult::success(files::content(output.text, outputs.taken()))
+            let content = files::content(output.text, outputs.taken());
+            structured::with_data(CallToolResult::success(content), output.data)
         }
         Err(error) => {
             let outcome = outcome_name(&error);
@@ -788,11 +792,12 @@ impl FileAgentServer {
                 .saved_tools_for(identity)
                 .into_iter()
                 .map(|tool| {
-                    rmcp::model::Tool::new(
+                    let listed = rmcp::model::Tool::new(
                         tool.listed_name(),
                         crate::tools::dynamic::description_for(&tool, identity),
                         std::sync::Arc::new(tool.input_schema),
-                    )
+                    );
+                    structured::saved_tool(listed, None)
                 }),
         );
         tools

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::results::{Data, DeletedToolResult, SavedToolInfo, SavedToolResult, ToolListResult};
 use super::{
     AttemptLine, Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, local_io,
 };
@@ -532,8 +533,21 @@ impl<R: Runner> Tools<R> {
             author,
             ToolMark::new(action, &stored.name, &stored.version, Some(owner)),
         );
+        let data = SavedToolResult {
+            name: stored.listed_name(),
+            version: stored.short_version().to_string(),
+            revision: stored.revision.into(),
+            action: action.to_string(),
+            example_arguments: Value::Object(tool.example.clone()),
+            example_result: result.clone(),
+            attempts,
+        };
         let text = saved_answer(&stored, saved, action, tool.example, result, author);
-        Ok(ToolOutput { text, attempts })
+        Ok(ToolOutput {
+            text,
+            attempts,
+            data: Some(Data::SavedTool(data)),
+        })
     }
 
     /// `list_tools`: the saved tools `identity` sees, as Markdown.
@@ -544,6 +558,7 @@ impl<R: Runner> Tools<R> {
             return Ok(ToolOutput {
                 text: "No saved tools yet: make one with create_tool or generate_tool.".into(),
                 attempts: 0,
+                data: Some(Data::ToolList(ToolListResult { tools: Vec::new() })),
             });
         }
         let mut text = format!("{} saved tool(s):\n", tools.len());
@@ -563,7 +578,25 @@ impl<R: Runner> Tools<R> {
                 serde_json::to_string_pretty(&tool.input_schema).unwrap_or_default()
             ));
         }
-        Ok(ToolOutput { text, attempts: 0 })
+        let listed = tools
+            .iter()
+            .map(|tool| SavedToolInfo {
+                name: tool.listed_name(),
+                description: description_for(tool, identity),
+                version: tool.short_version().to_string(),
+                revision: tool.revision.into(),
+                author: tool.author.clone(),
+                model: tool.model.clone(),
+                updated: tool.updated.clone(),
+                input_schema: Value::Object(tool.input_schema.clone()),
+                output_schema: None,
+            })
+            .collect();
+        Ok(ToolOutput {
+            text,
+            attempts: 0,
+            data: Some(Data::ToolList(ToolListResult { tools: listed })),
+        })
     }
 
     /// `delete_tool`.
@@ -601,6 +634,10 @@ impl<R: Runner> Tools<R> {
                         tool.short_version()
                     ),
                     attempts: 0,
+                    data: Some(Data::Deleted(DeletedToolResult {
+                        name: tool.listed_name(),
+                        version: tool.short_version().to_string(),
+                    })),
                 })
             }
         }
@@ -632,7 +669,11 @@ impl<R: Runner> Tools<R> {
             .await?;
         let (result, outcome) = self.returned(outcome, line, name)?;
         let text = self.call_answer(&result, &outcome, caller).await?;
-        Ok(ToolOutput { text, attempts: 1 })
+        Ok(ToolOutput {
+            text,
+            attempts: 1,
+            data: None,
+        })
     }
 
     /// What the call of `name` returned, its audit line written: the result and the outcome,
@@ -685,7 +726,7 @@ impl<R: Runner> Tools<R> {
             RESULT_CHARS,
         );
         if !outcome.outputs.is_empty() {
-            let links = self.store_outputs(outcome, caller).await?;
+            let (links, _) = self.store_outputs(outcome, caller).await?;
             text.push_str("\n\nFiles:\n");
             text.push_str(&links.join("\n"));
         }
