@@ -120,6 +120,10 @@ pub struct CreateToolArgs {
     /// Arguments for the test call before saving (default: the schema's first `examples` entry).
     #[serde(default)]
     pub example_arguments: Option<serde_json::Value>,
+    /// The JSON Schema of what `run` returns, `{"type": "object", ...}` (optional): clients then
+    /// get the result as structured data, and every result is checked against it.
+    #[serde(default)]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// Arguments of `generate_tool`.
@@ -292,6 +296,7 @@ impl FileAgentServer {
             code: args.code,
             input_schema: args.input_schema,
             example_arguments: args.example_arguments,
+            output_schema: args.output_schema,
         };
         let call = self.tools.create_tool(&identity, tool, &cancel);
         let result = self.finish(Tool::CreateTool, &context, call).await;
@@ -797,7 +802,7 @@ impl FileAgentServer {
                         crate::tools::dynamic::description_for(&tool, identity),
                         std::sync::Arc::new(tool.input_schema),
                     );
-                    structured::saved_tool(listed, None)
+                    structured::saved_tool(listed, tool.output_schema)
                 }),
         );
         tools

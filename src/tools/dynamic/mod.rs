@@ -142,6 +142,8 @@ pub struct NewTool {
     pub input_schema: Value,
     /// Arguments for the test call; else the schema's first `examples` entry.
     pub example_arguments: Option<Value>,
+    /// The JSON Schema of `run`'s return value (an object schema), if the author declares one.
+    pub output_schema: Option<Value>,
 }
 
 /// A tool that passed the checks on this side, ready for the sandbox's.
@@ -154,6 +156,8 @@ struct Checked {
     version: String,
     /// The schema, compiled.
     validator: Arc<jsonschema::Validator>,
+    /// The declared output schema, and it compiled.
+    output: Option<(Map<String, Value>, Arc<jsonschema::Validator>)>,
 }
 
 /// Checks what can be checked without running anything: sizes, the name, the schema and the
@@ -166,6 +170,7 @@ fn check(tool: NewTool) -> Result<Checked, String> {
         code,
         input_schema,
         example_arguments,
+        output_schema,
     } = tool;
     let name = name.trim().to_string();
     schema::check_name(&name)?;
@@ -196,7 +201,14 @@ fn check(tool: NewTool) -> Result<Checked, String> {
     };
     schema::check_arguments(&validator, &Value::Object(example.clone()))
         .map_err(|error| format!("the example arguments do not fit the schema: {error}"))?;
-    let version = registry::version_of(&code, &input_schema);
+    let output = match &output_schema {
+        Some(schema) => {
+            let (schema, validator) = schema::check_output_schema(schema)?;
+            Some((schema, Arc::new(validator)))
+        }
+        None => None,
+    };
+    let version = registry::version_of(&code, &input_schema, output.as_ref().map(|(s, _)| s));
     Ok(Checked {
         name,
         description,
@@ -205,6 +217,7 @@ fn check(tool: NewTool) -> Result<Checked, String> {
         example,
         version,
         validator: Arc::new(validator),
+        output,
     })
 }
 
@@ -249,6 +262,19 @@ enum Ran {
     Returned(Value, Box<Outcome>),
     /// The code was refused by the check (one problem per line), or the call failed.
     Failed(String),
+}
+
+/// `ran`, or a failure when what `run` returned does not fit the tool's `output` schema.
+fn fits(ran: Ran, output: Option<&jsonschema::Validator>) -> Ran {
+    match (ran, output) {
+        (Ran::Returned(result, outcome), Some(validator)) => {
+            match schema::check_result(validator, &result) {
+                Ok(()) => Ran::Returned(result, outcome),
+                Err(error) => Ran::Failed(error),
+            }
+        }
+        (ran, _) => ran,
+    }
 }
 
 /// Reads the outcome of `model_tool.py`.
@@ -427,13 +453,40 @@ impl<R: Runner> Tools<R> {
         tool: &SavedTool,
         cancel: &CancellationToken,
     ) -> Result<Arc<jsonschema::Validator>, ToolError> {
+        self.compiled(tool, &tool.version, &tool.input_schema, cancel)
+            .await
+    }
+
+    /// The compiled output schema of `tool`'s version, when it declared one ([`Self::validator_of`]).
+    async fn output_validator_of(
+        &self,
+        tool: &SavedTool,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Arc<jsonschema::Validator>>, ToolError> {
+        match &tool.output_schema {
+            None => Ok(None),
+            Some(output) => {
+                let key = format!("{}/output", tool.version);
+                self.compiled(tool, &key, output, cancel).await.map(Some)
+            }
+        }
+    }
+
+    /// `schema` of `tool` compiled: kept under `key` from before, or compiled now and kept.
+    async fn compiled(
+        &self,
+        tool: &SavedTool,
+        key: &str,
+        schema: &Map<String, Value>,
+        cancel: &CancellationToken,
+    ) -> Result<Arc<jsonschema::Validator>, ToolError> {
         let saved_tools = self.saved_tools()?;
-        if let Some(validator) = saved_tools.validators.get(&tool.version) {
+        if let Some(validator) = saved_tools.validators.get(key) {
             return Ok(validator);
         }
-        let input_schema = tool.input_schema.clone();
+        let schema = schema.clone();
         let validator = self
-            .blocking_in_slot(move || schema::compile_saved(&input_schema), cancel)
+            .blocking_in_slot(move || schema::compile_saved(&schema), cancel)
             .await?
             .map(Arc::new)
             .map_err(|error| {
@@ -443,9 +496,7 @@ impl<R: Runner> Tools<R> {
                     tool.name
                 ))
             })?;
-        saved_tools
-            .validators
-            .insert(&tool.version, validator.clone());
+        saved_tools.validators.insert(key, validator.clone());
         Ok(validator)
     }
 
@@ -479,7 +530,11 @@ impl<R: Runner> Tools<R> {
         let (outcome, line) = self
             .run_judged(job, author, Some(mark), out_dir.path(), cancel)
             .await?;
-        Ok(match ran(outcome, self.runner.config()) {
+        let output = tool
+            .output
+            .as_ref()
+            .map(|(_, validator)| validator.as_ref());
+        Ok(match fits(ran(outcome, self.runner.config()), output) {
             Ran::Returned(result, _) => {
                 line.commit()?;
                 Ok(result)
@@ -514,6 +569,7 @@ impl<R: Runner> Tools<R> {
                 description: tool.description,
                 code: tool.code,
                 input_schema: tool.input_schema,
+                output_schema: tool.output.map(|(schema, _)| schema),
                 space,
                 owner: owner.clone(),
                 author: author.as_str().to_string(),
@@ -589,7 +645,7 @@ impl<R: Runner> Tools<R> {
                 model: tool.model.clone(),
                 updated: tool.updated.clone(),
                 input_schema: Value::Object(tool.input_schema.clone()),
-                output_schema: None,
+                output_schema: tool.output_schema.clone().map(Value::Object),
             })
             .collect();
         Ok(ToolOutput {
@@ -667,12 +723,13 @@ impl<R: Runner> Tools<R> {
         let (outcome, line) = self
             .run_judged(job, author_of(&tool), Some(mark), out_dir.path(), cancel)
             .await?;
-        let (result, outcome) = self.returned(outcome, line, name)?;
+        let output = self.output_validator_of(&tool, cancel).await?;
+        let (result, outcome) = self.returned(outcome, line, name, output.as_deref())?;
         let text = self.call_answer(&result, &outcome, caller).await?;
         Ok(ToolOutput {
             text,
             attempts: 1,
-            data: None,
+            data: output.map(|_| Data::Returned(result)),
         })
     }
 
@@ -683,8 +740,9 @@ impl<R: Runner> Tools<R> {
         outcome: Outcome,
         line: AttemptLine,
         name: &str,
+        output: Option<&jsonschema::Validator>,
     ) -> Result<(Value, Box<Outcome>), ToolError> {
-        match ran(outcome, self.runner.config()) {
+        match fits(ran(outcome, self.runner.config()), output) {
             Ran::Failed(error) => {
                 line.refuse(&error);
                 Err(ToolError::ScriptFailed(format!(
@@ -848,6 +906,7 @@ fn parse_reply(reply: &str, name: Option<&str>) -> Result<NewTool, String> {
             .cloned()
             .ok_or("the ```json block has no \"input_schema\"")?,
         example_arguments: None,
+        output_schema: None,
     })
 }
 
@@ -865,6 +924,7 @@ mod tests {
             description: String::new(),
             code: "def run():\n    return 1\n".into(),
             input_schema: Map::new(),
+            output_schema: None,
             space: "local".into(),
             owner: "local".into(),
             author: "caller".into(),
@@ -988,6 +1048,7 @@ mod tests {
             code: "def run(x):\n    return x\n".into(),
             input_schema: schema,
             example_arguments: example,
+            output_schema: None,
         };
         let schema =
             json!({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]});
