@@ -259,6 +259,27 @@ mod tests {
     }
 
     #[test]
+    fn every_route_of_the_server_lists_its_output_schema_and_icon() {
+        let mut router = super::super::FileAgentServer::tool_router();
+        annotate(&mut router);
+        for tool in Tool::ALL {
+            let listed = &router.map[tool.name()].attr;
+            assert_eq!(
+                listed.output_schema,
+                Some(output_schema(tool)),
+                "{}",
+                tool.name()
+            );
+            assert_eq!(
+                listed.icons,
+                Some(super::super::icons::of(tool)),
+                "{}",
+                tool.name()
+            );
+        }
+    }
+
+    #[test]
     fn an_error_carries_no_structured_content() {
         let result = with_data(CallToolResult::error(vec![]), None);
         assert_eq!(result.structured_content, None);
