@@ -4,7 +4,8 @@
 # $FILE_AGENT_TEST_SDK_ENV), never the system's Python. The venv also has `cryptography`
 # (Ed25519) for tests/sdk/tlog_verify.py, a verifier of the audit trail's signed checkpoints
 # and Merkle proofs written apart from the Rust code, and `opentelemetry-proto` (the official
-# OTLP messages) for tests/sdk/otlp_receiver.py, the collector the trace test exports to. Debian's own python3 refuses
+# OTLP messages) for tests/sdk/otlp_receiver.py, the collector the trace test exports to, and
+# `jsonschema` (which the SDK uses too) for tests/sdk/structured_client.py. Debian's own python3 refuses
 # `pip install` outside a venv (PEP 668, "externally-managed-environment"), and the server
 # itself needs no Python at all, so nothing here is for the main job. Needs python3 (3.10 or
 # later) with its venv module (Debian's python3-venv, installed here when missing). Quick when done: the venv is rebuilt only
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-requirements=('mcp>=2,<3' 'cryptography>=42,<51' 'opentelemetry-proto>=1.27,<2')
+requirements=('mcp>=2,<3' 'cryptography>=42,<51' 'opentelemetry-proto>=1.27,<2' 'jsonschema>=4.18,<5')
 requirement="${requirements[*]}"
 env_dir=${FILE_AGENT_TEST_SDK_ENV:-target/test-python}
 stamp="$env_dir/requirement"
@@ -28,7 +29,7 @@ if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
   apt_install python3-venv
 fi
 
-echo "test-python: installing the MCP Python SDK, cryptography and opentelemetry-proto ('$requirement') into $env_dir" >&2
+echo "test-python: installing the MCP Python SDK, cryptography, opentelemetry-proto and jsonschema ('$requirement') into $env_dir" >&2
 rm -rf "$env_dir"
 python3 -m venv "$env_dir"
 "$env_dir/bin/python3" -m pip install --quiet --disable-pip-version-check "${requirements[@]}"

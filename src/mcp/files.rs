@@ -20,23 +20,16 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 
 use crate::storage::{
-    Caller, LocalInput, Storage, StorageError, decode_percent, encode_path_segment,
+    Caller, LocalInput, RESOURCE_URI_PREFIX as URI_PREFIX, Storage, StorageError, decode_percent,
+    resource_uri,
 };
 use crate::tools::progress::Made;
-
-/// The scheme and authority of every output's resource URI.
-pub const URI_PREFIX: &str = "file-agent://files/";
 
 /// The files `resources/list` shows: the caller's newest.
 const LISTED: usize = 100;
 
 /// The longest the server waits for a client's `roots/list` answer.
 const ROOTS_WAIT: Duration = Duration::from_secs(5);
-
-/// The resource URI of stored file `id` called `name`.
-pub fn resource_uri(id: &str, name: &str) -> String {
-    format!("{URI_PREFIX}{id}/{}", encode_path_segment(name))
-}
 
 /// The id and name in a resource URI of ours.
 fn parse_uri(uri: &str) -> Option<(&str, String)> {

@@ -7,8 +7,10 @@
 //! their whole chain. Nothing here returns a JSON-RPC error for a tool's own failure.
 
 mod files;
+mod icons;
 mod phases;
 mod span;
+mod structured;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -118,6 +120,10 @@ pub struct CreateToolArgs {
     /// Arguments for the test call before saving (default: the schema's first `examples` entry).
     #[serde(default)]
     pub example_arguments: Option<serde_json::Value>,
+    /// The JSON Schema of what `run` returns, `{"type": "object", ...}` (optional): clients then
+    /// get the result as structured data, and every result is checked against it.
+    #[serde(default)]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// Arguments of `generate_tool`.
@@ -159,6 +165,7 @@ impl FileAgentServer {
         if let Err(error) = describe(&mut tool_router, tools.prompts()) {
             panic!("{error}");
         }
+        structured::annotate(&mut tool_router);
         Self {
             tools,
             tool_router,
@@ -289,6 +296,7 @@ impl FileAgentServer {
             code: args.code,
             input_schema: args.input_schema,
             example_arguments: args.example_arguments,
+            output_schema: args.output_schema,
         };
         let call = self.tools.create_tool(&identity, tool, &cancel);
         let result = self.finish(Tool::CreateTool, &context, call).await;
@@ -724,7 +732,8 @@ fn answer(
     match result {
         Ok(output) => {
             tracing::info!(call = %id, %request, tool, trace_id, attempts = output.attempts, outcome = "ok", duration_ms, "tool call");
-            CallToolResult::success(files::content(output.text, outputs.taken()))
+            let content = files::content(output.text, outputs.taken());
+            structured::with_data(CallToolResult::success(content), output.data)
         }
         Err(error) => {
             let outcome = outcome_name(&error);
@@ -788,11 +797,12 @@ impl FileAgentServer {
                 .saved_tools_for(identity)
                 .into_iter()
                 .map(|tool| {
-                    rmcp::model::Tool::new(
+                    let listed = rmcp::model::Tool::new(
                         tool.listed_name(),
                         crate::tools::dynamic::description_for(&tool, identity),
                         std::sync::Arc::new(tool.input_schema),
-                    )
+                    );
+                    structured::saved_tool(listed, tool.output_schema)
                 }),
         );
         tools

@@ -319,6 +319,15 @@ pub fn content_type_for(name: &str) -> &'static str {
     }
 }
 
+/// The scheme and authority of every stored output's resource URI (MCP's `resources/read`
+/// returns it; the tools take it back as an input).
+pub const RESOURCE_URI_PREFIX: &str = "file-agent://files/";
+
+/// The resource URI of stored file `id` called `name`.
+pub fn resource_uri(id: &str, name: &str) -> String {
+    format!("{RESOURCE_URI_PREFIX}{id}/{}", encode_path_segment(name))
+}
+
 /// Percent-encodes a path segment (everything but unreserved ASCII).
 pub fn encode_path_segment(segment: &str) -> String {
     let mut out = String::with_capacity(segment.len());

@@ -10,9 +10,10 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::changes::{self, Compared};
+use super::changes::{self, ChangeReport, Compared};
 use super::filename::{output_name, safe_name};
 use super::progress::{Phase, announce, short_reason};
+use super::results::{Data, FileResult, ResultFile};
 use super::{
     AttemptLine, Author, ERROR_TAIL_CHARS, MAX_ATTEMPTS, ToolError, ToolOutput, Tools,
     failure_reason, human_size, local_io, non_empty,
@@ -159,7 +160,7 @@ impl<R: Runner> Tools<R> {
                 .await?
             {
                 Ok(written) => {
-                    let text = self
+                    let (text, data) = self
                         .store_file(&task, verb, attempt, written, caller)
                         .await?;
                     tracing::info!(
@@ -171,6 +172,7 @@ impl<R: Runner> Tools<R> {
                     return Ok(ToolOutput {
                         text,
                         attempts: attempt,
+                        data: Some(Data::File(data)),
                     });
                 }
                 Err(error) => {
@@ -238,7 +240,7 @@ impl<R: Runner> Tools<R> {
         attempt: usize,
         written: Written,
         caller: &Caller,
-    ) -> Result<String, ToolError> {
+    ) -> Result<(String, FileResult), ToolError> {
         let Written {
             bytes,
             report,
@@ -265,11 +267,19 @@ impl<R: Runner> Tools<R> {
         if let Some(usage) = usage {
             text.push_str(&format!(" The attempt {usage}."));
         }
+        let mut data = FileResult {
+            files: vec![ResultFile::of(&stored)],
+            attempts: attempt,
+            changes: None,
+            changes_unavailable: None,
+        };
         if let Some(report) = report {
             text.push_str("\n\n");
-            text.push_str(&report);
+            text.push_str(&report.text);
+            data.changes = report.report;
+            data.changes_unavailable = report.unavailable;
         }
-        Ok(text)
+        Ok((text, data))
     }
 
     /// Runs one script; `Ok(Err(reason))` is a failed attempt to report to the model (its
@@ -371,7 +381,7 @@ impl<R: Runner> Tools<R> {
         original: &InputSource,
         result: &[u8],
         cancel: &CancellationToken,
-    ) -> Result<Result<String, String>, ToolError> {
+    ) -> Result<Result<Changes, String>, ToolError> {
         announce(Phase::Comparing);
         let out_dir = tempfile::tempdir()
             .map_err(local_io("cannot create a temporary folder for the outputs"))?;
@@ -392,12 +402,16 @@ impl<R: Runner> Tools<R> {
 /// The answer's change report from the comparison, or why the attempt failed: the copy is
 /// unchanged, or its library cannot open it. A comparison that could not be made still lets
 /// the copy through, saying so.
-fn change_report(task: &FileTask, compared: Compared) -> Result<String, String> {
+fn change_report(task: &FileTask, compared: Compared) -> Result<Changes, String> {
     match compared {
-        Compared::Changed(report) => Ok(format!(
-            "**Changes** (computed by file-agent from the original and the result):\n{}",
-            report.render()
-        )),
+        Compared::Changed(report) => Ok(Changes {
+            text: format!(
+                "**Changes** (computed by file-agent from the original and the result):\n{}",
+                report.render()
+            ),
+            report: Some(report),
+            unavailable: None,
+        }),
         Compared::Unchanged => Err(format!(
             "Your script saved the file unchanged: file-agent compared {} with the original and found no difference in content or formatting. Make the requested changes before saving to `file_path`.",
             task.output_name
@@ -407,9 +421,13 @@ fn change_report(task: &FileTask, compared: Compared) -> Result<String, String> 
         )),
         Compared::Unavailable(why) => {
             tracing::warn!(error = %why, "no change report");
-            Ok(format!(
-                "**Changes**: file-agent could not compare the files ({why}); open the copy to check it."
-            ))
+            Ok(Changes {
+                text: format!(
+                    "**Changes**: file-agent could not compare the files ({why}); open the copy to check it."
+                ),
+                report: None,
+                unavailable: Some(why),
+            })
         }
     }
 }
@@ -462,6 +480,13 @@ impl FileTask {
 /// the attempt used ("used 1.2 s of CPU and 212 MiB"), when measured.
 struct Written {
     bytes: Vec<u8>,
-    report: Option<String>,
+    report: Option<Changes>,
     usage: Option<String>,
+}
+
+/// A modification's change report: its words in the answer, and the same as data.
+struct Changes {
+    text: String,
+    report: Option<ChangeReport>,
+    unavailable: Option<String>,
 }

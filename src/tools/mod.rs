@@ -21,6 +21,7 @@ pub mod dynamic;
 pub mod filename;
 pub mod progress;
 pub mod research;
+pub mod results;
 
 mod attempt;
 mod files;
@@ -133,13 +134,17 @@ impl ToolError {
     }
 }
 
-/// What a successful call returns: text for the caller, and how many attempts it took.
+/// What a successful call returns: text for the caller, the same as data for a program, and
+/// how many attempts it took.
 #[derive(Debug, Clone)]
 pub struct ToolOutput {
     /// Markdown: status and download links, or output.
     pub text: String,
     /// Sandbox attempts run.
     pub attempts: usize,
+    /// The result as data ([`results`]); `None` for a saved tool that declared no output
+    /// schema.
+    pub data: Option<results::Data>,
 }
 
 /// The call being served: who made it (for the audit trail) and where its phases go.

@@ -14,7 +14,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::{ToolError, Tools};
 use crate::sandbox::Runner;
-use crate::storage::{Caller, Stored};
+use crate::storage::Caller;
 
 /// One step of a call, as a user reads it.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +87,8 @@ pub struct StoredFile {
     pub bytes: u64,
     /// Its media type.
     pub content_type: String,
+    /// The SHA-256 of its bytes, lowercase hex.
+    pub sha256: String,
 }
 
 /// The attempts a file flow may take, for "attempt n of N".
@@ -222,9 +224,11 @@ impl<R: Runner> Tools<R> {
         content_type: &str,
         bytes: Vec<u8>,
         caller: &Caller,
-    ) -> Result<Stored, ToolError> {
+    ) -> Result<StoredFile, ToolError> {
+        use sha2::Digest as _;
         announce(Phase::Storing);
         let image = inline_image(content_type, &bytes);
+        let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
         let span = super::spans::upload(self.storage.kind(), content_type, bytes.len());
         let stored = self
             .storage
@@ -239,13 +243,14 @@ impl<R: Runner> Tools<R> {
             url: stored.url.clone(),
             bytes: stored.bytes,
             content_type: content_type.to_string(),
+            sha256,
         };
         record(Made::File {
             file: file.clone(),
             image,
         });
-        announce(Phase::Stored(file));
-        Ok(stored)
+        announce(Phase::Stored(file.clone()));
+        Ok(file)
     }
 }
 

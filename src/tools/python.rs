@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::filename::safe_name;
 use super::progress::{Phase, announce};
+use super::results::{Data, PythonResult, ResultFile};
 use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, unique_name};
 use crate::sandbox::{Input, Job, Outcome, Runner, Status};
 use crate::storage::{Caller, content_type_for};
@@ -45,14 +46,29 @@ impl<R: Runner> Tools<R> {
             .run_attempt(job, Author::Caller, out_dir.path(), cancel)
             .await?;
         let mut text = output_text(&outcome)?;
-        let links = self.store_outputs(&outcome, caller).await?;
+        let (links, files) = self.store_outputs(&outcome, caller).await?;
         if links.is_empty() {
             text.push_str("\nNo files were written to /work/out.");
         } else {
             text.push_str("\nFiles:\n");
             text.push_str(&links.join("\n"));
         }
-        Ok(ToolOutput { text, attempts: 1 })
+        let data = PythonResult {
+            stdout: tail(&outcome.stdout.text(), OUTPUT_CHARS),
+            stderr: tail(&outcome.stderr.text(), OUTPUT_CHARS),
+            exit_code: outcome.exit_code.unwrap_or_default(),
+            files,
+            skipped: outcome
+                .skipped
+                .iter()
+                .map(|skipped| format!("/work/out/{}: {}", skipped.path, skipped.reason))
+                .collect(),
+        };
+        Ok(ToolOutput {
+            text,
+            attempts: 1,
+            data: Some(Data::Python(data)),
+        })
     }
 
     /// Fetches the caller's files for `/work/in`, each under a safe name unique in the call.
@@ -73,14 +89,15 @@ impl<R: Runner> Tools<R> {
     }
 
     /// Stores every file an attempt wrote to `/work/out`; one Markdown line for each (a link),
-    /// and one for each entry that was skipped.
+    /// and one for each entry that was skipped; and the stored files as data.
     pub(super) async fn store_outputs(
         &self,
         outcome: &Outcome,
         caller: &Caller,
-    ) -> Result<Vec<String>, ToolError> {
+    ) -> Result<(Vec<String>, Vec<ResultFile>), ToolError> {
         let mut used = HashSet::new();
         let mut lines = Vec::new();
+        let mut files = Vec::new();
         for output in &outcome.outputs {
             let name = unique_name(
                 safe_name(&output.path.replace('/', "_"), "output"),
@@ -100,6 +117,7 @@ impl<R: Runner> Tools<R> {
                 output.path,
                 stored.id
             ));
+            files.push(ResultFile::of(&stored));
         }
         for skipped in &outcome.skipped {
             lines.push(format!(
@@ -107,7 +125,7 @@ impl<R: Runner> Tools<R> {
                 skipped.path, skipped.reason
             ));
         }
-        Ok(lines)
+        Ok((lines, files))
     }
 }
 

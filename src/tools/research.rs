@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::progress::{Phase, announce};
+use super::results::{Data, ResearchResult, Source};
 use super::{ToolError, ToolOutput, Tools, non_empty};
 use crate::llm::LlmError;
 use crate::llm::research::{Citation, ResearchRun, RunStatus};
@@ -128,7 +129,8 @@ fn finish(run: ResearchRun, model: &str, took: Duration) -> Result<ToolOutput, T
         .unwrap_or_else(|| "no reason given".into());
     match run.status {
         RunStatus::Completed | RunStatus::Incomplete if !run.text.trim().is_empty() => {
-            let mut text = cite(&run.text, &run.citations);
+            let report = cite(&run.text, &run.citations);
+            let mut text = report.clone();
             if run.status == RunStatus::Incomplete {
                 text.push_str(&format!(
                     "\n\n_Note: the research stopped early ({why}); the report may be unfinished._"
@@ -140,7 +142,18 @@ fn finish(run: ResearchRun, model: &str, took: Duration) -> Result<ToolOutput, T
                 took.as_secs() / 60,
                 took.as_secs() % 60
             ));
-            Ok(ToolOutput { text, attempts: 0 })
+            let data = ResearchResult {
+                report,
+                sources: sources(&run.citations),
+                complete: run.status == RunStatus::Completed,
+                searches: run.searches,
+                model: model.to_string(),
+            };
+            Ok(ToolOutput {
+                text,
+                attempts: 0,
+                data: Some(Data::Research(data)),
+            })
         }
         RunStatus::Completed => Err(ToolError::Research(
             "the research finished without a report; try again, perhaps with more specific instructions"
@@ -166,18 +179,14 @@ fn finish(run: ResearchRun, model: &str, took: Duration) -> Result<ToolOutput, T
 /// Markdown link is replaced by the numbered link; another span gets the link after it.
 /// Spans that do not fit the text (offsets past its end, overlaps) are listed, not marked.
 pub fn cite(text: &str, citations: &[Citation]) -> String {
-    let mut sources: Vec<(&str, &str)> = Vec::new();
-    let mut numbered: Vec<(usize, &Citation)> = Vec::new();
-    for citation in citations {
-        let number = match sources.iter().position(|(_, url)| *url == citation.url) {
-            Some(index) => index + 1,
-            None => {
-                sources.push((citation.title.as_str(), citation.url.as_str()));
-                sources.len()
-            }
-        };
-        numbered.push((number, citation));
-    }
+    let sources = sources(citations);
+    let mut numbered: Vec<(usize, &Citation)> = citations
+        .iter()
+        .map(|citation| {
+            let index = sources.iter().position(|source| source.url == citation.url);
+            (index.unwrap_or_default() + 1, citation)
+        })
+        .collect();
     let chars: Vec<char> = text.chars().collect();
     numbered.sort_by_key(|(_, citation)| (citation.start, citation.end));
     let mut out = String::new();
@@ -201,7 +210,7 @@ pub fn cite(text: &str, citations: &[Citation]) -> String {
     out.extend(&chars[at..]);
     if !sources.is_empty() {
         out.push_str("\n\n## Sources\n\n");
-        for (index, (title, url)) in sources.iter().enumerate() {
+        for (index, Source { title, url }) in sources.iter().enumerate() {
             out.push_str(&format!(
                 "{}. [{}]({url})\n",
                 index + 1,
@@ -210,6 +219,20 @@ pub fn cite(text: &str, citations: &[Citation]) -> String {
         }
     }
     out
+}
+
+/// The pages `citations` cite, each once, numbered (from 1) by its first citation.
+pub fn sources(citations: &[Citation]) -> Vec<Source> {
+    let mut sources: Vec<Source> = Vec::new();
+    for citation in citations {
+        if !sources.iter().any(|source| source.url == citation.url) {
+            sources.push(Source {
+                title: citation.title.clone(),
+                url: citation.url.clone(),
+            });
+        }
+    }
+    sources
 }
 
 #[cfg(test)]

@@ -7,9 +7,12 @@
 //! than the report's is an unusable report, and every string in it, which comes from a file, is
 //! cut to [`MAX_VALUE_CHARS`] and shown only as inline code, so a cell value cannot turn into a
 //! link or a heading in the chat; at most [`MAX_LISTED`] items of a list and
-//! [`MAX_RENDERED_CHARS`] characters in all are rendered.
+//! [`MAX_RENDERED_CHARS`] characters in all are rendered. As data (the `changes` of a
+//! `modify_file` result, serialised by the same types), the report is what was parsed, whole
+//! within the sandbox's stdout cap: a program reads it as JSON, never as Markdown.
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::text::excerpt;
 
@@ -21,7 +24,7 @@ const MAX_VALUE_CHARS: usize = 80;
 const MAX_LISTED: usize = 5;
 
 /// The report, by kind of file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ChangeReport {
     /// A workbook.
@@ -33,7 +36,7 @@ pub enum ChangeReport {
 }
 
 /// What changed in a workbook.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default)]
 pub struct WorkbookChanges {
     /// Whether anything differs, formatting included.
@@ -51,7 +54,7 @@ pub struct WorkbookChanges {
 }
 
 /// A sheet's new name.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default)]
 pub struct Renamed {
     /// The name in the original.
@@ -61,7 +64,7 @@ pub struct Renamed {
 }
 
 /// What changed in one sheet.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default)]
 pub struct SheetChanges {
     /// Its name in the result.
@@ -87,7 +90,7 @@ pub struct SheetChanges {
 }
 
 /// One changed cell.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default)]
 pub struct CellChange {
     /// Its reference, e.g. `B7`.
@@ -99,7 +102,7 @@ pub struct CellChange {
 }
 
 /// What changed in a Word document.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default)]
 pub struct DocumentChanges {
     /// Whether anything differs, formatting included.
@@ -121,7 +124,7 @@ pub struct DocumentChanges {
 }
 
 /// Counts of items before and after, and how they moved.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default)]
 pub struct Counts {
     /// In the original.
@@ -137,7 +140,7 @@ pub struct Counts {
 }
 
 /// One paragraph change.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default)]
 pub struct ParagraphChange {
     /// `changed`, `added` or `removed`.
@@ -153,7 +156,7 @@ pub struct ParagraphChange {
 }
 
 /// What changed in a presentation.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default)]
 pub struct DeckChanges {
     /// Whether anything differs, formatting included.
@@ -171,7 +174,7 @@ pub struct DeckChanges {
 }
 
 /// One slide of the report.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(default)]
 pub struct SlideChange {
     /// 1-based position.

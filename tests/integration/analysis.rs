@@ -136,7 +136,7 @@ async fn title_rows_above_the_header_are_found_and_a_chart_is_linked() {
 }
 
 /// A file server on loopback: `/sales.csv`, `/big.csv` (2.4 MB), and `/redirect` to `target`.
-async fn document_server(target: &str) -> String {
+pub async fn document_server(target: &str) -> String {
     use axum::response::Redirect;
     use axum::routing::get;
     let target = target.to_string();

@@ -42,6 +42,7 @@ mod saved_tools;
 mod signed_trail;
 mod slots;
 mod status;
+mod structured;
 mod tenants;
 mod traces;
 mod url_policy;

@@ -247,15 +247,20 @@ impl<R: Runner> Tools<R> {
         let download = self.storage.fetch(file_id, caller).await?;
         let analysis = self.analyze(download, instructions, cancel).await?;
         let mut links = Vec::new();
+        let mut files = Vec::new();
         for chart in &analysis.accepted().charts() {
             let stored = self
                 .store_result(&chart.name, "image/png", chart.bytes.clone(), caller)
                 .await?;
+            files.push(super::results::ResultFile::of(&stored));
             links.push((stored.name, stored.url));
         }
         Ok(ToolOutput {
             text: report::markdown(&analysis, &links),
             attempts: analysis.attempts,
+            data: Some(super::results::Data::Analysis(report::data(
+                &analysis, files,
+            ))),
         })
     }
 
@@ -278,9 +283,11 @@ impl<R: Runner> Tools<R> {
         {
             super::progress::record(super::progress::Made::Image(image));
         }
+        let data = report::json(&analysis);
         Ok(ToolOutput {
-            text: report::json(&analysis),
+            text: serde_json::to_value(&data).unwrap_or_default().to_string(),
             attempts: analysis.attempts,
+            data: Some(super::results::Data::DataAnalysis(data)),
         })
     }
 

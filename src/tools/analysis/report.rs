@@ -5,10 +5,12 @@
 use std::time::Duration;
 
 use base64::Engine;
-use serde_json::json;
 
 use super::{Analysis, MAX_STEPS, Pass, Quality, Verdict};
 use crate::text::fenced;
+use crate::tools::results::{
+    self, AnalysisResult, AnalysisStep, DataAnalysisResult, ResultFile, Review, ReviewVerdict,
+};
 
 /// Warning categories that are noise to a reader of the results.
 const NOISE: [&str; 3] = [
@@ -79,10 +81,10 @@ pub fn markdown(analysis: &Analysis, charts: &[(String, String)]) -> String {
     text
 }
 
-/// The JSON text of `data_analysis_tool`: the results and quality assurance as `result`, the
-/// first chart as base64 `plot_image` (only when one was made), the steps' code as
-/// `query_code`.
-pub fn json(analysis: &Analysis) -> String {
+/// What `data_analysis_tool` answers, whose JSON is its text: the results and quality
+/// assurance as `result`, the first chart as base64 `plot_image` (only when one was made),
+/// the steps' code as `query_code`.
+pub fn json(analysis: &Analysis) -> DataAnalysisResult {
     let pass = analysis.accepted();
     let result = format!(
         "{}\n\n## Quality Assurance\n\n{}",
@@ -95,14 +97,59 @@ pub fn json(analysis: &Analysis) -> String {
         .enumerate()
         .map(|(index, step)| format!("# Step {}\n{}", index + 1, step.code.trim_end()))
         .collect();
-    let mut value = json!({
-        "result": result,
-        "query_code": code.join("\n\n"),
-    });
-    if let Some(chart) = pass.charts().first() {
-        value["plot_image"] = json!(base64::engine::general_purpose::STANDARD.encode(&chart.bytes));
+    DataAnalysisResult {
+        result,
+        query_code: code.join("\n\n"),
+        plot_image: pass
+            .charts()
+            .first()
+            .map(|chart| base64::engine::general_purpose::STANDARD.encode(&chart.bytes)),
     }
-    value.to_string()
+}
+
+/// What `analyze_file` answers, as data: the answer, its verdict and reviews, the steps of the
+/// answer given, and the stored charts (`files`).
+pub fn data(analysis: &Analysis, files: Vec<ResultFile>) -> AnalysisResult {
+    let pass = analysis.accepted();
+    let verdict = match analysis.quality() {
+        Quality::Passed => results::Verdict::Passed,
+        Quality::PassedAfterCorrection => results::Verdict::PassedAfterCorrection,
+        Quality::AcceptedWithCaveats => results::Verdict::AcceptedWithCaveats,
+    };
+    let reviews = std::iter::once(&analysis.first_verdict)
+        .chain(analysis.second_verdict.as_ref())
+        .map(review)
+        .collect();
+    AnalysisResult {
+        answer: pass.answer.trim().to_string(),
+        verdict,
+        reviews,
+        steps: pass
+            .steps
+            .iter()
+            .map(|step| AnalysisStep {
+                code: step.code.trim_end().to_string(),
+                output: step.output.clone(),
+                attempts: step.attempts,
+            })
+            .collect(),
+        step_limit_reached: pass.limit_reached,
+        charts: files.iter().map(|file| file.uri.clone()).collect(),
+        files,
+        attempts: analysis.attempts,
+    }
+}
+
+fn review(verdict: &Verdict) -> Review {
+    let (verdict, note) = match verdict {
+        Verdict::Pass(note) => (ReviewVerdict::Pass, note),
+        Verdict::Fail(feedback) => (ReviewVerdict::Fail, feedback),
+        Verdict::Unreadable(why) => (ReviewVerdict::None, why),
+    };
+    Review {
+        verdict,
+        note: note.clone(),
+    }
 }
 
 /// The review lines after the first: the redo and its review, or the caveat of a result that

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::results::{Data, DeletedToolResult, SavedToolInfo, SavedToolResult, ToolListResult};
 use super::{
     AttemptLine, Author, MAX_ATTEMPTS, ToolError, ToolOutput, Tools, failure_reason, local_io,
 };
@@ -141,6 +142,8 @@ pub struct NewTool {
     pub input_schema: Value,
     /// Arguments for the test call; else the schema's first `examples` entry.
     pub example_arguments: Option<Value>,
+    /// The JSON Schema of `run`'s return value (an object schema), if the author declares one.
+    pub output_schema: Option<Value>,
 }
 
 /// A tool that passed the checks on this side, ready for the sandbox's.
@@ -153,6 +156,8 @@ struct Checked {
     version: String,
     /// The schema, compiled.
     validator: Arc<jsonschema::Validator>,
+    /// The declared output schema, and it compiled.
+    output: Option<(Map<String, Value>, Arc<jsonschema::Validator>)>,
 }
 
 /// Checks what can be checked without running anything: sizes, the name, the schema and the
@@ -165,6 +170,7 @@ fn check(tool: NewTool) -> Result<Checked, String> {
         code,
         input_schema,
         example_arguments,
+        output_schema,
     } = tool;
     let name = name.trim().to_string();
     schema::check_name(&name)?;
@@ -195,7 +201,14 @@ fn check(tool: NewTool) -> Result<Checked, String> {
     };
     schema::check_arguments(&validator, &Value::Object(example.clone()))
         .map_err(|error| format!("the example arguments do not fit the schema: {error}"))?;
-    let version = registry::version_of(&code, &input_schema);
+    let output = match &output_schema {
+        Some(schema) => {
+            let (schema, validator) = schema::check_output_schema(schema)?;
+            Some((schema, Arc::new(validator)))
+        }
+        None => None,
+    };
+    let version = registry::version_of(&code, &input_schema, output.as_ref().map(|(s, _)| s));
     Ok(Checked {
         name,
         description,
@@ -204,6 +217,7 @@ fn check(tool: NewTool) -> Result<Checked, String> {
         example,
         version,
         validator: Arc::new(validator),
+        output,
     })
 }
 
@@ -248,6 +262,19 @@ enum Ran {
     Returned(Value, Box<Outcome>),
     /// The code was refused by the check (one problem per line), or the call failed.
     Failed(String),
+}
+
+/// `ran`, or a failure when what `run` returned does not fit the tool's `output` schema.
+fn fits(ran: Ran, output: Option<&jsonschema::Validator>) -> Ran {
+    match (ran, output) {
+        (Ran::Returned(result, outcome), Some(validator)) => {
+            match schema::check_result(validator, &result) {
+                Ok(()) => Ran::Returned(result, outcome),
+                Err(error) => Ran::Failed(error),
+            }
+        }
+        (ran, _) => ran,
+    }
 }
 
 /// Reads the outcome of `model_tool.py`.
@@ -426,13 +453,40 @@ impl<R: Runner> Tools<R> {
         tool: &SavedTool,
         cancel: &CancellationToken,
     ) -> Result<Arc<jsonschema::Validator>, ToolError> {
+        self.compiled(tool, &tool.version, &tool.input_schema, cancel)
+            .await
+    }
+
+    /// The compiled output schema of `tool`'s version, when it declared one ([`Self::validator_of`]).
+    async fn output_validator_of(
+        &self,
+        tool: &SavedTool,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Arc<jsonschema::Validator>>, ToolError> {
+        match &tool.output_schema {
+            None => Ok(None),
+            Some(output) => {
+                let key = format!("{}/output", tool.version);
+                self.compiled(tool, &key, output, cancel).await.map(Some)
+            }
+        }
+    }
+
+    /// `schema` of `tool` compiled: kept under `key` from before, or compiled now and kept.
+    async fn compiled(
+        &self,
+        tool: &SavedTool,
+        key: &str,
+        schema: &Map<String, Value>,
+        cancel: &CancellationToken,
+    ) -> Result<Arc<jsonschema::Validator>, ToolError> {
         let saved_tools = self.saved_tools()?;
-        if let Some(validator) = saved_tools.validators.get(&tool.version) {
+        if let Some(validator) = saved_tools.validators.get(key) {
             return Ok(validator);
         }
-        let input_schema = tool.input_schema.clone();
+        let schema = schema.clone();
         let validator = self
-            .blocking_in_slot(move || schema::compile_saved(&input_schema), cancel)
+            .blocking_in_slot(move || schema::compile_saved(&schema), cancel)
             .await?
             .map(Arc::new)
             .map_err(|error| {
@@ -442,9 +496,7 @@ impl<R: Runner> Tools<R> {
                     tool.name
                 ))
             })?;
-        saved_tools
-            .validators
-            .insert(&tool.version, validator.clone());
+        saved_tools.validators.insert(key, validator.clone());
         Ok(validator)
     }
 
@@ -478,7 +530,11 @@ impl<R: Runner> Tools<R> {
         let (outcome, line) = self
             .run_judged(job, author, Some(mark), out_dir.path(), cancel)
             .await?;
-        Ok(match ran(outcome, self.runner.config()) {
+        let output = tool
+            .output
+            .as_ref()
+            .map(|(_, validator)| validator.as_ref());
+        Ok(match fits(ran(outcome, self.runner.config()), output) {
             Ran::Returned(result, _) => {
                 line.commit()?;
                 Ok(result)
@@ -513,6 +569,7 @@ impl<R: Runner> Tools<R> {
                 description: tool.description,
                 code: tool.code,
                 input_schema: tool.input_schema,
+                output_schema: tool.output.map(|(schema, _)| schema),
                 space,
                 owner: owner.clone(),
                 author: author.as_str().to_string(),
@@ -532,8 +589,21 @@ impl<R: Runner> Tools<R> {
             author,
             ToolMark::new(action, &stored.name, &stored.version, Some(owner)),
         );
+        let data = SavedToolResult {
+            name: stored.listed_name(),
+            version: stored.short_version().to_string(),
+            revision: stored.revision.into(),
+            action: action.to_string(),
+            example_arguments: Value::Object(tool.example.clone()),
+            example_result: result.clone(),
+            attempts,
+        };
         let text = saved_answer(&stored, saved, action, tool.example, result, author);
-        Ok(ToolOutput { text, attempts })
+        Ok(ToolOutput {
+            text,
+            attempts,
+            data: Some(Data::SavedTool(data)),
+        })
     }
 
     /// `list_tools`: the saved tools `identity` sees, as Markdown.
@@ -544,6 +614,7 @@ impl<R: Runner> Tools<R> {
             return Ok(ToolOutput {
                 text: "No saved tools yet: make one with create_tool or generate_tool.".into(),
                 attempts: 0,
+                data: Some(Data::ToolList(ToolListResult { tools: Vec::new() })),
             });
         }
         let mut text = format!("{} saved tool(s):\n", tools.len());
@@ -563,7 +634,25 @@ impl<R: Runner> Tools<R> {
                 serde_json::to_string_pretty(&tool.input_schema).unwrap_or_default()
             ));
         }
-        Ok(ToolOutput { text, attempts: 0 })
+        let listed = tools
+            .iter()
+            .map(|tool| SavedToolInfo {
+                name: tool.listed_name(),
+                description: description_for(tool, identity),
+                version: tool.short_version().to_string(),
+                revision: tool.revision.into(),
+                author: tool.author.clone(),
+                model: tool.model.clone(),
+                updated: tool.updated.clone(),
+                input_schema: Value::Object(tool.input_schema.clone()),
+                output_schema: tool.output_schema.clone().map(Value::Object),
+            })
+            .collect();
+        Ok(ToolOutput {
+            text,
+            attempts: 0,
+            data: Some(Data::ToolList(ToolListResult { tools: listed })),
+        })
     }
 
     /// `delete_tool`.
@@ -601,6 +690,10 @@ impl<R: Runner> Tools<R> {
                         tool.short_version()
                     ),
                     attempts: 0,
+                    data: Some(Data::Deleted(DeletedToolResult {
+                        name: tool.listed_name(),
+                        version: tool.short_version().to_string(),
+                    })),
                 })
             }
         }
@@ -630,9 +723,14 @@ impl<R: Runner> Tools<R> {
         let (outcome, line) = self
             .run_judged(job, author_of(&tool), Some(mark), out_dir.path(), cancel)
             .await?;
-        let (result, outcome) = self.returned(outcome, line, name)?;
+        let output = self.output_validator_of(&tool, cancel).await?;
+        let (result, outcome) = self.returned(outcome, line, name, output.as_deref())?;
         let text = self.call_answer(&result, &outcome, caller).await?;
-        Ok(ToolOutput { text, attempts: 1 })
+        Ok(ToolOutput {
+            text,
+            attempts: 1,
+            data: output.map(|_| Data::Returned(result)),
+        })
     }
 
     /// What the call of `name` returned, its audit line written: the result and the outcome,
@@ -642,8 +740,9 @@ impl<R: Runner> Tools<R> {
         outcome: Outcome,
         line: AttemptLine,
         name: &str,
+        output: Option<&jsonschema::Validator>,
     ) -> Result<(Value, Box<Outcome>), ToolError> {
-        match ran(outcome, self.runner.config()) {
+        match fits(ran(outcome, self.runner.config()), output) {
             Ran::Failed(error) => {
                 line.refuse(&error);
                 Err(ToolError::ScriptFailed(format!(
@@ -685,7 +784,7 @@ impl<R: Runner> Tools<R> {
             RESULT_CHARS,
         );
         if !outcome.outputs.is_empty() {
-            let links = self.store_outputs(outcome, caller).await?;
+            let (links, _) = self.store_outputs(outcome, caller).await?;
             text.push_str("\n\nFiles:\n");
             text.push_str(&links.join("\n"));
         }
@@ -807,6 +906,7 @@ fn parse_reply(reply: &str, name: Option<&str>) -> Result<NewTool, String> {
             .cloned()
             .ok_or("the ```json block has no \"input_schema\"")?,
         example_arguments: None,
+        output_schema: None,
     })
 }
 
@@ -824,6 +924,7 @@ mod tests {
             description: String::new(),
             code: "def run():\n    return 1\n".into(),
             input_schema: Map::new(),
+            output_schema: None,
             space: "local".into(),
             owner: "local".into(),
             author: "caller".into(),
@@ -947,6 +1048,7 @@ mod tests {
             code: "def run(x):\n    return x\n".into(),
             input_schema: schema,
             example_arguments: example,
+            output_schema: None,
         };
         let schema =
             json!({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]});

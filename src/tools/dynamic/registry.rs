@@ -43,6 +43,9 @@ pub struct VersionRecord {
     pub code: String,
     /// The schema of its arguments.
     pub input_schema: Map<String, Value>,
+    /// The schema of its return value, when its author declared one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Map<String, Value>>,
     /// Who first saved this version.
     pub owner: String,
     /// `model` or `caller`.
@@ -71,7 +74,8 @@ pub fn read_version(store: &Path, version: &str) -> Result<VersionRecord, String
     let bytes = std::fs::read(&path).map_err(|e| format!("not kept ({e})"))?;
     let kept: VersionRecord =
         serde_json::from_slice(&bytes).map_err(|e| format!("its file does not parse ({e})"))?;
-    if version_of(&kept.code, &kept.input_schema) != version || kept.version != version {
+    let hashed = version_of(&kept.code, &kept.input_schema, kept.output_schema.as_ref());
+    if hashed != version || kept.version != version {
         return Err(format!(
             "{} was changed: its code and schema do not hash to its name",
             path.display()
@@ -91,6 +95,10 @@ pub struct SavedTool {
     pub code: String,
     /// The JSON Schema of its arguments (an object schema).
     pub input_schema: Map<String, Value>,
+    /// The JSON Schema of its return value (an object schema), when its author declared one:
+    /// MCP lists it as the tool's `outputSchema`, and every call's result is checked against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Map<String, Value>>,
     /// The space it belongs to (its owner's identity, or `shared`).
     pub space: String,
     /// Who saved this version: the caller's identity.
@@ -130,10 +138,23 @@ pub fn short_version(version: &str) -> &str {
     }
 }
 
-/// The version of a tool: the SHA-256 of its code, a newline, and its schema as compact JSON.
-pub fn version_of(code: &str, input_schema: &Map<String, Value>) -> String {
+/// The version of a tool: the SHA-256 of its code, a newline, and its schema as compact JSON;
+/// for a tool with an output schema, then a newline and that schema (so a tool without one
+/// keeps the version it had before output schemas).
+pub fn version_of(
+    code: &str,
+    input_schema: &Map<String, Value>,
+    output_schema: Option<&Map<String, Value>>,
+) -> String {
     let schema = serde_json::to_string(input_schema).unwrap_or_default();
-    crate::audit::sha256_hex(format!("{code}\n{schema}").as_bytes())
+    let hashed = match output_schema {
+        None => format!("{code}\n{schema}"),
+        Some(output) => format!(
+            "{code}\n{schema}\n{}",
+            serde_json::to_string(output).unwrap_or_default()
+        ),
+    };
+    crate::audit::sha256_hex(hashed.as_bytes())
 }
 
 /// Why the registry could not do what was asked.
@@ -264,6 +285,7 @@ impl Registry {
             description: tool.description.clone(),
             code: tool.code.clone(),
             input_schema: tool.input_schema.clone(),
+            output_schema: tool.output_schema.clone(),
             owner: tool.owner.clone(),
             author: tool.author.clone(),
             model: tool.model.clone(),
@@ -400,8 +422,9 @@ mod tests {
             name: name.into(),
             description: "d".into(),
             code: code.into(),
-            version: version_of(code, &schema),
+            version: version_of(code, &schema, None),
             input_schema: schema,
+            output_schema: None,
             space: space.into(),
             owner: space.into(),
             author: "caller".into(),
@@ -454,7 +477,7 @@ mod tests {
         let mut update = tool("alice", "sum", "def run(): return 2");
         update.created = "t2".into();
         let (saved, stored) = registry.save(update).unwrap();
-        let first: String = version_of("def run(): return 1", &Map::new());
+        let first: String = version_of("def run(): return 1", &Map::new(), None);
         assert_eq!(
             saved,
             Saved::Updated {
@@ -481,7 +504,7 @@ mod tests {
         // Both versions outlive the tool, each readable by its hash; an edited one is not
         // served as what ran.
         let store = dir.path().join(VERSIONS_FOLDER);
-        let second = version_of("def run(): return 2", &Map::new());
+        let second = version_of("def run(): return 2", &Map::new(), None);
         let kept = read_version(&store, &first).unwrap();
         assert_eq!(kept.code, "def run(): return 1");
         assert_eq!(

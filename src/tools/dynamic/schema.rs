@@ -81,31 +81,64 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// `schema` as an object schema a tool may have, with its compiled validator, or what is wrong
 /// with it. Blocking work (meta-validation and compilation): call it off the async workers.
 pub fn check_schema(schema: &Value) -> Result<(Map<String, Value>, jsonschema::Validator), String> {
-    let Value::Object(object) = schema else {
-        return Err("input_schema must be a JSON object (a JSON Schema)".into());
-    };
-    let size = serde_json::to_vec(schema).map_or(usize::MAX, |json| json.len());
-    if size > MAX_SCHEMA_BYTES {
-        return Err(format!(
-            "input_schema is {size} bytes of JSON, more than the {} KiB allowed",
-            MAX_SCHEMA_BYTES / 1024
-        ));
-    }
-    check_shape(schema)?;
+    let object = bounded_object(schema, "input_schema")?;
     if object.get("type") != Some(&Value::String("object".into())) {
         return Err(
             "input_schema must have \"type\": \"object\" (a tool takes named arguments)".into(),
         );
     }
     check_properties(object)?;
-    let draft = draft_of(object)?;
-    let meta = match draft {
+    let validator = valid_schema(schema, object, "input_schema")?;
+    Ok((object.clone(), validator))
+}
+
+/// `schema` as the output schema a tool may declare (within the same bounds as an input
+/// schema, and an object schema: MCP gives a result's data as an object), with its compiled
+/// validator, or what is wrong with it. Blocking work, as [`check_schema`].
+pub fn check_output_schema(
+    schema: &Value,
+) -> Result<(Map<String, Value>, jsonschema::Validator), String> {
+    let object = bounded_object(schema, "output_schema")?;
+    if object.get("type") != Some(&Value::String("object".into())) {
+        return Err(
+            "output_schema must have \"type\": \"object\": run() must return a dict, which MCP clients read as the call's structured result"
+                .into(),
+        );
+    }
+    let validator = valid_schema(schema, object, "output_schema")?;
+    Ok((object.clone(), validator))
+}
+
+/// `schema` (the argument `field`) as a JSON object within [`MAX_SCHEMA_BYTES`] and the
+/// bounds of [`check_shape`].
+fn bounded_object<'a>(schema: &'a Value, field: &str) -> Result<&'a Map<String, Value>, String> {
+    let Value::Object(object) = schema else {
+        return Err(format!("{field} must be a JSON object (a JSON Schema)"));
+    };
+    let size = serde_json::to_vec(schema).map_or(usize::MAX, |json| json.len());
+    if size > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "{field} is {size} bytes of JSON, more than the {} KiB allowed",
+            MAX_SCHEMA_BYTES / 1024
+        ));
+    }
+    check_shape(schema, field)?;
+    Ok(object)
+}
+
+/// The validator of `schema` (the argument `field`), once it is valid against its draft's
+/// meta-schema.
+fn valid_schema(
+    schema: &Value,
+    object: &Map<String, Value>,
+    field: &str,
+) -> Result<jsonschema::Validator, String> {
+    let meta = match draft_of(object, field)? {
         jsonschema::Draft::Draft7 => jsonschema::draft7::meta::validate(schema),
         _ => jsonschema::draft202012::meta::validate(schema),
     };
-    meta.map_err(|error| format!("input_schema is not a valid JSON Schema: {error}"))?;
-    let validator = compile(schema)?;
-    Ok((object.clone(), validator))
+    meta.map_err(|error| format!("{field} is not a valid JSON Schema: {error}"))?;
+    compile(schema)
 }
 
 /// The schema's properties (at most [`MAX_PROPERTIES`], each a usable parameter name) and its
@@ -231,13 +264,31 @@ pub fn compile_saved(schema: &Map<String, Value>) -> Result<jsonschema::Validato
 
 /// Checks `arguments` with `validator`; the error names each bad field (at most a few).
 pub fn check_arguments(validator: &jsonschema::Validator, arguments: &Value) -> Result<(), String> {
+    mismatches(validator, arguments, "the arguments")
+}
+
+/// Checks what `run()` returned with the validator of the tool's output schema; the error
+/// says that it does not fit and names each bad field (at most a few).
+pub fn check_result(validator: &jsonschema::Validator, result: &Value) -> Result<(), String> {
+    mismatches(validator, result, "the result").map_err(|errors| {
+        format!("run() returned a value that does not fit the tool's output_schema: {errors}")
+    })
+}
+
+/// Checks `instance` with `validator`; the error names each bad field (at most a few), the
+/// instance itself as `whole`.
+fn mismatches(
+    validator: &jsonschema::Validator,
+    instance: &Value,
+    whole: &str,
+) -> Result<(), String> {
     let errors: Vec<String> = validator
-        .iter_errors(arguments)
+        .iter_errors(instance)
         .take(MAX_ERRORS)
         .map(|error| {
             let path = error.instance_path().to_string();
             let field = if path.is_empty() {
-                "the arguments".to_string()
+                whole.to_string()
             } else {
                 format!("`{}`", path.trim_start_matches('/').replace('/', "."))
             };
@@ -252,7 +303,7 @@ pub fn check_arguments(validator: &jsonschema::Validator, arguments: &Value) -> 
 }
 
 /// Refuses a schema that is too large, too deep, or uses a key of [`REFUSED_KEYS`].
-fn check_shape(schema: &Value) -> Result<(), String> {
+fn check_shape(schema: &Value, field: &str) -> Result<(), String> {
     let mut stack = vec![(schema, 1usize)];
     let mut nodes = 0usize;
     let mut patterns = 0usize;
@@ -260,18 +311,18 @@ fn check_shape(schema: &Value) -> Result<(), String> {
         nodes += 1;
         if nodes > MAX_SCHEMA_NODES {
             return Err(format!(
-                "input_schema has more than {MAX_SCHEMA_NODES} values; make it smaller"
+                "{field} has more than {MAX_SCHEMA_NODES} values; make it smaller"
             ));
         }
         if depth > MAX_DEPTH {
-            return Err(format!("input_schema nests deeper than {MAX_DEPTH} levels"));
+            return Err(format!("{field} nests deeper than {MAX_DEPTH} levels"));
         }
         match value {
             Value::Object(map) => {
                 for (key, child) in map {
                     if REFUSED_KEYS.contains(&key.as_str()) {
                         return Err(format!(
-                            "input_schema uses {key:?}, which a tool's schema may not: write the schema out in full, without references or ids"
+                            "{field} uses {key:?}, which a tool's schema may not: write the schema out in full, without references or ids"
                         ));
                     }
                     // Counted wherever the key appears (also as a property's name): a
@@ -283,7 +334,7 @@ fn check_shape(schema: &Value) -> Result<(), String> {
                     };
                     if patterns > MAX_PATTERNS {
                         return Err(format!(
-                            "input_schema has more than {MAX_PATTERNS} patterns (`pattern` and `patternProperties`); use fewer, or check the strings in run()"
+                            "{field} has more than {MAX_PATTERNS} patterns (`pattern` and `patternProperties`); use fewer, or check the strings in run()"
                         ));
                     }
                     stack.push((child, depth + 1));
@@ -297,7 +348,7 @@ fn check_shape(schema: &Value) -> Result<(), String> {
 }
 
 /// The draft a schema is written in: 2020-12 unless its `$schema` names draft 7.
-fn draft_of(schema: &Map<String, Value>) -> Result<jsonschema::Draft, String> {
+fn draft_of(schema: &Map<String, Value>, field: &str) -> Result<jsonschema::Draft, String> {
     match schema
         .get("$schema")
         .map(|uri| uri.as_str().unwrap_or_default())
@@ -309,7 +360,7 @@ fn draft_of(schema: &Map<String, Value>) -> Result<jsonschema::Draft, String> {
             "http://json-schema.org/draft-07/schema#" | "http://json-schema.org/draft-07/schema",
         ) => Ok(jsonschema::Draft::Draft7),
         Some(other) => Err(format!(
-            "input_schema's $schema {other:?} is not one file-agent reads: leave it out (draft 2020-12) or name draft 2020-12 or draft 7"
+            "{field}'s $schema {other:?} is not one file-agent reads: leave it out (draft 2020-12) or name draft 2020-12 or draft 7"
         )),
     }
 }
@@ -320,7 +371,7 @@ fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
         .as_object()
         .ok_or("input_schema must be a JSON object")?;
     jsonschema::options()
-        .with_draft(draft_of(object)?)
+        .with_draft(draft_of(object, "the schema")?)
         .offline()
         .with_pattern_options(
             jsonschema::PatternOptions::regex()
@@ -335,6 +386,28 @@ fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_output_schema_is_checked_like_an_input_schema_and_results_against_it() {
+        let schema = json!({"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]});
+        let (_, validator) = check_output_schema(&schema).unwrap();
+        assert!(check_result(&validator, &json!({"sum": 3})).is_ok());
+        let error = check_result(&validator, &json!({"sum": "3"})).unwrap_err();
+        assert!(
+            error.contains("output_schema") && error.contains("`sum`"),
+            "{error}"
+        );
+        let error = check_output_schema(&json!({"type": "integer"})).unwrap_err();
+        assert!(error.contains("\"type\": \"object\""), "{error}");
+        let error = check_output_schema(&json!({"type": "object", "$ref": "#/x"})).unwrap_err();
+        assert!(error.starts_with("output_schema uses \"$ref\""), "{error}");
+        let error =
+            check_output_schema(&json!({"type": "object", "minProperties": "x"})).unwrap_err();
+        assert!(
+            error.starts_with("output_schema is not a valid JSON Schema"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn names_are_lower_case_identifiers() {

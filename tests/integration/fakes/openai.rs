@@ -86,6 +86,11 @@ impl FakeOpenAi {
         Self::serve(Vec::new(), Some(polls)).await
     }
 
+    /// Starts the fake with these chat replies and a Responses API answering `polls`.
+    pub async fn with_replies_and_research(replies: Vec<Reply>, polls: Vec<Poll>) -> Self {
+        Self::serve(replies, Some(polls)).await
+    }
+
     async fn serve(replies: Vec<Reply>, research: Option<Vec<Poll>>) -> Self {
         let mut fake = Self::default();
         {

@@ -39,6 +39,7 @@ fn interest() -> NewTool {
         code: INTEREST.into(),
         input_schema: interest_schema(),
         example_arguments: None,
+        output_schema: None,
     }
 }
 
@@ -232,6 +233,7 @@ async fn hostile_tools_are_refused_or_stopped_and_nothing_is_saved() {
         code: code.into(),
         input_schema,
         example_arguments: None,
+        output_schema: None,
     };
 
     let side_effects = "import os\nos.system('echo hi')\nfor f in os.listdir('/'):\n    print(f)\ndef run():\n    return 1\n";
@@ -306,6 +308,7 @@ async fn every_route_to_code_at_load_time_is_refused_and_annotations_are_not_eva
         code: format!("{code}\ndef run():\n    return 1\n"),
         input_schema: json!({"type": "object", "properties": {}}),
         example_arguments: None,
+        output_schema: None,
     };
     // Each of these ran its code when the tool was loaded (the red team's four first).
     let routes = [
@@ -386,6 +389,7 @@ async fn a_tool_that_returns_50_mb_is_refused_with_what_to_do() {
         code: "def run():\n    return 'x' * 50_000_000\n".into(),
         input_schema: json!({"type": "object", "properties": {}}),
         example_arguments: None,
+        output_schema: None,
     };
     // (This runner reads the whole stdout before it caps it; the sandbox's own cap while
     // reading is the Docker tier's, `saved_tools::a_50_mb_result...`.)
@@ -410,6 +414,7 @@ async fn in_shared_mode_another_users_description_is_marked_as_theirs() {
         code: "def run():\n    return 1\n".into(),
         input_schema: json!({"type": "object", "properties": {}}),
         example_arguments: None,
+        output_schema: None,
     };
     create(&local, &alice, tool).await.unwrap();
     let listed = |who: &Identity| {
