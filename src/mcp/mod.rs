@@ -2,13 +2,19 @@
 //! arguments, call a plain function in `tools`, and map the result. This is the only module
 //! that knows MCP types.
 //!
+//! Cancellation: a `notifications/cancelled` that rmcp's stateless HTTP service drops reaches
+//! its call through [`cancel`].
+//!
 //! Errors: every [`ToolError`] becomes a tool result with `isError: true` and a message a
 //! person can act on (the caller's model reads it); infrastructure faults are also logged with
 //! their whole chain. Nothing here returns a JSON-RPC error for a tool's own failure.
 
+mod cancel;
 mod files;
 mod phases;
 mod span;
+
+pub use cancel::InFlight;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -145,6 +151,8 @@ pub struct FileAgentServer {
     /// `FILE_AGENT_LOCAL_ROOTS`: the folders a stdio client that declares no roots may name
     /// inputs in.
     local_roots: Arc<Vec<PathBuf>>,
+    /// The calls under way, for `notifications/cancelled`; shared by every request's handler.
+    in_flight: InFlight,
 }
 
 #[tool_router]
@@ -163,7 +171,14 @@ impl FileAgentServer {
             tools,
             tool_router,
             local_roots: Arc::default(),
+            in_flight: InFlight::default(),
         }
+    }
+
+    /// The server, sharing the calls under way with the other requests' handlers.
+    pub fn with_calls(mut self, in_flight: InFlight) -> Self {
+        self.in_flight = in_flight;
+        self
     }
 
     /// The server, letting a stdio client that declares no roots name inputs under `roots`.
@@ -359,16 +374,21 @@ async fn tools_changed(context: &RequestContext<RoleServer>, result: &CallToolRe
 /// (`server::gate`); over stdio, the one local user.
 fn identity_of(context: &RequestContext<RoleServer>) -> Identity {
     match context.extensions.get::<http::request::Parts>() {
-        Some(parts) => parts
-            .extensions
-            .get::<Identity>()
-            .cloned()
-            .unwrap_or_else(|| Identity {
-                over_http: true,
-                ..Identity::default()
-            }),
+        Some(parts) => http_identity(&parts.extensions),
         None => Identity::default(),
     }
+}
+
+/// Who sent an HTTP request, from its `extensions`: the gate's identity, else an HTTP caller
+/// that names nobody.
+fn http_identity(extensions: &http::Extensions) -> Identity {
+    extensions
+        .get::<Identity>()
+        .cloned()
+        .unwrap_or_else(|| Identity {
+            over_http: true,
+            ..Identity::default()
+        })
 }
 
 /// The header `name` of the HTTP request behind this call, when there is one and it is text.
@@ -409,20 +429,15 @@ impl ServerHandler for FileAgentServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        use tracing::Instrument as _;
-        let span = span::tools_call(&request, &context);
-        let response = self
-            .call_tool_in_span(request, context)
-            .instrument(span.clone())
-            .await;
-        match &response {
-            Ok(CallToolResponse::Complete(result)) => span::record_result(&span, result),
-            Ok(_) => {}
-            Err(error) => span::record_protocol_error(&span, error),
-        }
-        response
+        // The call's own token: rmcp's (the client gone; over stdio, its cancel) or a
+        // `notifications/cancelled` that names it over HTTP.
+        let owner = identity_of(&context).owner();
+        let id = serde_json::to_value(&context.id).unwrap_or_default();
+        context.ct = context.ct.child_token();
+        let _in_flight = self.in_flight.register(&owner, &id, context.ct.clone());
+        self.call_traced(request, context).await
     }
 
     async fn list_resources(
@@ -501,6 +516,26 @@ fn describe<S>(router: &mut ToolRouter<S>, prompts: &Prompts) -> Result<(), Stri
 }
 
 impl FileAgentServer {
+    /// A `tools/call` in its span, which records how it ended.
+    async fn call_traced(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        use tracing::Instrument as _;
+        let span = span::tools_call(&request, &context);
+        let response = self
+            .call_tool_in_span(request, context)
+            .instrument(span.clone())
+            .await;
+        match &response {
+            Ok(CallToolResponse::Complete(result)) => span::record_result(&span, result),
+            Ok(_) => {}
+            Err(error) => span::record_protocol_error(&span, error),
+        }
+        response
+    }
+
     /// A `tools/call`: a built-in tool through the router, a saved `my_<name>` tool here.
     async fn call_tool_in_span(
         &self,

@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::AuditLog;
 use crate::config::{AuditOnFailure, AuditPlace, Config};
 use crate::llm::Llm;
-use crate::mcp::FileAgentServer;
+use crate::mcp::{FileAgentServer, InFlight};
 use crate::prompts::Prompts;
 use crate::sandbox::{ReapFilter, ReapScope, Runner, Sandbox};
 use crate::storage::Storage;
@@ -371,8 +371,8 @@ pub fn router(
         .with_state(tools)
 }
 
-/// `/mcp`: rmcp's stateless service behind the JSON-RPC envelope check, the gate and the
-/// `Host` check.
+/// `/mcp`: rmcp's stateless service behind the JSON-RPC envelope check (which hands a
+/// `notifications/cancelled` to the calls under way), the gate and the `Host` check.
 fn mcp_routes(
     tools: &Tools,
     config: &Config,
@@ -380,14 +380,20 @@ fn mcp_routes(
     shutdown: &CancellationToken,
 ) -> axum::Router<Tools> {
     let handler_tools = tools.clone();
+    // Shared by every request's handler: each POST is served by a handler of its own.
+    let in_flight = InFlight::default();
+    let handler_in_flight = in_flight.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(FileAgentServer::new(handler_tools.clone())),
+        move || {
+            Ok(FileAgentServer::new(handler_tools.clone()).with_calls(handler_in_flight.clone()))
+        },
         Arc::new(NeverSessionManager::default()),
         mcp_config(config, shutdown),
     );
     axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn(requests::check_jsonrpc))
+        .layer(axum::Extension(in_flight))
         .layer(axum::middleware::from_fn_with_state(
             gate.clone(),
             gate::admit,

@@ -41,6 +41,7 @@ mod saved_tools;
 mod signed_trail;
 mod slots;
 mod status;
+mod tasks;
 mod tenants;
 mod traces;
 mod url_policy;
