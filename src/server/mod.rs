@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::AuditLog;
 use crate::config::{AuditOnFailure, AuditPlace, Config};
 use crate::llm::Llm;
-use crate::mcp::{FileAgentServer, InFlight};
+use crate::mcp::{FileAgentServer, InFlight, TaskStore};
 use crate::prompts::Prompts;
 use crate::sandbox::{ReapFilter, ReapScope, Runner, Sandbox};
 use crate::storage::Storage;
@@ -381,11 +381,12 @@ fn mcp_routes(
 ) -> axum::Router<Tools> {
     let handler_tools = tools.clone();
     // Shared by every request's handler: each POST is served by a handler of its own.
-    let in_flight = InFlight::default();
+    let (in_flight, tasks) = (InFlight::default(), TaskStore::new(config.tasks.clone()));
     let handler_in_flight = in_flight.clone();
     let mcp = StreamableHttpService::new(
         move || {
-            Ok(FileAgentServer::new(handler_tools.clone()).with_calls(handler_in_flight.clone()))
+            Ok(FileAgentServer::new(handler_tools.clone())
+                .with_calls(handler_in_flight.clone(), tasks.clone()))
         },
         Arc::new(NeverSessionManager::default()),
         mcp_config(config, shutdown),
@@ -637,13 +638,16 @@ async fn drain(tools: &Tools) {
 }
 
 /// Serves MCP on stdin/stdout until the client closes it or `shutdown` fires; a client that
-/// declares no roots may name inputs under `local_roots`.
+/// declares no roots may name inputs under `FILE_AGENT_LOCAL_ROOTS`, and one that declares
+/// the Tasks extension gets tasks (`FILE_AGENT_TASKS`).
 pub async fn serve_stdio(
     tools: Tools,
-    local_roots: Vec<std::path::PathBuf>,
+    config: &Config,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let server = FileAgentServer::new(tools.clone()).with_local_roots(local_roots);
+    let server = FileAgentServer::new(tools.clone())
+        .with_local_roots(config.server.local_roots.clone())
+        .with_calls(InFlight::default(), TaskStore::new(config.tasks.clone()));
     let running = server
         .serve_with_ct(rmcp::transport::stdio(), shutdown.child_token())
         .await

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
@@ -78,6 +78,14 @@ impl SdkClient {
     }
 }
 
+/// Runs the script to its end; its one JSON line.
+async fn one_shot(url: &str, headers: &[&str], args: &[&str]) -> Value {
+    let mut client = SdkClient::start(url, headers, args);
+    let event = client.next().await;
+    client.finish().await;
+    event
+}
+
 /// A server with `extra` settings on a named instance (so its containers can be counted).
 async fn server(instance: &str, extra: &[(&str, &str)]) -> TestServer {
     let mut vars = env(&[("SANDBOX_INSTANCE", instance)]);
@@ -136,4 +144,165 @@ async fn notifications_cancelled_stops_the_call_and_its_container() {
 #[tokio::test]
 async fn an_aborted_request_stops_the_call_and_its_container() {
     a_cancelled_call_leaves_nothing(false).await;
+}
+
+/// The `result` of a `result` event, without what differs between two runs of the same code:
+/// its `_meta` (each call's own audit receipts) and the text's first line (what it used).
+fn result_of(event: &Value) -> Value {
+    let mut result = event["result"].clone();
+    result.as_object_mut().unwrap().remove("_meta");
+    for item in result["content"].as_array_mut().unwrap() {
+        if let Some(text) = item["text"].as_str() {
+            let rest = text
+                .split_once('\n')
+                .map_or("", |(_, rest)| rest)
+                .to_string();
+            item["text"] = Value::String(rest);
+        }
+    }
+    result
+}
+
+#[tokio::test]
+async fn a_task_is_polled_to_its_result_which_is_a_plain_calls() {
+    let instance = unique_instance("task", 10);
+    let server = server(&instance, &[("FILE_AGENT_TASKS", "all")]).await;
+    let arguments = json!({"code": "import time\ntime.sleep(2)\nprint(6 * 7)"}).to_string();
+    let mut client = SdkClient::start(
+        &server.url,
+        &[],
+        &["task", "--tool", "run_python", "--args", &arguments],
+    );
+    let (created, _) = client.until("created").await;
+    let task = &created["task"];
+    assert_eq!(task["resultType"], "task", "{task}");
+    assert_eq!(task["status"], "working", "{task}");
+    assert!(task["ttlMs"].as_u64().unwrap() > 600_000, "{task}");
+    let (end, statuses) = client.until("end").await;
+    assert!(
+        statuses.iter().any(|status| status["status"] == "working"
+            && status["statusMessage"]
+                .as_str()
+                .is_some_and(|message| message.contains("sandbox"))),
+        "{statuses:?}"
+    );
+    assert_eq!(end["task"]["status"], "completed", "{end}");
+    let (result, _) = client.until("result").await;
+    client.finish().await;
+    assert!(
+        result["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("42"),
+        "{result}"
+    );
+
+    // Without the extension, the same call answers in the request, with the same result.
+    let plain = one_shot(
+        &server.url,
+        &[],
+        &["call", "--tool", "run_python", "--args", &arguments],
+    )
+    .await;
+    assert_eq!(result_of(&plain), result_of(&result));
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_task_leaves_nothing_and_is_audited() {
+    let instance = unique_instance("tcancel", 10);
+    let server = server(&instance, &[("FILE_AGENT_TASKS", "all")]).await;
+    let arguments = json!({ "code": SLEEP }).to_string();
+    let mut client = SdkClient::start(
+        &server.url,
+        &[],
+        &[
+            "task",
+            "--tool",
+            "run_python",
+            "--args",
+            &arguments,
+            "--cancel-when-running",
+        ],
+    );
+    client.until("cancel-sent").await;
+    let took = until_none_left(&instance).await;
+    assert!(took < GONE_WITHIN, "the container stayed {took:?}");
+    let (end, _) = client.until("end").await;
+    assert_eq!(end["task"]["status"], "cancelled", "{end}");
+    client.finish().await;
+    assert_eq!(attempt_line(&server)["status"], "cancelled");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn another_caller_can_neither_see_nor_cancel_a_task() {
+    let instance = unique_instance("towner", 10);
+    let server = server(&instance, &[("FILE_AGENT_TASKS", "all")]).await;
+    let alice = "X-OpenWebUI-User-Id=alice";
+    let bob = "X-OpenWebUI-User-Id=bob";
+    let arguments = json!({"code": "import time\ntime.sleep(3)\nprint('mine')"}).to_string();
+    let mut client = SdkClient::start(
+        &server.url,
+        &[alice],
+        &["task", "--tool", "run_python", "--args", &arguments],
+    );
+    let (created, _) = client.until("created").await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    for command in ["get", "cancel"] {
+        let answer = one_shot(&server.url, &[bob], &[command, "--task-id", &id]).await;
+        assert_eq!(answer["ok"], false, "{command}: {answer}");
+        assert_eq!(answer["code"], -32602, "{command}: {answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains("not found"),
+            "{answer}"
+        );
+    }
+    // Its owner sees it; bob's cancel did not touch it.
+    let mine = one_shot(&server.url, &[alice], &["get", "--task-id", &id]).await;
+    assert_eq!(mine["ok"], true, "{mine}");
+    let (end, _) = client.until("end").await;
+    assert_eq!(end["task"]["status"], "completed", "{end}");
+    assert!(
+        end["task"]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("mine"),
+        "{end}"
+    );
+    client.finish().await;
+    server.assert_nothing_left().await;
+}
+
+/// A task outlives the request that made it, but not the server: SIGTERM stops it once the
+/// grace is over, removes its container before the process exits, and its attempt is audited.
+#[tokio::test]
+async fn sigterm_stops_a_running_task_and_audits_it() {
+    let data = tempfile::tempdir().unwrap();
+    let instance = unique_instance("tstop", 10);
+    let served = crate::lifecycle::serve(
+        Some(&instance),
+        data.path(),
+        &[
+            ("FILE_AGENT_TASKS", "all"),
+            ("FILE_AGENT_SHUTDOWN_GRACE", "1"),
+        ],
+    )
+    .await;
+    let arguments = json!({ "code": SLEEP }).to_string();
+    let mut client = SdkClient::start(
+        &served.url,
+        &[],
+        &["task", "--tool", "run_python", "--args", &arguments],
+    );
+    client.until("created").await;
+    wait_for_running(&instance, 1).await;
+    served.stop().await;
+    assert_eq!(containers_of_instance(&instance).await, 0);
+    let lines = crate::common::audit_lines(data.path());
+    let attempt = lines
+        .iter()
+        .find(|line| line["tool"] == "run_python")
+        .expect("the task's attempt has its line");
+    assert_eq!(attempt["status"], "cancelled", "{attempt}");
 }
