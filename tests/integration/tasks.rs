@@ -7,7 +7,8 @@
 //!   extension answers with a task, polled from `working` to `completed`, whose result is what
 //!   a plain call gives; `tasks/cancel` stops one mid-attempt and leaves nothing; another
 //!   caller gets "not found" for its id, and cannot cancel it; a client that does not declare
-//!   the extension gets the plain result.
+//!   the extension gets the plain result; SIGTERM stops a running task (the real binary), its
+//!   container removed and its attempt audited.
 
 use std::time::{Duration, Instant};
 
