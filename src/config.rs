@@ -5,7 +5,7 @@
 //!
 //! [`Config`] gathers everything `serve` needs: the sandbox part here, the server, model and
 //! storage parts in [`service`], who called in [`identity`], the analysis tools' URL policy and research polling in
-//! [`analysis`].
+//! [`analysis`], long calls as MCP tasks in [`tasks`].
 //!
 //! This module does not read `.env` files (the CLI does, before calling it) or talk to anything.
 
@@ -16,6 +16,7 @@ pub mod image;
 mod kubernetes;
 pub mod names;
 mod service;
+mod tasks;
 
 use std::time::Duration;
 
@@ -29,6 +30,10 @@ pub use service::{
     AdmissionConfig, AuditConfig, AuditOnFailure, AuditPlace, Config, DEFAULT_AUDIT_FOLDER,
     DynamicTools, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, RETENTION_INTERVAL,
     RetentionConfig, Secret, ServerConfig, StorageConfig, TransferLimits, valid_chain_name,
+};
+pub use tasks::{
+    DEFAULT_TASK_RESULT_TTL_SECS, DEFAULT_TASK_TOOLS, DEFAULT_TASKS_PER_CALLER, TaskTools,
+    TasksConfig,
 };
 
 use thiserror::Error;

@@ -55,8 +55,7 @@ async fn serve_stdio(
     server::retention::spawn(&tools, &config, shutdown.clone());
     server::checkpoints::spawn(&tools, &config, shutdown.clone());
     tracing::info!("serving MCP on stdio");
-    let roots = config.server.local_roots.clone();
-    server::serve_stdio(tools, roots, shutdown).await?;
+    server::serve_stdio(tools, &config, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -12,7 +12,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{ConfigError, IdentityConfig, ResearchConfig, SandboxConfig, UrlFetchConfig, Vars};
+use super::{
+    ConfigError, IdentityConfig, ResearchConfig, SandboxConfig, TasksConfig, UrlFetchConfig, Vars,
+};
 
 /// `FILE_AGENT_LISTEN`: where the HTTP server listens. Loopback: another machine reaches the
 /// server only once the operator chose an address, and then only with a credential.
@@ -121,6 +123,8 @@ pub struct Config {
     pub research: ResearchConfig,
     /// `FILE_AGENT_DYNAMIC_TOOLS`: who sees the tools that models and callers create.
     pub dynamic_tools: DynamicTools,
+    /// Which calls answer with an MCP task, and how long a finished one is kept.
+    pub tasks: TasksConfig,
     /// `FILE_AGENT_DATA_DIR`: the server's folder (the local store, the audit trail, saved
     /// tools); with the host's name it also makes the default `SANDBOX_INSTANCE`.
     pub data_dir: PathBuf,
@@ -431,6 +435,7 @@ impl Config {
             url_fetch: UrlFetchConfig::from_vars(&vars)?,
             research: ResearchConfig::from_vars(&vars)?,
             dynamic_tools: DynamicTools::from_vars(&vars)?,
+            tasks: TasksConfig::from_vars(&vars)?,
             data_dir,
         };
         // The public URL, hosts and origins not set follow the address served.

@@ -2,15 +2,24 @@
 //! arguments, call a plain function in `tools`, and map the result. This is the only module
 //! that knows MCP types.
 //!
+//! Long calls: a client that declares the MCP Tasks extension gets a task for the tools
+//! `FILE_AGENT_TASKS` names ([`tasks`]); a `notifications/cancelled` that rmcp's stateless HTTP
+//! service drops reaches its call through [`cancel`].
+//!
 //! Errors: every [`ToolError`] becomes a tool result with `isError: true` and a message a
 //! person can act on (the caller's model reads it); infrastructure faults are also logged with
 //! their whole chain. Nothing here returns a JSON-RPC error for a tool's own failure.
 
+mod cancel;
 mod files;
 mod icons;
 mod phases;
 mod span;
 mod structured;
+mod tasks;
+
+pub use cancel::InFlight;
+pub use tasks::TaskStore;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,9 +30,10 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    ContentBlock, GetTaskParams, GetTaskResult, Implementation, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
@@ -151,6 +161,10 @@ pub struct FileAgentServer {
     /// `FILE_AGENT_LOCAL_ROOTS`: the folders a stdio client that declares no roots may name
     /// inputs in.
     local_roots: Arc<Vec<PathBuf>>,
+    /// The calls under way, for `notifications/cancelled`; shared by every request's handler.
+    in_flight: InFlight,
+    /// The tasks of every caller; shared by every request's handler. None offered by default.
+    tasks: TaskStore,
 }
 
 #[tool_router]
@@ -170,7 +184,16 @@ impl FileAgentServer {
             tools,
             tool_router,
             local_roots: Arc::default(),
+            in_flight: InFlight::default(),
+            tasks: TaskStore::default(),
         }
+    }
+
+    /// The server, sharing the calls under way and the tasks with the other requests' handlers.
+    pub fn with_calls(mut self, in_flight: InFlight, tasks: TaskStore) -> Self {
+        self.in_flight = in_flight;
+        self.tasks = tasks;
+        self
     }
 
     /// The server, letting a stdio client that declares no roots name inputs under `roots`.
@@ -367,16 +390,21 @@ async fn tools_changed(context: &RequestContext<RoleServer>, result: &CallToolRe
 /// (`server::gate`); over stdio, the one local user.
 fn identity_of(context: &RequestContext<RoleServer>) -> Identity {
     match context.extensions.get::<http::request::Parts>() {
-        Some(parts) => parts
-            .extensions
-            .get::<Identity>()
-            .cloned()
-            .unwrap_or_else(|| Identity {
-                over_http: true,
-                ..Identity::default()
-            }),
+        Some(parts) => http_identity(&parts.extensions),
         None => Identity::default(),
     }
+}
+
+/// Who sent an HTTP request, from its `extensions`: the gate's identity, else an HTTP caller
+/// that names nobody.
+fn http_identity(extensions: &http::Extensions) -> Identity {
+    extensions
+        .get::<Identity>()
+        .cloned()
+        .unwrap_or_else(|| Identity {
+            over_http: true,
+            ..Identity::default()
+        })
 }
 
 /// The header `name` of the HTTP request behind this call, when there is one and it is text.
@@ -417,20 +445,45 @@ impl ServerHandler for FileAgentServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        use tracing::Instrument as _;
-        let span = span::tools_call(&request, &context);
-        let response = self
-            .call_tool_in_span(request, context)
-            .instrument(span.clone())
-            .await;
-        match &response {
-            Ok(CallToolResponse::Complete(result)) => span::record_result(&span, result),
-            Ok(_) => {}
-            Err(error) => span::record_protocol_error(&span, error),
+        if self.answers_with_task(&request.name, &context) {
+            return Ok(self.start_task(request, context));
         }
-        response
+        // The call's own token: rmcp's (the client gone; over stdio, its cancel) or a
+        // `notifications/cancelled` that names it over HTTP.
+        let owner = identity_of(&context).owner();
+        let id = serde_json::to_value(&context.id).unwrap_or_default();
+        context.ct = context.ct.child_token();
+        let _in_flight = self.in_flight.register(&owner, &id, context.ct.clone());
+        self.call_traced(request, context).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let owner = identity_of(&context).owner();
+        self.tasks.get(&owner, &request.task_id)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let owner = identity_of(&context).owner();
+        self.tasks.cancel(&owner, &request.task_id)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let owner = identity_of(&context).owner();
+        self.tasks.update(&owner, &request.task_id)
     }
 
     async fn list_resources(
@@ -460,7 +513,7 @@ impl ServerHandler for FileAgentServer {
     }
 
     fn get_info(&self) -> ServerConfig {
-        let capabilities = if self.tools.saved_tools_on() {
+        let mut capabilities = if self.tools.saved_tools_on() {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
@@ -472,6 +525,15 @@ impl ServerHandler for FileAgentServer {
                 .enable_resources()
                 .build()
         };
+        if self.tasks.offered() {
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(
+                    rmcp::model::TASKS_EXTENSION_ID.to_string(),
+                    Default::default(),
+                );
+        }
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("file-agent", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -509,6 +571,62 @@ fn describe<S>(router: &mut ToolRouter<S>, prompts: &Prompts) -> Result<(), Stri
 }
 
 impl FileAgentServer {
+    /// A `tools/call` in its span, which records how it ended.
+    async fn call_traced(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        use tracing::Instrument as _;
+        let span = span::tools_call(&request, &context);
+        let response = self
+            .call_tool_in_span(request, context)
+            .instrument(span.clone())
+            .await;
+        match &response {
+            Ok(CallToolResponse::Complete(result)) => span::record_result(&span, result),
+            Ok(_) => {}
+            Err(error) => span::record_protocol_error(&span, error),
+        }
+        response
+    }
+
+    /// Whether this call answers with a task: its client declares the Tasks extension (in the
+    /// request, or over stdio at `initialize`) and `FILE_AGENT_TASKS` names its tool.
+    fn answers_with_task(&self, tool: &str, context: &RequestContext<RoleServer>) -> bool {
+        self.tasks.serves(tool)
+            && context
+                .client_capabilities()
+                .is_some_and(|capabilities| capabilities.supports_tasks())
+    }
+
+    /// Answers the call with a task and runs it on its own ([`tasks`]): with the task's token
+    /// in place of the request's, and its phases as the task's status instead of progress.
+    fn start_task(
+        &self,
+        request: CallToolRequestParams,
+        mut context: RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let owner = identity_of(&context).owner();
+        let tool = request.name.to_string();
+        let deadline = self
+            .tools
+            .call_deadline(Tool::named(&tool).unwrap_or(Tool::RunPython));
+        let server = self.clone();
+        let started = self.tasks.start(&owner, deadline, move |token, status| {
+            context.ct = token;
+            context.extensions.insert(status);
+            async move { server.call_traced(request, context).await }
+        });
+        match started {
+            Ok(task) => CallToolResponse::Task(task),
+            Err(refused) => CallToolResult::error(vec![ContentBlock::text(format!(
+                "{tool} failed: {refused}"
+            ))])
+            .into(),
+        }
+    }
+
     /// A `tools/call`: a built-in tool through the router, a saved `my_<name>` tool here.
     async fn call_tool_in_span(
         &self,
@@ -808,14 +926,17 @@ impl FileAgentServer {
         tools
     }
 
-    /// Where this call's phases are shown besides the log: MCP progress when the request has
-    /// a progress token; status events when it names an Open WebUI chat (one it saves: not a
+    /// Where this call's phases are shown besides the log: the status of the task it runs as,
+    /// else MCP progress when the request has a progress token; status events when it names an Open WebUI chat (one it saves: not a
     /// temporary chat or a channel's) and message and the files go to that Open WebUI (with
     /// `FILE_AGENT_CHAT_STATUS` on).
     fn phase_views(&self, context: &RequestContext<RoleServer>) -> phases::Views {
+        // A task's phases are its status: no progress goes to the request that made it.
+        let task = context.extensions.get::<tasks::StatusMessage>().cloned();
         let progress = context
             .meta
             .get_progress_token()
+            .filter(|_| task.is_none())
             .map(|token| (context.peer.clone(), token));
         let header = |name: &str| {
             request_header(context, name)
@@ -838,7 +959,11 @@ impl FileAgentServer {
             }
             _ => None,
         };
-        phases::Views { progress, chat }
+        phases::Views {
+            progress,
+            chat,
+            task,
+        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! The views of a call's phases (`tools::progress`): one task per call receives them in order
 //! and shows each in the log, as an MCP progress notification when the client sent a progress
-//! token, and as a status event under the assistant's message when the call names an Open
-//! WebUI chat and message (`X-OpenWebUI-Chat-Id`, `X-OpenWebUI-Message-Id`) and file-agent
-//! stores its files in that Open WebUI.
+//! token, as the status message of the MCP task the call runs as (if it does), and as a status
+//! event under the assistant's message when the call names an Open WebUI chat and message
+//! (`X-OpenWebUI-Chat-Id`, `X-OpenWebUI-Message-Id`) and file-agent stores its files in that
+//! Open WebUI.
 //!
 //! Nothing here can slow or fail the call: the flows only push into a channel; Open WebUI gets
 //! its events from a task of its own, each post bounded by a short timeout, at most
@@ -57,6 +58,8 @@ pub struct Views {
     pub progress: Option<(Peer<RoleServer>, ProgressToken)>,
     /// The chat message to post status events to.
     pub chat: Option<ChatMessage>,
+    /// The status message of the task the call runs as.
+    pub task: Option<super::tasks::StatusMessage>,
 }
 
 /// Starts showing the phases of call `call` (tool `tool`) in `views`; the returned sender is
@@ -73,6 +76,7 @@ pub fn start(views: Views, call: &str, tool: &str) -> (Phases, tokio::task::Join
     let shown = tokio::spawn(show(
         receiver,
         views.progress,
+        views.task,
         chat,
         call.to_string(),
         tool.to_string(),
@@ -80,10 +84,12 @@ pub fn start(views: Views, call: &str, tool: &str) -> (Phases, tokio::task::Join
     (Phases::to(sender), shown)
 }
 
-/// Shows each phase in the log and as MCP progress, and hands it to the chat's poster.
+/// Shows each phase in the log, as MCP progress and as the task's status, and hands it to the
+/// chat's poster.
 async fn show(
     mut phases: UnboundedReceiver<Phase>,
     progress: Option<(Peer<RoleServer>, ProgressToken)>,
+    task: Option<super::tasks::StatusMessage>,
     chat: Option<tokio::sync::mpsc::UnboundedSender<Phase>>,
     call: String,
     tool: String,
@@ -92,6 +98,9 @@ async fn show(
     while let Some(phase) = phases.recv().await {
         if let Some(message) = phase.message() {
             tracing::info!(call = %call, tool = %tool, phase = %message, "call phase");
+            if let Some(task) = &task {
+                task.set(message.clone());
+            }
             if let Some((peer, token)) = &progress
                 && !matches!(phase, Phase::Done { .. })
             {

@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::AuditLog;
 use crate::config::{AuditOnFailure, AuditPlace, Config};
 use crate::llm::Llm;
-use crate::mcp::FileAgentServer;
+use crate::mcp::{FileAgentServer, InFlight, TaskStore};
 use crate::prompts::Prompts;
 use crate::sandbox::{ReapFilter, ReapScope, Runner, Sandbox};
 use crate::storage::Storage;
@@ -371,8 +371,8 @@ pub fn router(
         .with_state(tools)
 }
 
-/// `/mcp`: rmcp's stateless service behind the JSON-RPC envelope check, the gate and the
-/// `Host` check.
+/// `/mcp`: rmcp's stateless service behind the JSON-RPC envelope check (which hands a
+/// `notifications/cancelled` to the calls under way), the gate and the `Host` check.
 fn mcp_routes(
     tools: &Tools,
     config: &Config,
@@ -380,14 +380,21 @@ fn mcp_routes(
     shutdown: &CancellationToken,
 ) -> axum::Router<Tools> {
     let handler_tools = tools.clone();
+    // Shared by every request's handler: each POST is served by a handler of its own.
+    let (in_flight, tasks) = (InFlight::default(), TaskStore::new(config.tasks.clone()));
+    let handler_in_flight = in_flight.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(FileAgentServer::new(handler_tools.clone())),
+        move || {
+            Ok(FileAgentServer::new(handler_tools.clone())
+                .with_calls(handler_in_flight.clone(), tasks.clone()))
+        },
         Arc::new(NeverSessionManager::default()),
         mcp_config(config, shutdown),
     );
     axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(axum::middleware::from_fn(requests::check_jsonrpc))
+        .layer(axum::Extension(in_flight))
         .layer(axum::middleware::from_fn_with_state(
             gate.clone(),
             gate::admit,
@@ -631,13 +638,16 @@ async fn drain(tools: &Tools) {
 }
 
 /// Serves MCP on stdin/stdout until the client closes it or `shutdown` fires; a client that
-/// declares no roots may name inputs under `local_roots`.
+/// declares no roots may name inputs under `FILE_AGENT_LOCAL_ROOTS`, and one that declares
+/// the Tasks extension gets tasks (`FILE_AGENT_TASKS`).
 pub async fn serve_stdio(
     tools: Tools,
-    local_roots: Vec<std::path::PathBuf>,
+    config: &Config,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let server = FileAgentServer::new(tools.clone()).with_local_roots(local_roots);
+    let server = FileAgentServer::new(tools.clone())
+        .with_local_roots(config.server.local_roots.clone())
+        .with_calls(InFlight::default(), TaskStore::new(config.tasks.clone()));
     let running = server
         .serve_with_ct(rmcp::transport::stdio(), shutdown.child_token())
         .await

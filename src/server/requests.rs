@@ -10,7 +10,9 @@
 //!   (rmcp would answer those `-32601` "method not found");
 //! - every error rmcp answers with a body that is not JSON (a bare text, sometimes echoing a
 //!   header) becomes a JSON-RPC error body with `Content-Type: application/json`;
-//! - [`nosniff`]: every response says `X-Content-Type-Options: nosniff`.
+//! - [`nosniff`]: every response says `X-Content-Type-Options: nosniff`;
+//! - a `notifications/cancelled` is handed to the calls under way (`mcp::InFlight`) before
+//!   rmcp, whose stateless service drops notifications, answers it 202.
 //!
 //! Checks only the envelope: the arguments themselves are the tool's to judge.
 
@@ -106,8 +108,15 @@ pub async fn check_jsonrpc(request: Request, next: Next) -> Response {
         Ok(id) => id,
         Err(refusal) => return refusal,
     };
-    if draining && method_of(&bytes).as_deref() == Some("tools/call") {
+    let method = method_of(&bytes);
+    if draining && method.as_deref() == Some("tools/call") {
         return shutting_down(id);
+    }
+    // rmcp's stateless service drops notifications: a cancel reaches its call from here.
+    if method.as_deref() == Some("notifications/cancelled")
+        && let Some(in_flight) = parts.extensions.get::<crate::mcp::InFlight>()
+    {
+        in_flight.notified_over_http(&parts.extensions, &bytes);
     }
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))

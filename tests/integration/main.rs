@@ -43,6 +43,7 @@ mod signed_trail;
 mod slots;
 mod status;
 mod structured;
+mod tasks;
 mod tenants;
 mod traces;
 mod url_policy;
