@@ -8,7 +8,8 @@
 //!   a plain call gives; `tasks/cancel` stops one mid-attempt and leaves nothing; another
 //!   caller gets "not found" for its id, and cannot cancel it; a client that does not declare
 //!   the extension gets the plain result; SIGTERM stops a running task (the real binary), its
-//!   container removed and its attempt audited.
+//!   container removed and its attempt audited; a research call (the fake Responses API) runs
+//!   as a task by default, and a cancelled one cancels its run at the provider within a second.
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
 use crate::common::{containers_of_instance, unique_instance, wait_for_running, with_timeout};
+use crate::fakes::openai::{FakeOpenAi, Poll};
 use crate::mcp_server::{TestServer, env};
 
 /// Code that runs until it is stopped.
@@ -306,4 +308,96 @@ async fn sigterm_stops_a_running_task_and_audits_it() {
         .find(|line| line["tool"] == "run_python")
         .expect("the task's attempt has its line");
     assert_eq!(attempt["status"], "cancelled", "{attempt}");
+}
+
+/// A server whose model is `llm` (its research answered by the fake's Responses API), with
+/// the default `FILE_AGENT_TASKS` (the tools that ask the model, research among them).
+async fn research_server(llm: &FakeOpenAi) -> TestServer {
+    let mut vars = llm.env();
+    vars.extend(env(&[
+        ("FILE_AGENT_RESEARCH_POLL", "0.05"),
+        ("DEEP_RESEARCH_MODEL", "o4-mini-deep-research"),
+    ]));
+    TestServer::start(&vars).await
+}
+
+#[tokio::test]
+async fn a_research_call_runs_as_a_task_by_default_with_its_report_and_sources() {
+    let llm = FakeOpenAi::with_research(vec![
+        Poll::Queued,
+        Poll::InProgress,
+        Poll::InProgress,
+        Poll::Completed,
+    ])
+    .await;
+    let server = research_server(&llm).await;
+    let arguments = json!({"instructions": "When was async/await stabilised in Rust?"}).to_string();
+    let mut client = SdkClient::start(
+        &server.url,
+        &[],
+        &[
+            "task",
+            "--tool",
+            "conduct_deep_research",
+            "--args",
+            &arguments,
+        ],
+    );
+    let (created, _) = client.until("created").await;
+    assert_eq!(created["task"]["resultType"], "task", "{created}");
+    let (end, statuses) = client.until("end").await;
+    assert!(
+        statuses.iter().any(|status| status["status"] == "working"),
+        "{statuses:?}"
+    );
+    assert_eq!(end["task"]["status"], "completed", "{end}");
+    let (result, _) = client.until("result").await;
+    client.finish().await;
+    let result = &result["result"];
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("## Sources"), "{text}");
+    let sources = &result["structuredContent"]["sources"];
+    assert_eq!(
+        sources[0]["url"], "https://blog.rust-lang.org/2019/11/07/Async-await-stable.html",
+        "{result}"
+    );
+    assert_eq!(llm.research_seen().0.len(), 1);
+}
+
+#[tokio::test]
+async fn a_research_task_cancelled_mid_run_cancels_the_run_at_the_provider() {
+    // The run never ends on its own: the last poll repeats.
+    let llm = FakeOpenAi::with_research(vec![Poll::Queued, Poll::InProgress]).await;
+    let server = research_server(&llm).await;
+    let arguments = json!({"instructions": "A question that takes forever"}).to_string();
+    let mut client = SdkClient::start(
+        &server.url,
+        &[],
+        &[
+            "task",
+            "--tool",
+            "conduct_deep_research",
+            "--args",
+            &arguments,
+            "--cancel-when-running",
+            "--cancel-on",
+            "in progress",
+        ],
+    );
+    client.until("cancel-sent").await;
+    let sent = Instant::now();
+    let (end, _) = client.until("end").await;
+    assert_eq!(end["task"]["status"], "cancelled", "{end}");
+    client.finish().await;
+    while llm.research_seen().2 == 0 {
+        assert!(
+            sent.elapsed() < Duration::from_secs(1),
+            "the run was not cancelled at the provider within a second"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let polls = llm.research_seen().1;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(llm.research_seen().1, polls, "polled after the cancel");
+    server.assert_nothing_left().await;
 }

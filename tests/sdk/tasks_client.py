@@ -14,8 +14,9 @@ Commands (after the endpoint URL and any `--header K=V`):
       `notifications/cancelled`; over 2026-07-28 it aborts the request's POST.
       -> {"event": "running"}, then --delay seconds later {"event": "cancelled"}, then
       waits --linger seconds.
-  task --tool T --args JSON [--cancel-when-running]
-      calls T declaring the extension, expects a task, polls it to its end.
+  task --tool T --args JSON [--cancel-when-running [--cancel-on TEXT]]
+      calls T declaring the extension, expects a task, polls it to its end (cancelling it once
+      its status message holds TEXT, "sandbox" unless told).
       -> {"event": "created", "task": {...}}, {"event": "status", "status", "statusMessage"}
          (each change), {"event": "cancel-sent"}, {"event": "end", "task": {...}}
   get --task-id ID | cancel --task-id ID
@@ -82,9 +83,12 @@ class Tasks(ClientExtension):
 
     identifier = TASKS
 
-    def __init__(self, cancel_when_running: bool = False, poll: float = 0.2) -> None:
+    def __init__(
+        self, cancel_when_running: bool = False, poll: float = 0.2, cancel_on: str = "sandbox"
+    ) -> None:
         self.cancel_when_running = cancel_when_running
         self.poll = poll
+        self.cancel_on = cancel_on
 
     def claims(self):
         return [ResultClaim(result_type="task", model=CreateTaskResult, resolve=self.resolve)]
@@ -100,7 +104,7 @@ class Tasks(ClientExtension):
             if now != seen:
                 seen = now
                 emit(event="status", status=now[0], statusMessage=now[1])
-            running = "sandbox" in (task.get("statusMessage") or "")
+            running = self.cancel_on in (task.get("statusMessage") or "")
             if self.cancel_when_running and running and not cancel_sent:
                 await task_request(ctx.session, "tasks/cancel", task_id)
                 cancel_sent = True
@@ -145,7 +149,7 @@ async def main(args) -> None:
     headers = dict(header.split("=", 1) for header in args.header)
     extensions = []
     if args.command == "task":
-        extensions = [Tasks(cancel_when_running=args.cancel_when_running)]
+        extensions = [Tasks(cancel_when_running=args.cancel_when_running, cancel_on=args.cancel_on)]
     elif args.command in ("get", "cancel"):
         extensions = [Tasks()]
     mode = "legacy" if getattr(args, "legacy", False) else "auto"
@@ -177,6 +181,7 @@ def parse():
         command.add_argument("--args", default="{}")
         if name == "task":
             command.add_argument("--cancel-when-running", action="store_true")
+            command.add_argument("--cancel-on", default="sandbox")
     for name in ("get", "cancel"):
         commands.add_parser(name).add_argument("--task-id", required=True)
     return parser.parse_args()
