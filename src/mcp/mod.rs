@@ -388,6 +388,21 @@ async fn tools_changed(context: &RequestContext<RoleServer>, result: &CallToolRe
 
 /// Who is calling, as the server's gate established it for the HTTP request behind this call
 /// (`server::gate`); over stdio, the one local user.
+/// A `tasks/*` request of the caller's (by its owner key), in its server span.
+fn task_request<T>(
+    method: &'static str,
+    context: &RequestContext<RoleServer>,
+    handle: impl FnOnce(&crate::owner::Owner) -> Result<T, ErrorData>,
+) -> Result<T, ErrorData> {
+    let span = span::other(method, context);
+    let _entered = span.enter();
+    let answer = handle(&identity_of(context).owner());
+    if let Err(error) = &answer {
+        span::record_protocol_error(&span, error);
+    }
+    answer
+}
+
 fn identity_of(context: &RequestContext<RoleServer>) -> Identity {
     match context.extensions.get::<http::request::Parts>() {
         Some(parts) => http_identity(&parts.extensions),
@@ -464,8 +479,9 @@ impl ServerHandler for FileAgentServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let owner = identity_of(&context).owner();
-        self.tasks.get(&owner, &request.task_id)
+        task_request("tasks/get", &context, |owner| {
+            self.tasks.get(owner, &request.task_id)
+        })
     }
 
     async fn cancel_task(
@@ -473,8 +489,9 @@ impl ServerHandler for FileAgentServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let owner = identity_of(&context).owner();
-        self.tasks.cancel(&owner, &request.task_id)
+        task_request("tasks/cancel", &context, |owner| {
+            self.tasks.cancel(owner, &request.task_id)
+        })
     }
 
     async fn update_task(
@@ -482,8 +499,9 @@ impl ServerHandler for FileAgentServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let owner = identity_of(&context).owner();
-        self.tasks.update(&owner, &request.task_id)
+        task_request("tasks/update", &context, |owner| {
+            self.tasks.update(owner, &request.task_id)
+        })
     }
 
     async fn list_resources(

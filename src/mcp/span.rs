@@ -22,7 +22,8 @@ pub(super) fn tools_call(
     )
 }
 
-/// The span of another request (`tools/list`, `resources/list`, `resources/read`), named by
+/// The span of another request (`tools/list`, `resources/list`, `resources/read`, `tasks/get`,
+/// ...), named by
 /// its method alone: a resource's URI holds a file's id, which is the capability to read it.
 pub(super) fn other(method: &'static str, context: &RequestContext<RoleServer>) -> tracing::Span {
     request_span(method, None, context, None)
