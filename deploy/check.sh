@@ -18,10 +18,13 @@
 #    health check (`file-agent health`) passes;
 # 4. compose.yaml itself, `up -d --no-build` with local images under the names it uses (the
 #    image of 3 as file-agent:local, a Debian haproxy as haproxy:2.8-alpine unless that image is
-#    here, this checkout's sandbox image as file-agent-sandbox:compose) and a .env made as
-#    docs/DEPLOYING.md says (from .env.example, with a token): healthy as 10002 and read-only, 401 without
-#    the token, the Host names of .env, run_python through the published port with the token and
-#    its file link, the link still served by a recreated server container (the data is in the
+#    here, this checkout's sandbox image as file-agent-sandbox:compose) and a .env made from
+#    .env.example with docs/PRODUCTION.md's settings (a token, published on the host's address
+#    with the links on it, a metrics token, Open WebUI's signing secret, gVisor where registered):
+#    healthy as 10002 and read-only, 401 without the token, the Host names of .env, run_python
+#    through the published port with the token and a signed user, under runsc where registered,
+#    its file link opened from another machine (a container on the bridge network), /metrics
+#    only with its token, the link still served by a recreated server container (the data is in the
 #    volume), and `down` leaving no container, neither compose's nor a sandbox. It says which
 #    images stood in, and gives every name it borrowed back what it named before.
 #
@@ -207,14 +210,27 @@ cp deploy/docker-proxy/haproxy.cfg "$work/compose/deploy/docker-proxy/"
 # docs/DEPLOYING.md's way: .env from .env.example, with a token. And settings compose must pass on
 # from .env: another published port (not to meet a real deployment on 8000), the links' URL to
 # match it, one more Host name, the instance label leftovers are looked for by.
+# On top, docs/PRODUCTION.md's production settings: published on the host's own address with
+# the links on it (what a browser on another machine opens), /metrics behind its own token, Open
+# WebUI's signed user token, and gVisor where the engine has it registered.
 port=28124
 token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+metrics_token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+jwt_secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+host_ip=$(ip route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
+[ -n "$host_ip" ] || host_ip=$(hostname -I | awk '{print $1}')
+[ -n "$host_ip" ] || { echo "check: this host has no address beyond loopback" >&2; exit 1; }
+runtime=runc
+if docker info --format '{{json .Runtimes}}' | grep -q '"runsc"'; then runtime=runsc; fi
 cp .env.example "$work/compose/.env"
 cat >>"$work/compose/.env" <<EOF
 FILE_AGENT_ACCESS_TOKENS=$token
-FILE_AGENT_PUBLISH=127.0.0.1:$port
-FILE_AGENT_PUBLIC_URL=http://127.0.0.1:$port
-FILE_AGENT_ALLOWED_HOSTS=localhost,127.0.0.1,file-agent,compose-check.invalid
+FILE_AGENT_PUBLISH=$host_ip:$port
+FILE_AGENT_PUBLIC_URL=http://$host_ip:$port
+FILE_AGENT_ALLOWED_HOSTS=localhost,127.0.0.1,$host_ip,file-agent,compose-check.invalid
+FILE_AGENT_METRICS_TOKEN=$metrics_token
+FILE_AGENT_OPENWEBUI_USER_JWT_SECRET=$jwt_secret
+SANDBOX_RUNTIME=$runtime
 SANDBOX_INSTANCE=$instance
 EOF
 sandbox_image=$(compose config | sed -n 's/^ *SANDBOX_IMAGE: *//p' | head -n 1)
@@ -224,7 +240,7 @@ stand_ins="$stand_ins
   $sandbox_image: this checkout's sandbox image, built by build-rootfs.sh (file-agent image build)"
 
 compose up -d --no-build >"$work/compose.log" 2>&1 || { cat "$work/compose.log" >&2; exit 1; }
-url=http://127.0.0.1:$port
+url=http://$host_ip:$port
 wait_healthy() {
   for _ in $(seq 1 60); do
     if curl -fsS "$url/health" >/dev/null 2>&1; then return 0; fi
@@ -248,19 +264,32 @@ host_code() {
 [ "$(host_code elsewhere.invalid)" = 403 ] || { echo "check: a Host name not in .env was accepted" >&2; exit 1; }
 script='open(f"{output_dir}/kept.txt", "w").write("kept across a restart")
 print(2 + 2)'
-"$python" tests/sdk/python_client.py "$url/mcp" --token "$token" --code "$script" >"$work/compose-client.txt" 2>&1 \
+"$python" tests/sdk/python_client.py "$url/mcp" --token "$token" --code "$script" \
+  --openwebui-jwt-secret "$jwt_secret" --user-id compose-check-user >"$work/compose-client.txt" 2>&1 \
   || { cat "$work/compose-client.txt" >&2; compose logs file-agent >&2; exit 1; }
 grep -q "result: 4" "$work/compose-client.txt" || { cat "$work/compose-client.txt" >&2; echo "check: run_python under compose failed" >&2; exit 1; }
 link=$(sed -n "s|^link: \($url/files/.*kept.txt\)\$|\1|p" "$work/compose-client.txt")
 [ -n "$link" ] || { cat "$work/compose-client.txt" >&2; echo "check: no link to kept.txt on $url" >&2; exit 1; }
 [ "$(curl -fsS "$link")" = "kept across a restart" ] || { echo "check: $link does not serve the file" >&2; exit 1; }
+# Another machine's browser: a container on the engine's bridge network, which reaches the host
+# by its address as a machine on the LAN does, not by loopback.
+fetched=$(docker run --rm --network bridge --entrypoint python3 "$sandbox_image" -c \
+  'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$link" 2>&1) \
+  || { echo "check: $link cannot be opened from another machine: $fetched" >&2; exit 1; }
+[ "$fetched" = "kept across a restart" ] || { echo "check: from another machine $link gave: $fetched" >&2; exit 1; }
+code=$(curl -s -o /dev/null -w '%{http_code}' "$url/metrics")
+[ "$code" = 401 ] || { echo "check: /metrics without its token answered $code, not 401" >&2; exit 1; }
+curl -fsS -H "Authorization: Bearer $metrics_token" "$url/metrics" >"$work/metrics.txt" \
+  || { echo "check: /metrics with its token failed" >&2; exit 1; }
+grep -q "^file_agent_sandbox_info{backend=\"docker\",runtime=\"$runtime\"} 1" "$work/metrics.txt" \
+  || { grep file_agent_sandbox_info "$work/metrics.txt" >&2; echo "check: the sandbox does not run under $runtime" >&2; exit 1; }
 # Docker's own health check (every 30 s, file-agent health) says healthy too.
 for _ in $(seq 1 60); do
   [ "$(docker inspect -f '{{.State.Health.Status}}' "$server")" = healthy ] && break
   sleep 1
 done
 [ "$(docker inspect -f '{{.State.Health.Status}}' "$server")" = healthy ] || { echo "check: docker never saw the server healthy" >&2; exit 1; }
-step "   up: healthy as 10002, read-only; 401 without the token; .env's Host names; run_python and its file link with the token"
+step "   up: healthy as 10002, read-only; 401 without the token; .env's Host names; run_python with the token and a signed Open WebUI user, under $runtime; its file link on $host_ip, opened from another machine; /metrics only with its token"
 
 compose up -d --no-build --force-recreate file-agent >>"$work/compose.log" 2>&1 || { cat "$work/compose.log" >&2; exit 1; }
 [ "$(compose ps -q file-agent)" != "$server" ] || { echo "check: the server's container was not recreated" >&2; exit 1; }
