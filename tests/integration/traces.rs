@@ -541,3 +541,50 @@ async fn a_research_run_shows_its_start_and_polls_as_model_requests_without_its_
         "the question is in a span"
     );
 }
+
+#[tokio::test]
+async fn a_tasks_request_has_its_server_span_and_a_refusal_its_error_code() {
+    const TRACE: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let receiver = Receiver::start().await;
+    let endpoint = format!("http://127.0.0.1:{}/v1/traces", receiver.port);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let served = Served::start(
+        &[
+            ("FILE_AGENT_LISTEN", listen.as_str()),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+        ],
+        None,
+    )
+    .await;
+    let declared = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let get = json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/get", "params": {
+        "taskId": "no-such-task",
+        "_meta": {"io.modelcontextprotocol/clientCapabilities": declared,
+                  "traceparent": format!("00-{TRACE}-{PARENT_SPAN}-01")}}});
+    let (status, body) = post_mcp(&served.url, get, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("-32602"), "{body}");
+    served.stop().await;
+    let started = Instant::now();
+    let span = loop {
+        let spans = receiver.spans();
+        if let Some(span) = spans.iter().find(|span| span["name"] == "tasks/get") {
+            break span.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no tasks/get span: {spans:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(span["kind"], "SPAN_KIND_SERVER");
+    assert_eq!(span["trace_id"], TRACE);
+    assert_eq!(span["parent_span_id"], PARENT_SPAN);
+    assert_eq!(span["attributes"]["mcp.method.name"], "tasks/get");
+    assert_eq!(span["attributes"]["error.type"], "-32602");
+    assert!(
+        !contains(&receiver.raw(), "no-such-task"),
+        "the task id is in a span"
+    );
+}
