@@ -9,7 +9,8 @@
 //!   caller gets "not found" for its id, and cannot cancel it; a client that does not declare
 //!   the extension gets the plain result; SIGTERM stops a running task (the real binary), its
 //!   container removed and its attempt audited; a research call (the fake Responses API) runs
-//!   as a task by default, and a cancelled one cancels its run at the provider within a second.
+//!   as a task by default, and a cancelled one cancels its run at the provider within a second;
+//!   over stdio (the SDK starting `file-agent serve --stdio`) a task is polled to its result.
 
 use std::time::{Duration, Instant};
 
@@ -35,13 +36,18 @@ struct SdkClient {
 impl SdkClient {
     /// Starts the script on `url`'s `/mcp` with `headers` and `args` (a command and its options).
     fn start(url: &str, headers: &[&str], args: &[&str]) -> Self {
+        Self::start_on(&format!("{url}/mcp"), headers, args)
+    }
+
+    /// Starts the script on `endpoint` (a URL, or `stdio:COMMAND`).
+    fn start_on(endpoint: &str, headers: &[&str], args: &[&str]) -> Self {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
             .map_or_else(|| root.join("target/test-python"), |dir| root.join(dir));
         let mut command = tokio::process::Command::new(venv.join("bin/python3"));
         command
             .arg(root.join("tests/sdk/tasks_client.py"))
-            .arg(format!("{url}/mcp"));
+            .arg(endpoint);
         for header in headers {
             command.args(["--header", header]);
         }
@@ -400,4 +406,34 @@ async fn a_research_task_cancelled_mid_run_cancels_the_run_at_the_provider() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(llm.research_seen().1, polls, "polled after the cancel");
     server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn over_stdio_a_task_is_polled_to_its_result() {
+    let data = tempfile::tempdir().unwrap();
+    let instance = unique_instance("stask", 10);
+    let endpoint = format!(
+        "stdio:env SANDBOX_INSTANCE={instance} FILE_AGENT_TASKS=all FILE_AGENT_DATA_DIR={} {} serve --stdio",
+        data.path().display(),
+        env!("CARGO_BIN_EXE_file-agent")
+    );
+    let arguments = json!({"code": "print(6 * 7)"}).to_string();
+    let mut client = SdkClient::start_on(
+        &endpoint,
+        &[],
+        &["task", "--tool", "run_python", "--args", &arguments],
+    );
+    let (created, _) = client.until("created").await;
+    assert_eq!(created["task"]["resultType"], "task", "{created}");
+    let (end, _) = client.until("end").await;
+    assert_eq!(end["task"]["status"], "completed", "{end}");
+    let (result, _) = client.until("result").await;
+    client.finish().await;
+    let text = result["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("42"), "{result}");
+    assert_eq!(
+        result["result"]["structuredContent"]["stdout"], "42\n",
+        "{result}"
+    );
+    until_none_left(&instance).await;
 }

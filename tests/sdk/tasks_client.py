@@ -7,7 +7,10 @@ result shape (`ResultClaim`) and sends any request (`session.send_request`), sta
 the client's capabilities; this script's `Tasks` extension is that: it declares the extension on
 every request, claims `resultType: "task"` and polls `tasks/get`.
 
-Commands (after the endpoint URL and any `--header K=V`):
+The endpoint is a Streamable HTTP URL, or `stdio:COMMAND` (shell-quoted) to start COMMAND as a
+stdio server.
+
+Commands (after the endpoint and any `--header K=V`):
   cancel-call --code CODE [--legacy]
       run_python with CODE; once its progress says the sandbox runs it, the call is cancelled
       the SDK's way: over the 2025-11-25 handshake (`--legacy`) the SDK POSTs
@@ -29,11 +32,12 @@ Commands (after the endpoint URL and any `--header K=V`):
 import argparse
 import asyncio
 import json
+import shlex
 import time
 from typing import Any, Literal
 
 import anyio
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.extension import ClientExtension, ClaimContext, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -145,6 +149,17 @@ async def one_request(client: Client, method: str, task_id: str) -> None:
         emit(ok=False, code=error.error.code, message=error.error.message)
 
 
+async def run(client: Client, args) -> None:
+    """The command, on a connected client."""
+    if args.command == "cancel-call":
+        await cancel_call(client, args.code, args.delay, args.linger)
+    elif args.command in ("task", "call"):
+        result = await client.call_tool(args.tool, json.loads(args.args))
+        emit(event="result", result=dumped(result))
+    else:
+        await one_request(client, f"tasks/{args.command}", args.task_id)
+
+
 async def main(args) -> None:
     headers = dict(header.split("=", 1) for header in args.header)
     extensions = []
@@ -153,16 +168,16 @@ async def main(args) -> None:
     elif args.command in ("get", "cancel"):
         extensions = [Tasks()]
     mode = "legacy" if getattr(args, "legacy", False) else "auto"
+    if args.url.startswith("stdio:"):
+        command = shlex.split(args.url.removeprefix("stdio:"))
+        server = StdioServerParameters(command=command[0], args=command[1:])
+        async with Client(server, mode=mode, extensions=extensions or None) as client:
+            await run(client, args)
+        return
     async with create_mcp_http_client(headers=headers or None) as http_client:
         transport = streamable_http_client(args.url, http_client=http_client)
         async with Client(transport, mode=mode, extensions=extensions or None) as client:
-            if args.command == "cancel-call":
-                await cancel_call(client, args.code, args.delay, args.linger)
-            elif args.command in ("task", "call"):
-                result = await client.call_tool(args.tool, json.loads(args.args))
-                emit(event="result", result=dumped(result))
-            else:
-                await one_request(client, f"tasks/{args.command}", args.task_id)
+            await run(client, args)
 
 
 def parse():
