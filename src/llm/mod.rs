@@ -320,15 +320,30 @@ impl Llm {
 /// What a chat request's span keeps of its answer: the model that answered and the token
 /// counts, or the kind of error (`answer_word`'s).
 fn record_answer(span: &tracing::Span, answer: &Result<CreateChatCompletionResponse, OpenAIError>) {
+    record_reply(span, answer, |response| {
+        let usage = response.usage.as_ref();
+        (
+            response.model.as_str(),
+            usage.map(|usage| (usage.prompt_tokens, usage.completion_tokens)),
+        )
+    });
+}
+
+/// What a model request's span keeps of any answer: the model that answered and the input
+/// and output token counts (`reply` reads them off the answer), or the kind of error. Never a
+/// message.
+fn record_reply<T>(
+    span: &tracing::Span,
+    answer: &Result<T, OpenAIError>,
+    reply: impl Fn(&T) -> (&str, Option<(u32, u32)>),
+) {
     match answer {
         Ok(response) => {
-            span.record("gen_ai.response.model", response.model.as_str());
-            if let Some(usage) = &response.usage {
-                span.record("gen_ai.usage.input_tokens", i64::from(usage.prompt_tokens));
-                span.record(
-                    "gen_ai.usage.output_tokens",
-                    i64::from(usage.completion_tokens),
-                );
+            let (model, tokens) = reply(response);
+            span.record("gen_ai.response.model", model);
+            if let Some((input, output)) = tokens {
+                span.record("gen_ai.usage.input_tokens", i64::from(input));
+                span.record("gen_ai.usage.output_tokens", i64::from(output));
             }
         }
         Err(_) => {

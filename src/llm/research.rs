@@ -171,19 +171,13 @@ impl Llm {
 /// What a research request's span keeps of its answer: the model that answered and the token
 /// counts so far (a run's usage grows as it goes), or that it failed. No text, no citation.
 fn record_response(span: &tracing::Span, answer: &Result<Response, OpenAIError>) {
-    match answer {
-        Ok(response) => {
-            span.record("gen_ai.response.model", response.model.as_str());
-            if let Some(usage) = &response.usage {
-                span.record("gen_ai.usage.input_tokens", i64::from(usage.input_tokens));
-                span.record("gen_ai.usage.output_tokens", i64::from(usage.output_tokens));
-            }
-        }
-        Err(_) => {
-            span.record("error.type", super::answer_word(answer));
-            span.record("otel.status_code", "ERROR");
-        }
-    }
+    super::record_reply(span, answer, |response| {
+        let usage = response.usage.as_ref();
+        (
+            response.model.as_str(),
+            usage.map(|usage| (usage.input_tokens, usage.output_tokens)),
+        )
+    });
 }
 
 fn run_of(response: &Response) -> ResearchRun {
