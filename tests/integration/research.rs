@@ -42,7 +42,8 @@ async fn research(
     (result.is_error == Some(true), text, seen)
 }
 
-async fn server_for(llm: &FakeOpenAi, extra: &[(&str, &str)]) -> TestServer {
+/// A server whose model is `llm`, its research runs polled every 50 ms, with `extra` settings.
+pub async fn server_for(llm: &FakeOpenAi, extra: &[(&str, &str)]) -> TestServer {
     let mut vars = llm.env();
     vars.extend(env(&[
         ("FILE_AGENT_RESEARCH_POLL", "0.05"),

@@ -316,17 +316,6 @@ async fn sigterm_stops_a_running_task_and_audits_it() {
     assert_eq!(attempt["status"], "cancelled", "{attempt}");
 }
 
-/// A server whose model is `llm` (its research answered by the fake's Responses API), with
-/// the default `FILE_AGENT_TASKS` (the tools that ask the model, research among them).
-async fn research_server(llm: &FakeOpenAi) -> TestServer {
-    let mut vars = llm.env();
-    vars.extend(env(&[
-        ("FILE_AGENT_RESEARCH_POLL", "0.05"),
-        ("DEEP_RESEARCH_MODEL", "o4-mini-deep-research"),
-    ]));
-    TestServer::start(&vars).await
-}
-
 #[tokio::test]
 async fn a_research_call_runs_as_a_task_by_default_with_its_report_and_sources() {
     let llm = FakeOpenAi::with_research(vec![
@@ -336,7 +325,7 @@ async fn a_research_call_runs_as_a_task_by_default_with_its_report_and_sources()
         Poll::Completed,
     ])
     .await;
-    let server = research_server(&llm).await;
+    let server = crate::research::server_for(&llm, &[]).await;
     let arguments = json!({"instructions": "When was async/await stabilised in Rust?"}).to_string();
     let mut client = SdkClient::start(
         &server.url,
@@ -372,9 +361,10 @@ async fn a_research_call_runs_as_a_task_by_default_with_its_report_and_sources()
 
 #[tokio::test]
 async fn a_research_task_cancelled_mid_run_cancels_the_run_at_the_provider() {
-    // The run never ends on its own: the last poll repeats.
+    // The run never ends on its own: the last poll repeats. The default FILE_AGENT_TASKS has
+    // research among the tools that answer with a task.
     let llm = FakeOpenAi::with_research(vec![Poll::Queued, Poll::InProgress]).await;
-    let server = research_server(&llm).await;
+    let server = crate::research::server_for(&llm, &[]).await;
     let arguments = json!({"instructions": "A question that takes forever"}).to_string();
     let mut client = SdkClient::start(
         &server.url,

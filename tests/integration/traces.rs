@@ -271,6 +271,28 @@ async fn until_exported(receiver: &Receiver, calls: usize) -> Vec<Value> {
     }
 }
 
+/// One call from the official SDK, which a failing collector must not slow; then the
+/// dropped-spans counter, once it moves (or after `patience`).
+async fn call_then_count_drops(served: &Served, patience: Duration) -> f64 {
+    let started = Instant::now();
+    let output = python_sdk(&served.url, &["--no-list"]).await;
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut dropped = 0.0;
+    let waiting = Instant::now();
+    while dropped == 0.0 && waiting.elapsed() < patience {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        dropped = crate::faults::metric(&served.url, "file_agent_trace_spans_dropped_total")
+            .await
+            .expect("no dropped-spans counter in /metrics");
+    }
+    dropped
+}
+
 #[tokio::test]
 async fn a_collector_that_is_down_or_a_full_queue_fails_no_call_and_drops_are_counted_and_said() {
     // Nothing listens on this port: every export is refused.
@@ -289,31 +311,7 @@ async fn a_collector_that_is_down_or_a_full_queue_fails_no_call_and_drops_are_co
         None,
     )
     .await;
-    let started = Instant::now();
-    let output = python_sdk(&served.url, &["--no-list"]).await;
-    assert!(output.status.success(), "{output:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        started.elapsed()
-    );
-    let mut dropped = 0.0;
-    let waiting = Instant::now();
-    while dropped == 0.0 && waiting.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let metrics = with_timeout(reqwest::get(format!("{}/metrics", served.url)))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        dropped = metrics
-            .lines()
-            .find_map(|line| line.strip_prefix("file_agent_trace_spans_dropped_total "))
-            .unwrap_or_else(|| panic!("no dropped-spans counter:\n{metrics}"))
-            .parse()
-            .unwrap();
-    }
+    let dropped = call_then_count_drops(&served, Duration::from_secs(30)).await;
     let log = served.stop().await;
     wait_for_containers(&instance, 0).await;
     assert!(dropped >= 1.0, "no span counted as dropped\n{log}");
@@ -357,22 +355,7 @@ async fn a_collector_that_never_answers_slows_no_call_and_a_full_queue_is_counte
         None,
     )
     .await;
-    let started = Instant::now();
-    let output = python_sdk(&served.url, &["--no-list"]).await;
-    assert!(output.status.success(), "{output:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        started.elapsed()
-    );
-    let mut dropped = 0.0;
-    let waiting = Instant::now();
-    while dropped == 0.0 && waiting.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        dropped = crate::faults::metric(&served.url, "file_agent_trace_spans_dropped_total")
-            .await
-            .unwrap_or(0.0);
-    }
+    let dropped = call_then_count_drops(&served, Duration::from_secs(20)).await;
     // The collector goes: the hung export fails at once and the server stops promptly.
     collector.abort();
     let log = served.stop().await;
