@@ -30,18 +30,14 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+# The saved tool python_client.py checks, with an output schema of its own here.
+from python_client import ADD, ADD_SCHEMA as ADD_INPUT
+
 BUILT_IN = {
     "generate_file", "modify_file", "run_python", "analyze_file", "data_analysis_tool",
     "conduct_deep_research", "create_tool", "generate_tool", "list_tools", "delete_tool",
 }
 
-ADD = "def run(a, b):\n    \"\"\"Adds two integers.\"\"\"\n    return {'sum': a + b}\n"
-ADD_INPUT = {
-    "type": "object",
-    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-    "required": ["a", "b"],
-    "examples": [{"a": 1, "b": 2}],
-}
 ADD_OUTPUT = {
     "type": "object",
     "properties": {"sum": {"type": "integer"}},
