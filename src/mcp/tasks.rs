@@ -97,17 +97,19 @@ impl TaskStore {
         }
     }
 
+    /// `FILE_AGENT_TASKS` and its bounds; `None` for the default store, which offers no task.
+    fn settings(&self) -> Option<&TasksConfig> {
+        self.config.as_ref().as_ref()
+    }
+
     /// Whether any call may answer with a task (the server then offers the extension).
     pub fn offered(&self) -> bool {
-        self.config.as_ref().as_ref().is_some_and(|c| c.tools.any())
+        self.settings().is_some_and(|c| c.tools.any())
     }
 
     /// Whether a call of `tool` answers with a task, for a client that declares the extension.
     pub fn serves(&self, tool: &str) -> bool {
-        self.config
-            .as_ref()
-            .as_ref()
-            .is_some_and(|c| c.tools.includes(tool))
+        self.settings().is_some_and(|c| c.tools.includes(tool))
     }
 
     /// Makes a task of `owner` for a call that may take `deadline`, and starts `call` on its
@@ -184,11 +186,7 @@ impl TaskStore {
         deadline: Duration,
         cancel: CancellationToken,
     ) -> Result<Task, String> {
-        let per_caller = self
-            .config
-            .as_ref()
-            .as_ref()
-            .map_or(0, |config| config.per_caller);
+        let per_caller = self.settings().map_or(0, |config| config.per_caller);
         let mut tasks = lock(&self.tasks);
         self.sweep(&mut tasks);
         let mine: Vec<(&String, &Entry)> = tasks
@@ -259,9 +257,7 @@ impl TaskStore {
     /// result's time; once it ended, until its result's time is up.
     fn ttl(&self, entry: &Entry) -> Duration {
         let result_ttl = self
-            .config
-            .as_ref()
-            .as_ref()
+            .settings()
             .map_or(Duration::ZERO, |config| config.result_ttl);
         match &entry.end {
             Some((_, at)) => at.duration_since(entry.created) + result_ttl,
