@@ -225,10 +225,9 @@ impl<R: Runner> Tools<R> {
         bytes: Vec<u8>,
         caller: &Caller,
     ) -> Result<StoredFile, ToolError> {
-        use sha2::Digest as _;
         announce(Phase::Storing);
         let image = inline_image(content_type, &bytes);
-        let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+        let sha256 = crate::audit::sha256_hex(&bytes);
         let span = super::spans::upload(self.storage.kind(), content_type, bytes.len());
         let stored = self
             .storage
