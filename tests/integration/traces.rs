@@ -367,6 +367,27 @@ async fn a_collector_that_never_answers_slows_no_call_and_a_full_queue_is_counte
     assert!(log.contains("traces: the export queue is full"), "{log}");
 }
 
+/// A receiver, and the real binary exporting its traces to it, its model `llm`, with `extra`
+/// settings.
+async fn traced_server(llm: &FakeOpenAi, extra: &[(&str, &str)]) -> (Receiver, Served) {
+    let receiver = Receiver::start().await;
+    let endpoint = format!("http://127.0.0.1:{}/v1/traces", receiver.port);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let llm_env = llm.env();
+    let mut vars: Vec<(&str, &str)> = llm_env
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    vars.extend([
+        ("FILE_AGENT_LISTEN", listen.as_str()),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+    ]);
+    vars.extend_from_slice(extra);
+    let served = Served::start(&vars, None).await;
+    (receiver, served)
+}
+
 #[tokio::test]
 async fn a_retried_generate_file_shows_both_attempts_and_model_requests_under_the_http_traceparent()
 {
@@ -379,22 +400,8 @@ async fn a_retried_generate_file_shows_both_attempts_and_model_requests_under_th
         Reply::Code(llm_script("excel_sales.py")),
     ])
     .await;
-    let receiver = Receiver::start().await;
-    let endpoint = format!("http://127.0.0.1:{}/v1/traces", receiver.port);
-    let listen = format!("127.0.0.1:{}", free_port());
     let instance = unique_instance("traces", 12);
-    let llm_env = llm.env();
-    let mut vars: Vec<(&str, &str)> = llm_env
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect();
-    vars.extend([
-        ("FILE_AGENT_LISTEN", listen.as_str()),
-        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
-        ("OTEL_BSP_SCHEDULE_DELAY", "200"),
-        ("SANDBOX_INSTANCE", instance.as_str()),
-    ]);
-    let served = Served::start(&vars, None).await;
+    let (receiver, served) = traced_server(&llm, &[("SANDBOX_INSTANCE", instance.as_str())]).await;
     // No `_meta` trace context: the HTTP request's `traceparent` header is the parent.
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "generate_file", "arguments": {
@@ -468,22 +475,14 @@ async fn a_research_run_shows_its_start_and_polls_as_model_requests_without_its_
     const QUESTION: &str = "the-secret-question-about-walruses";
     let llm =
         FakeOpenAi::with_research(vec![Poll::Queued, Poll::InProgress, Poll::Completed]).await;
-    let receiver = Receiver::start().await;
-    let endpoint = format!("http://127.0.0.1:{}/v1/traces", receiver.port);
-    let listen = format!("127.0.0.1:{}", free_port());
-    let llm_env = llm.env();
-    let mut vars: Vec<(&str, &str)> = llm_env
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect();
-    vars.extend([
-        ("FILE_AGENT_LISTEN", listen.as_str()),
-        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
-        ("OTEL_BSP_SCHEDULE_DELAY", "200"),
-        ("FILE_AGENT_RESEARCH_POLL", "0.05"),
-        ("DEEP_RESEARCH_MODEL", "o4-mini-deep-research"),
-    ]);
-    let served = Served::start(&vars, None).await;
+    let (receiver, served) = traced_server(
+        &llm,
+        &[
+            ("FILE_AGENT_RESEARCH_POLL", "0.05"),
+            ("DEEP_RESEARCH_MODEL", "o4-mini-deep-research"),
+        ],
+    )
+    .await;
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
         "params": {"name": "conduct_deep_research", "arguments": {"instructions": QUESTION}}});
     let (status, body) = post_mcp(&served.url, call, &[]).await;
