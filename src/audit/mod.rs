@@ -32,6 +32,7 @@ pub mod checkpoints;
 pub mod merkle;
 pub mod note;
 pub mod proof;
+pub mod receipt;
 pub mod recovery;
 pub mod retention;
 pub mod tree;
@@ -316,6 +317,8 @@ pub struct Receipt {
     pub leaf_index: u64,
     /// SHA-256(0x00 ‖ the line's bytes).
     pub leaf_hash: merkle::Hash,
+    /// The line, without its newline: what a signed receipt carries ([`receipt`]).
+    pub line: std::sync::Arc<str>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -530,6 +533,7 @@ impl AuditLog {
             origin: self.origin.clone(),
             leaf_index: record.seq - 1,
             leaf_hash,
+            line: line.into(),
         })
     }
 
