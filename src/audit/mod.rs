@@ -1270,7 +1270,7 @@ fn describe_files(list: &[FileDigest]) -> String {
 /// `text` with every control character (C0, DEL, C1: terminal escapes, line breaks) and every
 /// bidirectional formatting character (which can reorder what a reader sees) written as a
 /// `\u{..}` escape.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     let mut shown = String::with_capacity(text.len());
     for c in text.chars() {
         let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');

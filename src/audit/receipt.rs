@@ -179,6 +179,11 @@ impl Batcher {
     /// The signed receipts of `receipts`, once a checkpoint covers them, or after
     /// [`WAIT_BOUND`] unsigned, saying why.
     pub async fn signed(&self, receipts: Vec<Receipt>) -> Vec<Entry> {
+        self.signed_within(receipts, WAIT_BOUND).await
+    }
+
+    /// [`Self::signed`], waiting at most `bound`.
+    pub async fn signed_within(&self, receipts: Vec<Receipt>, bound: Duration) -> Vec<Entry> {
         let ours: Vec<&Receipt> = receipts
             .iter()
             .filter(|r| r.origin == self.log.origin())
@@ -186,7 +191,7 @@ impl Batcher {
         let Some(needed) = ours.iter().map(|r| r.leaf_index + 1).max() else {
             return receipts.iter().map(Entry::of).collect();
         };
-        let waited = self.covering(needed).await;
+        let waited = self.covering(needed, bound).await;
         receipts
             .iter()
             .map(|receipt| match &waited {
@@ -198,12 +203,12 @@ impl Batcher {
     }
 
     /// The first checkpoint of at least `needed` lines, or why none came.
-    async fn covering(&self, needed: u64) -> Result<StoredCheckpoint, String> {
+    async fn covering(&self, needed: u64, bound: Duration) -> Result<StoredCheckpoint, String> {
         let mut published = self.published.subscribe();
         // Every round begun after this one signs the lines written so far, ours among them.
         let asked = self.begun.load(Ordering::SeqCst);
         self.wanted.notify_one();
-        let deadline = tokio::time::Instant::now() + WAIT_BOUND;
+        let deadline = tokio::time::Instant::now() + bound;
         loop {
             {
                 let now = published.borrow_and_update();
@@ -224,8 +229,8 @@ impl Batcher {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) | Err(_) => {
                     return Err(format!(
-                        "no checkpoint covered line {needed} within {} s (the signer is slow or stuck: see the server's log); a later checkpoint covers it: prove it with `file-agent audit prove --index {}`",
-                        WAIT_BOUND.as_secs(),
+                        "no checkpoint covered line {needed} within {:.1} s (the signer is slow or stuck: see the server's log); a later checkpoint covers it: prove it with `file-agent audit prove --index {}`",
+                        bound.as_secs_f64(),
                         needed - 1
                     ));
                 }

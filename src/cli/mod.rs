@@ -173,6 +173,30 @@ enum AuditCommand {
         #[arg(long, value_name = "NAME", requires = "key")]
         origin: Option<String>,
     },
+    /// Check a receipt saved from a call's result offline, against the log's key alone: the
+    /// checkpoint's signature by that key, its origin, the inclusion proof of the line's leaf
+    /// to the signed root, and that the line (in the receipt, or --line) hashes to the leaf.
+    /// The file holds JSON: the result's `_meta`, its `io.file-agent/receipts` list, or one
+    /// receipt of it (servers with FILE_AGENT_AUDIT_RECEIPTS=signed). Exit 1 when a receipt
+    /// does not prove its line, saying what failed.
+    VerifyReceipt {
+        /// The saved receipt (JSON).
+        file: PathBuf,
+        /// The log's verifier key (`<name>+<id>+<base64>`, as `audit keygen` printed it), or a
+        /// file holding it.
+        #[arg(long, value_name = "VERIFIER")]
+        key: String,
+        /// The audit line itself (its exact bytes; one trailing newline is ignored), checked
+        /// instead of the receipt's own copy. Only for a file of one receipt.
+        #[arg(long, value_name = "FILE")]
+        line: Option<PathBuf>,
+        /// A witness's cosignature key that must have cosigned the checkpoint. May be repeated.
+        #[arg(long, value_name = "VERIFIER")]
+        witness_key: Vec<String>,
+        /// The chains' origin prefix when it is not the key's name (FILE_AGENT_AUDIT_ORIGIN).
+        #[arg(long, value_name = "NAME")]
+        origin: Option<String>,
+    },
     /// Make the Ed25519 key pair that signs checkpoints (C2SP signed-note formats): writes the
     /// private key to FILE (never over an existing file, mode 0600) for
     /// FILE_AGENT_AUDIT_SIGNING_KEY_FILE, and prints the verifier key to give reviewers and
@@ -401,6 +425,19 @@ fn audit_command(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 origin.as_deref(),
             ),
         },
+        AuditCommand::VerifyReceipt {
+            file,
+            key,
+            line,
+            witness_key,
+            origin,
+        } => audit::verify_receipt(
+            &file,
+            &key,
+            line.as_deref(),
+            &witness_key,
+            origin.as_deref(),
+        ),
         AuditCommand::Keygen { name, out } => checkpoints::keygen(&name, &out),
         AuditCommand::Prove {
             folder,

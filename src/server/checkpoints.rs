@@ -82,3 +82,100 @@ pub async fn last_round(tools: &Tools) {
         checkpoint_round(audit, LAST_ROUND_WITNESS_TIMEOUT).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::checkpoints::Signing;
+    use crate::audit::note::{ED25519_ALGORITHM, SignerKey};
+    use crate::audit::receipt::{self, Entry};
+    use crate::audit::{Receipt, Record};
+
+    /// A signing trail in `dir`, and its batcher (a window of one second).
+    fn signing_trail(dir: &std::path::Path) -> Arc<Batcher> {
+        let key = SignerKey::from_seed("batches.test/audit", &[3; 32], ED25519_ALGORITHM).unwrap();
+        let config = Config::from_lookup(|_| None).unwrap().audit;
+        let log = AuditLog::open(&dir.join("chain.jsonl"), config).unwrap();
+        let signing = Signing::new(
+            key,
+            "batches.test/audit/chain".into(),
+            Vec::new(),
+            dir.join("chain.jsonl.checkpoints"),
+        );
+        let log = Arc::new(log.with_signing(signing).unwrap());
+        Arc::new(Batcher::new(log, Duration::from_secs(60)))
+    }
+
+    fn line(batcher: &Batcher) -> Receipt {
+        batcher
+            .log()
+            .append(Record {
+                time: crate::time::rfc3339_now(),
+                status: "ok".into(),
+                ..Record::default()
+            })
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn calls_ending_within_a_window_share_one_checkpoint_and_each_receipt_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let batcher = signing_trail(dir.path());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(batched(batcher.clone(), Duration::from_secs(60), shutdown.clone()));
+        let started = Instant::now();
+        let mut calls = Vec::new();
+        for _ in 0..8 {
+            let receipt = line(&batcher);
+            let batcher = batcher.clone();
+            calls.push(tokio::spawn(async move { batcher.signed(vec![receipt]).await }));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut sizes = std::collections::BTreeSet::new();
+        let key = batcher.log().signing().unwrap().verifier();
+        for call in calls {
+            let entries: Vec<Entry> = call.await.unwrap();
+            let entry = &entries[0];
+            assert_eq!(entry.unsigned, None, "{entry:?}");
+            receipt::verify(entry, &key, None, None, &[]).unwrap();
+            sizes.insert(entry.tree_size.unwrap());
+        }
+        // The first call's round runs at once, the others wait for the window's end and share
+        // the next: two signatures for eight calls, within about a window.
+        assert_eq!(sizes.len(), 2, "{sizes:?}");
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        let kept = crate::audit::checkpoints::read(&dir.path().join("chain.jsonl.checkpoints")).unwrap();
+        assert_eq!(kept.len(), 2);
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn without_a_signer_an_answer_waits_its_bound_then_says_it_is_unsigned() {
+        let dir = tempfile::tempdir().unwrap();
+        let batcher = signing_trail(dir.path());
+        let receipt = line(&batcher);
+        let bound = Duration::from_millis(300);
+        let started = Instant::now();
+        let entries = batcher.signed_within(vec![receipt.clone()], bound).await;
+        let waited = started.elapsed();
+        assert!(waited >= bound && waited < bound * 3, "{waited:?}");
+        let reason = entries[0].unsigned.as_deref().unwrap();
+        assert!(reason.contains("no checkpoint covered line 1 within 0.3 s"), "{reason}");
+        assert_eq!(entries[0].line.as_deref(), Some(&*receipt.line));
+        assert_eq!(entries[0].checkpoint, None);
+    }
+
+    #[tokio::test]
+    async fn at_shutdown_the_waiting_calls_get_their_checkpoint_and_later_ones_are_told_none_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let batcher = signing_trail(dir.path());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(batched(batcher.clone(), Duration::from_secs(60), shutdown.clone()));
+        shutdown.cancel();
+        task.await.unwrap();
+        let entries = batcher.signed(vec![line(&batcher)]).await;
+        let reason = entries[0].unsigned.as_deref().unwrap();
+        assert!(reason.contains("the server was stopping"), "{reason}");
+    }
+}
