@@ -21,7 +21,7 @@ const LOG_NAME: &str = "signed-trail.test/audit";
 
 /// A key made by `audit keygen` in a folder of its own (never the data folder); its path and
 /// verifier key.
-async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
+pub(crate) async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
     let key = folder.join(format!(
         "{}.key",
         crate::common::unique_instance("audit", 8)
@@ -64,7 +64,7 @@ async fn serve(data: &Path, instance: &str, key: &Path, witness: &FakeWitness) -
 }
 
 /// The JSON-RPC result of a raw `tools/call` answer (JSON or one SSE event).
-fn result_of(body: &str) -> Value {
+pub(crate) fn result_of(body: &str) -> Value {
     let json = body
         .lines()
         .find_map(|line| line.strip_prefix("data:"))
@@ -122,7 +122,7 @@ async fn until_signed(live: &Path, lines: usize) -> Value {
 }
 
 /// Runs the tests' Python verifier with `args`, `input` on stdin; its JSON answer.
-async fn python_verifier(args: &[&str], input: &str) -> Value {
+pub(crate) async fn python_verifier(args: &[&str], input: &str) -> Value {
     use tokio::io::AsyncWriteExt;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
