@@ -157,10 +157,12 @@ impl Batcher {
     }
 
     /// Runs a round (`audit::witness::checkpoint_round`, the witnesses waited for at most
-    /// `witness_timeout`) and tells the waiting calls (for the checkpoint task).
-    pub async fn round(&self, witness_timeout: Duration) {
+    /// `witness_timeout`) and tells the waiting calls (for the checkpoint task); whether it
+    /// signed a checkpoint (it does not when no line came since the last).
+    pub async fn round(&self, witness_timeout: Duration) -> bool {
         let number = self.begun.fetch_add(1, Ordering::SeqCst) + 1;
         let signed = super::witness::checkpoint_round(&self.log, witness_timeout).await;
+        let fresh = signed.is_some();
         let newest = signed.or_else(|| self.log.signing().and_then(|s| s.last()));
         self.published.send_modify(|published| {
             published.round = published.round.max(number);
@@ -168,6 +170,7 @@ impl Batcher {
                 published.checkpoint = newest;
             }
         });
+        fresh
     }
 
     /// No round comes any more: the calls still waiting stop waiting (for the checkpoint task,

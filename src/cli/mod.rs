@@ -112,6 +112,10 @@ enum Command {
         /// this process).
         #[arg(long)]
         no_traces: bool,
+        /// Skip timing signed receipts (FILE_AGENT_AUDIT_RECEIPTS=signed against line: warm
+        /// `run_python` calls alone and in bursts, and calls per signature).
+        #[arg(long)]
+        no_receipts: bool,
     },
 }
 
@@ -485,6 +489,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
             no_mcp,
             no_trail,
             no_traces,
+            no_receipts,
         } => {
             let args = bench::BenchArgs {
                 runs: runs.max(1),
@@ -494,6 +499,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
                 mcp: !no_mcp,
                 trail: !no_trail,
                 traces: !no_traces,
+                receipts: !no_receipts,
             };
             bench::bench(config, args).await
         }

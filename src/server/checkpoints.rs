@@ -55,22 +55,27 @@ async fn periodic(audit: Arc<AuditLog>, every: Duration, shutdown: CancellationT
 /// `shutdown`; then one more for the calls waiting, and the rest are told none comes.
 async fn batched(batcher: Arc<Batcher>, every: Duration, shutdown: CancellationToken) {
     let window = batcher.window();
-    // When the last round began: the next for waiting calls begins a window later at the
-    // earliest.
-    let mut last = Instant::now() - window;
+    // When the last checkpoint was signed: the next round for waiting calls begins a window
+    // later at the earliest. (A round that found no new line signed nothing, and does not
+    // count.)
+    let mut signed = Instant::now() - window;
+    let mut periodic = Instant::now() + every;
     loop {
         let timeout = tokio::select! {
             () = shutdown.cancelled() => break,
-            () = tokio::time::sleep_until(last + every) => WITNESS_TIMEOUT,
+            () = tokio::time::sleep_until(periodic) => WITNESS_TIMEOUT,
             () = batcher.wanted() => {
                 tokio::select! {
                     () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep_until(last + window) => WITNESS_WAIT,
+                    () = tokio::time::sleep_until(signed + window) => WITNESS_WAIT,
                 }
             }
         };
-        last = Instant::now();
-        batcher.round(timeout).await;
+        let began = Instant::now();
+        if batcher.round(timeout).await {
+            signed = began;
+        }
+        periodic = began + every;
     }
     batcher.round(WITNESS_WAIT).await;
     batcher.close();
