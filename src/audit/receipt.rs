@@ -176,7 +176,8 @@ impl Batcher {
     /// No round comes any more: the calls still waiting stop waiting (for the checkpoint task,
     /// at shutdown).
     pub fn close(&self) {
-        self.published.send_modify(|published| published.closed = true);
+        self.published
+            .send_modify(|published| published.closed = true);
     }
 
     /// The signed receipts of `receipts`, once a checkpoint covers them, or after
@@ -244,7 +245,9 @@ impl Batcher {
     /// Why a round begun after the call asked signed nothing that covers line `needed`.
     fn failed(&self, needed: u64) -> String {
         match self.log.signing().and_then(|s| s.alarm()) {
-            Some(alarm) => format!("no checkpoint is signed while the audit trail's alarm is raised: {alarm}"),
+            Some(alarm) => {
+                format!("no checkpoint is signed while the audit trail's alarm is raised: {alarm}")
+            }
             None => format!(
                 "the signer signed no checkpoint that covers line {needed} (see the server's log: the tree may not follow the lines)"
             ),
@@ -327,9 +330,8 @@ pub fn entries(value: serde_json::Value) -> Result<Vec<Entry>, ReceiptError> {
         .into_iter()
         .enumerate()
         .map(|(index, item)| {
-            serde_json::from_value(item).map_err(|error| {
-                ReceiptError::Format(format!("receipt {}: {error}", index + 1))
-            })
+            serde_json::from_value(item)
+                .map_err(|error| ReceiptError::Format(format!("receipt {}: {error}", index + 1)))
         })
         .collect()
 }
@@ -386,7 +388,9 @@ pub enum ReceiptError {
     #[error("origin: {0}")]
     Origin(String),
     /// The receipt's size is not the signed one.
-    #[error("the receipt says the checkpoint covers {claimed} lines, the signed checkpoint says {signed}")]
+    #[error(
+        "the receipt says the checkpoint covers {claimed} lines, the signed checkpoint says {signed}"
+    )]
     Size {
         /// The receipt's `tree_size`.
         claimed: u64,
@@ -437,7 +441,10 @@ pub fn verify(
         return Err(ReceiptError::NotLogKey(key.encoded()));
     }
     let missing = |field: &str| ReceiptError::Format(format!("it has no {field:?}"));
-    let note = entry.checkpoint.as_deref().ok_or_else(|| missing("checkpoint"))?;
+    let note = entry
+        .checkpoint
+        .as_deref()
+        .ok_or_else(|| missing("checkpoint"))?;
     let note = Note::parse(note).map_err(|e| ReceiptError::Note(e.0))?;
     match note.signed_by(key) {
         Ok(Some(_)) => {}
@@ -455,7 +462,11 @@ pub fn verify(
         Err(error) => return Err(ReceiptError::BadSignature(error.0)),
     }
     let body = Checkpoint::parse(&note.text).map_err(|e| ReceiptError::Note(e.0))?;
-    check_origin(&body.origin, &entry.origin, origin_prefix.unwrap_or(&key.name))?;
+    check_origin(
+        &body.origin,
+        &entry.origin,
+        origin_prefix.unwrap_or(&key.name),
+    )?;
     let claimed = entry.tree_size.ok_or_else(|| missing("tree_size"))?;
     if claimed != body.size {
         return Err(ReceiptError::Size {
@@ -539,7 +550,10 @@ mod tests {
     /// A receipt of line 2 of a 3-line chain, signed by `key`.
     fn signed_entry(key: &SignerKey) -> Entry {
         let lines: Vec<String> = (1..=3).map(|n| format!("{{\"seq\":{n}}}")).collect();
-        let leaves: Vec<Hash> = lines.iter().map(|l| merkle::leaf_hash(l.as_bytes())).collect();
+        let leaves: Vec<Hash> = lines
+            .iter()
+            .map(|l| merkle::leaf_hash(l.as_bytes()))
+            .collect();
         let reader = MemoryTree::of(&leaves);
         let root = merkle::root(3, &reader).unwrap();
         let proof = merkle::inclusion_proof(1, 3, &reader).unwrap();

@@ -226,7 +226,8 @@ fn verifier_key(given: &str) -> anyhow::Result<VerifierKey> {
     let parsed = VerifierKey::parse(given);
     let path = Path::new(given);
     if parsed.is_ok() || !path.is_file() {
-        return parsed.context("--key (a verifier key <name>+<id>+<base64>, or a file holding one)");
+        return parsed
+            .context("--key (a verifier key <name>+<id>+<base64>, or a file holding one)");
     }
     let text = read_bounded(path, MAX_KEY_FILE_BYTES).context("--key")?;
     VerifierKey::parse(text.trim()).with_context(|| format!("--key: the key in {}", path.display()))
@@ -261,8 +262,12 @@ pub fn verify_receipt(
         .map(|w| VerifierKey::parse(w).context("--witness-key"))
         .collect::<anyhow::Result<_>>()?;
     let text = read_bounded(file, receipt::MAX_RECEIPT_FILE_BYTES)?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not JSON: save the result's _meta as it came", file.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not JSON: save the result's _meta as it came",
+            file.display()
+        )
+    })?;
     let entries = receipt::entries(value).with_context(|| file.display().to_string())?;
     let line = match line {
         Some(_) if entries.len() > 1 => anyhow::bail!(
@@ -271,7 +276,8 @@ pub fn verify_receipt(
             entries.len()
         ),
         Some(path) => {
-            let mut bytes = std::fs::read(path).with_context(|| format!("cannot read --line {}", path.display()))?;
+            let mut bytes = std::fs::read(path)
+                .with_context(|| format!("cannot read --line {}", path.display()))?;
             if bytes.last() == Some(&b'\n') {
                 bytes.pop();
             }
@@ -281,7 +287,12 @@ pub fn verify_receipt(
     };
     let mut failed = 0;
     for (number, entry) in entries.iter().enumerate() {
-        let which = format!("receipt {} (line {} of {})", number + 1, entry.leaf_index + 1, audit::printable(&entry.origin));
+        let which = format!(
+            "receipt {} (line {} of {})",
+            number + 1,
+            entry.leaf_index + 1,
+            audit::printable(&entry.origin)
+        );
         match receipt::verify(entry, &key, origin, line.as_deref(), &witnesses) {
             Ok(proved) => print_proved(&which, &proved, &key, entry, line.as_deref()),
             Err(error) => {
@@ -290,11 +301,21 @@ pub fn verify_receipt(
             }
         }
     }
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// What one receipt proved, and what its line says.
-fn print_proved(which: &str, proved: &receipt::Proved, key: &VerifierKey, entry: &receipt::Entry, line: Option<&[u8]>) {
+fn print_proved(
+    which: &str,
+    proved: &receipt::Proved,
+    key: &VerifierKey,
+    entry: &receipt::Entry,
+    line: Option<&[u8]>,
+) {
     let cosigned = if proved.cosigned_by.is_empty() {
         String::new()
     } else {
@@ -310,7 +331,9 @@ fn print_proved(which: &str, proved: &receipt::Proved, key: &VerifierKey, entry:
         proved.tree_size,
         key.encoded()
     );
-    let shown = line.map(|l| String::from_utf8_lossy(l).into_owned()).or_else(|| entry.line.clone());
+    let shown = line
+        .map(|l| String::from_utf8_lossy(l).into_owned())
+        .or_else(|| entry.line.clone());
     if let Some(record) = shown.and_then(|l| serde_json::from_str::<Record>(&l).ok()) {
         for text in audit::describe(&record).lines() {
             println!("  {text}");

@@ -1196,12 +1196,17 @@ mod tests {
         assert_eq!(bad.var, "FILE_AGENT_AUDIT_RECEIPTS");
         let keyless = config(&[("FILE_AGENT_AUDIT_RECEIPTS", "signed")]).unwrap_err();
         assert!(
-            keyless.to_string().contains("FILE_AGENT_AUDIT_SIGNING_KEY_FILE"),
+            keyless
+                .to_string()
+                .contains("FILE_AGENT_AUDIT_SIGNING_KEY_FILE"),
             "{keyless}"
         );
         let signed = config(&[
             ("FILE_AGENT_AUDIT_RECEIPTS", " Signed "),
-            ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", "/run/secrets/audit.key"),
+            (
+                "FILE_AGENT_AUDIT_SIGNING_KEY_FILE",
+                "/run/secrets/audit.key",
+            ),
         ])
         .unwrap();
         assert_eq!(signed.receipts, ReceiptMode::Signed);

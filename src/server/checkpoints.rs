@@ -127,13 +127,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let batcher = signing_trail(dir.path());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(batched(batcher.clone(), Duration::from_secs(60), shutdown.clone()));
+        let task = tokio::spawn(batched(
+            batcher.clone(),
+            Duration::from_secs(60),
+            shutdown.clone(),
+        ));
         let started = Instant::now();
         let mut calls = Vec::new();
         for _ in 0..8 {
             let receipt = line(&batcher);
             let batcher = batcher.clone();
-            calls.push(tokio::spawn(async move { batcher.signed(vec![receipt]).await }));
+            calls.push(tokio::spawn(
+                async move { batcher.signed(vec![receipt]).await },
+            ));
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let mut sizes = std::collections::BTreeSet::new();
@@ -148,8 +154,13 @@ mod tests {
         // The first call's round runs at once, the others wait for the window's end and share
         // the next: two signatures for eight calls, within about a window.
         assert_eq!(sizes.len(), 2, "{sizes:?}");
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
-        let kept = crate::audit::checkpoints::read(&dir.path().join("chain.jsonl.checkpoints")).unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        let kept =
+            crate::audit::checkpoints::read(&dir.path().join("chain.jsonl.checkpoints")).unwrap();
         assert_eq!(kept.len(), 2);
         shutdown.cancel();
         task.await.unwrap();
@@ -166,17 +177,25 @@ mod tests {
         let waited = started.elapsed();
         assert!(waited >= bound && waited < bound * 3, "{waited:?}");
         let reason = entries[0].unsigned.as_deref().unwrap();
-        assert!(reason.contains("no checkpoint covered line 1 within 0.3 s"), "{reason}");
+        assert!(
+            reason.contains("no checkpoint covered line 1 within 0.3 s"),
+            "{reason}"
+        );
         assert_eq!(entries[0].line.as_deref(), Some(&*receipt.line));
         assert_eq!(entries[0].checkpoint, None);
     }
 
     #[tokio::test]
-    async fn at_shutdown_the_waiting_calls_get_their_checkpoint_and_later_ones_are_told_none_comes() {
+    async fn at_shutdown_the_waiting_calls_get_their_checkpoint_and_later_ones_are_told_none_comes()
+    {
         let dir = tempfile::tempdir().unwrap();
         let batcher = signing_trail(dir.path());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(batched(batcher.clone(), Duration::from_secs(60), shutdown.clone()));
+        let task = tokio::spawn(batched(
+            batcher.clone(),
+            Duration::from_secs(60),
+            shutdown.clone(),
+        ));
         shutdown.cancel();
         task.await.unwrap();
         let entries = batcher.signed(vec![line(&batcher)]).await;

@@ -306,7 +306,8 @@ impl ToolParts {
         };
         let tools = tools.with_audit(audit.clone());
         if config.receipts == crate::config::ReceiptMode::Signed && audit.signing().is_some() {
-            let batcher = crate::audit::receipt::Batcher::new(audit, config.audit.checkpoint_interval);
+            let batcher =
+                crate::audit::receipt::Batcher::new(audit, config.audit.checkpoint_interval);
             tools.with_signed_receipts(Arc::new(batcher))
         } else {
             tools

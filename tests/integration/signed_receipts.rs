@@ -37,7 +37,13 @@ async fn serve(data: &Path, instance: &str, key: &Path, witness: &FakeWitness) -
 
 /// `audit verify-receipt FILE --key KEY more...`: (exit code, what it printed).
 async fn verify_receipt(file: &Path, key: &str, more: &[&str]) -> (i32, String) {
-    let mut args = vec!["audit", "verify-receipt", file.to_str().unwrap(), "--key", key];
+    let mut args = vec![
+        "audit",
+        "verify-receipt",
+        file.to_str().unwrap(),
+        "--key",
+        key,
+    ];
     args.extend_from_slice(more);
     let done = run_cli(&args, &[]).await;
     (
@@ -97,8 +103,7 @@ async fn a_receipt_saved_from_a_real_call_verifies_offline_and_a_rewritten_line_
     let key_file = keys.path().join("log.vkey");
     std::fs::write(&key_file, format!("{vkey}\n")).unwrap();
     for key in [vkey.as_str(), key_file.to_str().unwrap()] {
-        let (code, said) =
-            verify_receipt(&saved, key, &["--witness-key", &witness.vkey()]).await;
+        let (code, said) = verify_receipt(&saved, key, &["--witness-key", &witness.vkey()]).await;
         assert_eq!(code, 0, "{said}");
         assert!(
             said.contains("ok: receipt 1")
@@ -111,12 +116,8 @@ async fn a_receipt_saved_from_a_real_call_verifies_offline_and_a_rewritten_line_
     // The line given apart (as `audit show --json` prints it, with its newline).
     let line_file = keys.path().join("line.jsonl");
     std::fs::write(&line_file, format!("{}\n", lines[index])).unwrap();
-    let (code, said) = verify_receipt(
-        &saved,
-        &vkey,
-        &["--line", line_file.to_str().unwrap()],
-    )
-    .await;
+    let (code, said) =
+        verify_receipt(&saved, &vkey, &["--line", line_file.to_str().unwrap()]).await;
     assert_eq!(code, 0, "{said}");
     let checked = python_verifier(
         &["receipt", "--key", &vkey, "--witness-key", &witness.vkey()],
@@ -142,7 +143,10 @@ async fn a_receipt_saved_from_a_real_call_verifies_offline_and_a_rewritten_line_
     let checked = python_verifier(&["receipt", "--key", &vkey], &rewritten.to_string()).await;
     assert_eq!(checked["ok"], false, "{checked}");
     assert!(
-        checked["error"].as_str().unwrap().contains("leaf_hash is not"),
+        checked["error"]
+            .as_str()
+            .unwrap()
+            .contains("leaf_hash is not"),
         "{checked}"
     );
     // ... and its leaf hash with it: the proof no longer leads to the signed root.

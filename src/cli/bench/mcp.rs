@@ -60,7 +60,10 @@ impl McpServer {
                 data.path().display().to_string(),
             ),
         ]);
-        vars.extend(more.iter().map(|(name, value)| (name.to_string(), value.clone())));
+        vars.extend(
+            more.iter()
+                .map(|(name, value)| (name.to_string(), value.clone())),
+        );
         let mut config = Config::from_lookup(|name| vars.get(name).cloned())?;
         config.serve_at(address);
         let tools = crate::server::build_tools(&config).await?;

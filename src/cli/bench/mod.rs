@@ -136,7 +136,7 @@ pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Res
     }
     if args.receipts {
         let rounds = args.runs + args.pairs;
-        measured.receipts = Some(receipts::measure(&instance, rounds, args.concurrency).await?);
+        measured.receipts = Some(receipts::measure(&instance, rounds).await?);
     }
     report::print(&measured, args);
     if let Some(cost) = &measured.receipts {

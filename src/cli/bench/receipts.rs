@@ -20,8 +20,8 @@ use crate::audit::receipt::{Entry, META_KEY};
 const SCRIPT: &str = "print('receipt')";
 /// Bursts of concurrent calls on each server.
 const BURSTS: usize = 3;
-/// Calls at once in a burst (each server runs as many at a time; `--concurrency` of them find
-/// a warm container).
+/// Calls at once in a burst (each server runs as many at a time, each in a warm container, so
+/// that they end together: what batching is for).
 const BURST_CALLS: usize = 6;
 /// `FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL` of both servers, in seconds.
 const INTERVAL_SECS: u64 = 1;
@@ -49,13 +49,8 @@ pub(super) struct ReceiptsCost {
 }
 
 /// `rounds` rounds of a call alone on each server (in turn first), after one of each that is
-/// not counted, then [`BURSTS`] bursts of [`BURST_CALLS`] calls on each; `concurrency`
-/// warm containers.
-pub(super) async fn measure(
-    instance: &str,
-    rounds: usize,
-    concurrency: usize,
-) -> anyhow::Result<ReceiptsCost> {
+/// not counted, then [`BURSTS`] bursts of [`BURST_CALLS`] calls on each.
+pub(super) async fn measure(instance: &str, rounds: usize) -> anyhow::Result<ReceiptsCost> {
     eprintln!("file-agent bench: run_python over MCP, line and signed receipts");
     let keys = tempfile::tempdir()?;
     let key = keys.path().join("bench-audit.key");
@@ -85,11 +80,14 @@ pub(super) async fn measure(
             ("FILE_AGENT_MAX_CONCURRENT", BURST_CALLS.to_string()),
         ]
     };
-    let line = McpServer::start_with(&format!("{instance}-line"), concurrency, &settings("line"))
-        .await?;
-    let signed =
-        McpServer::start_with(&format!("{instance}-signed"), concurrency, &settings("signed"))
-            .await?;
+    let line =
+        McpServer::start_with(&format!("{instance}-line"), BURST_CALLS, &settings("line")).await?;
+    let signed = McpServer::start_with(
+        &format!("{instance}-signed"),
+        BURST_CALLS,
+        &settings("signed"),
+    )
+    .await?;
     let mut cost = ReceiptsCost {
         burst: BURST_CALLS,
         window: crate::audit::receipt::MAX_BATCH_WINDOW.min(Duration::from_secs(INTERVAL_SECS)),
@@ -176,8 +174,16 @@ pub(super) fn print(cost: &ReceiptsCost) {
         ms(cost.window)
     );
     println!("{:<38}{:>10.1}", "a call alone, line receipts", ms(line));
-    println!("{:<38}{:>10.1}", "a call alone, signed receipts", ms(signed));
-    println!("{:<38}{:>10.1}", "added per call alone", added(signed, line));
+    println!(
+        "{:<38}{:>10.1}",
+        "a call alone, signed receipts",
+        ms(signed)
+    );
+    println!(
+        "{:<38}{:>10.1}",
+        "added per call alone",
+        added(signed, line)
+    );
     println!(
         "{:<38}{:>10.1}",
         format!("{} at once, line receipts", cost.burst),
