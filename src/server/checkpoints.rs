@@ -111,6 +111,17 @@ mod tests {
         Arc::new(Batcher::new(log, Duration::from_secs(60)))
     }
 
+    /// The checkpoint task of `batcher`, a periodic round each minute, and what stops it.
+    fn start(batcher: &Arc<Batcher>) -> (CancellationToken, JoinHandle<()>) {
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(batched(
+            batcher.clone(),
+            Duration::from_secs(60),
+            shutdown.clone(),
+        ));
+        (shutdown, task)
+    }
+
     fn line(batcher: &Batcher) -> Receipt {
         batcher
             .log()
@@ -126,12 +137,7 @@ mod tests {
     async fn calls_ending_within_a_window_share_one_checkpoint_and_each_receipt_verifies() {
         let dir = tempfile::tempdir().unwrap();
         let batcher = signing_trail(dir.path());
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(batched(
-            batcher.clone(),
-            Duration::from_secs(60),
-            shutdown.clone(),
-        ));
+        let (shutdown, task) = start(&batcher);
         let started = Instant::now();
         let mut calls = Vec::new();
         for _ in 0..8 {
@@ -190,12 +196,7 @@ mod tests {
     {
         let dir = tempfile::tempdir().unwrap();
         let batcher = signing_trail(dir.path());
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(batched(
-            batcher.clone(),
-            Duration::from_secs(60),
-            shutdown.clone(),
-        ));
+        let (shutdown, task) = start(&batcher);
         shutdown.cancel();
         task.await.unwrap();
         let entries = batcher.signed(vec![line(&batcher)]).await;

@@ -11,29 +11,11 @@ use serde_json::json;
 
 use crate::common::run_cli;
 use crate::fakes::witness::FakeWitness;
-use crate::front_door::{Served, free_port, post_mcp};
-use crate::signed_trail::{keygen, python_verifier, result_of};
+use crate::front_door::post_mcp;
+use crate::signed_trail::{keygen, python_verifier, result_of, serve_with};
 
 /// The signing key's name, and so the first part of every chain's origin.
 const LOG_NAME: &str = "signed-receipts.test/audit";
-
-/// A server over `data` with signed receipts, witnessed by `witness`.
-async fn serve(data: &Path, instance: &str, key: &Path, witness: &FakeWitness) -> Served {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let witnesses = format!("{} {}", witness.url, witness.vkey());
-    Served::start(
-        &[
-            ("FILE_AGENT_LISTEN", &listen),
-            ("SANDBOX_INSTANCE", instance),
-            ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", key.to_str().unwrap()),
-            ("FILE_AGENT_AUDIT_RECEIPTS", "signed"),
-            ("FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL", "1"),
-            ("FILE_AGENT_AUDIT_WITNESSES", &witnesses),
-        ],
-        Some(data),
-    )
-    .await
-}
 
 /// `audit verify-receipt FILE --key KEY more...`: (exit code, what it printed).
 async fn verify_receipt(file: &Path, key: &str, more: &[&str]) -> (i32, String) {
@@ -60,7 +42,8 @@ async fn a_receipt_saved_from_a_real_call_verifies_offline_and_a_rewritten_line_
     let (key, vkey) = keygen(keys.path(), LOG_NAME).await;
     let witness = FakeWitness::start("witness.test/w1", [9; 32], std::slice::from_ref(&vkey)).await;
     let instance = crate::common::unique_instance("receipts", 12);
-    let server = serve(data.path(), &instance, &key, &witness).await;
+    let signed = [("FILE_AGENT_AUDIT_RECEIPTS", "signed")];
+    let server = serve_with(data.path(), &instance, &key, &witness, &signed).await;
 
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "run_python", "arguments": {"code": "print('receipt')"}}});

@@ -47,20 +47,29 @@ pub(crate) async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
 
 /// A server over `data` signing with `key`, each second, witnessed by `witness`; JSON logs.
 async fn serve(data: &Path, instance: &str, key: &Path, witness: &FakeWitness) -> Served {
+    serve_with(data, instance, key, witness, &[]).await
+}
+
+/// [`serve`] with `more` settings.
+pub(crate) async fn serve_with(
+    data: &Path,
+    instance: &str,
+    key: &Path,
+    witness: &FakeWitness,
+    more: &[(&str, &str)],
+) -> Served {
     let listen = format!("127.0.0.1:{}", free_port());
     let witnesses = format!("{} {}", witness.url, witness.vkey());
-    Served::start(
-        &[
-            ("FILE_AGENT_LISTEN", &listen),
-            ("SANDBOX_INSTANCE", instance),
-            ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", key.to_str().unwrap()),
-            ("FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL", "1"),
-            ("FILE_AGENT_AUDIT_WITNESSES", &witnesses),
-            ("FILE_AGENT_LOG_FORMAT", "json"),
-        ],
-        Some(data),
-    )
-    .await
+    let mut vars = vec![
+        ("FILE_AGENT_LISTEN", listen.as_str()),
+        ("SANDBOX_INSTANCE", instance),
+        ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", key.to_str().unwrap()),
+        ("FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL", "1"),
+        ("FILE_AGENT_AUDIT_WITNESSES", &witnesses),
+        ("FILE_AGENT_LOG_FORMAT", "json"),
+    ];
+    vars.extend_from_slice(more);
+    Served::start(&vars, Some(data)).await
 }
 
 /// The JSON-RPC result of a raw `tools/call` answer (JSON or one SSE event).
