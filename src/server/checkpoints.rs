@@ -98,6 +98,11 @@ mod tests {
 
     /// A signing trail in `dir`, and its batcher (a window of one second).
     fn signing_trail(dir: &std::path::Path) -> Arc<Batcher> {
+        signing_trail_every(dir, Duration::from_secs(60))
+    }
+
+    /// [`signing_trail`] with checkpoint interval `every`.
+    fn signing_trail_every(dir: &std::path::Path, every: Duration) -> Arc<Batcher> {
         let key = SignerKey::from_seed("batches.test/audit", &[3; 32], ED25519_ALGORITHM).unwrap();
         let config = Config::from_lookup(|_| None).unwrap().audit;
         let log = AuditLog::open(&dir.join("chain.jsonl"), config).unwrap();
@@ -108,17 +113,18 @@ mod tests {
             dir.join("chain.jsonl.checkpoints"),
         );
         let log = Arc::new(log.with_signing(signing).unwrap());
-        Arc::new(Batcher::new(log, Duration::from_secs(60)))
+        Arc::new(Batcher::new(log, every))
     }
 
     /// The checkpoint task of `batcher`, a periodic round each minute, and what stops it.
     fn start(batcher: &Arc<Batcher>) -> (CancellationToken, JoinHandle<()>) {
+        start_every(batcher, Duration::from_secs(60))
+    }
+
+    /// [`start`] with a periodic round every `every`.
+    fn start_every(batcher: &Arc<Batcher>, every: Duration) -> (CancellationToken, JoinHandle<()>) {
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(batched(
-            batcher.clone(),
-            Duration::from_secs(60),
-            shutdown.clone(),
-        ));
+        let task = tokio::spawn(batched(batcher.clone(), every, shutdown.clone()));
         (shutdown, task)
     }
 
@@ -168,6 +174,23 @@ mod tests {
         let kept =
             crate::audit::checkpoints::read(&dir.path().join("chain.jsonl.checkpoints")).unwrap();
         assert_eq!(kept.len(), 2);
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn on_a_quiet_server_a_call_is_signed_at_once_however_recent_an_empty_periodic_round() {
+        let dir = tempfile::tempdir().unwrap();
+        let every = Duration::from_secs(1);
+        let batcher = signing_trail_every(dir.path(), every);
+        let (shutdown, task) = start_every(&batcher, every);
+        // A periodic round found no line at 1 s; the call ends half a window later.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let asked = Instant::now();
+        let entries = batcher.signed(vec![line(&batcher)]).await;
+        let waited = asked.elapsed();
+        assert!(entries[0].checkpoint.is_some(), "{entries:?}");
+        assert!(waited < Duration::from_millis(250), "waited {waited:?}");
         shutdown.cancel();
         task.await.unwrap();
     }
