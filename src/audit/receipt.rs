@@ -437,58 +437,13 @@ pub fn verify(
     if let Some(reason) = &entry.unsigned {
         return Err(ReceiptError::Unsigned(reason.clone()));
     }
-    if key.algorithm != ED25519_ALGORITHM {
-        return Err(ReceiptError::NotLogKey(key.encoded()));
-    }
-    let missing = |field: &str| ReceiptError::Format(format!("it has no {field:?}"));
-    let note = entry
-        .checkpoint
-        .as_deref()
-        .ok_or_else(|| missing("checkpoint"))?;
-    let note = Note::parse(note).map_err(|e| ReceiptError::Note(e.0))?;
-    match note.signed_by(key) {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            return Err(ReceiptError::NotSigned {
-                key: key.encoded(),
-                signers: note
-                    .signatures
-                    .iter()
-                    .map(|s| format!("{}+{:08x}", s.name, s.id))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        }
-        Err(error) => return Err(ReceiptError::BadSignature(error.0)),
-    }
-    let body = Checkpoint::parse(&note.text).map_err(|e| ReceiptError::Note(e.0))?;
+    let (note, body) = signed_note(entry, key)?;
     check_origin(
         &body.origin,
         &entry.origin,
         origin_prefix.unwrap_or(&key.name),
     )?;
-    let claimed = entry.tree_size.ok_or_else(|| missing("tree_size"))?;
-    if claimed != body.size {
-        return Err(ReceiptError::Size {
-            claimed,
-            signed: body.size,
-        });
-    }
-    let leaf = decode_hash(&entry.leaf_hash, "leaf_hash")?;
-    let proof = entry
-        .inclusion_proof
-        .as_ref()
-        .ok_or_else(|| missing("inclusion_proof"))?
-        .iter()
-        .enumerate()
-        .map(|(index, hash)| decode_hash(hash, &format!("inclusion_proof[{index}]")))
-        .collect::<Result<Vec<_>, _>>()?;
-    if !merkle::verify_inclusion(entry.leaf_index, body.size, &leaf, &proof, &body.root) {
-        return Err(ReceiptError::Proof {
-            leaf_index: entry.leaf_index,
-            tree_size: body.size,
-        });
-    }
+    let leaf = check_proof(entry, &body)?;
     let line = line.or(entry.line.as_deref().map(str::as_bytes));
     if let Some(line) = line {
         let actual = merkle::leaf_hash(line);
@@ -514,6 +469,66 @@ pub fn verify(
         line_checked: line.is_some(),
         cosigned_by,
     })
+}
+
+fn missing(field: &str) -> ReceiptError {
+    ReceiptError::Format(format!("it has no {field:?}"))
+}
+
+/// The receipt's checkpoint note, when `key` (a log's key) signed it, and its body.
+fn signed_note(entry: &Entry, key: &VerifierKey) -> Result<(Note, Checkpoint), ReceiptError> {
+    if key.algorithm != ED25519_ALGORITHM {
+        return Err(ReceiptError::NotLogKey(key.encoded()));
+    }
+    let note = entry
+        .checkpoint
+        .as_deref()
+        .ok_or_else(|| missing("checkpoint"))?;
+    let note = Note::parse(note).map_err(|e| ReceiptError::Note(e.0))?;
+    match note.signed_by(key) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return Err(ReceiptError::NotSigned {
+                key: key.encoded(),
+                signers: note
+                    .signatures
+                    .iter()
+                    .map(|s| format!("{}+{:08x}", s.name, s.id))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        Err(error) => return Err(ReceiptError::BadSignature(error.0)),
+    }
+    let body = Checkpoint::parse(&note.text).map_err(|e| ReceiptError::Note(e.0))?;
+    Ok((note, body))
+}
+
+/// The receipt's leaf, once its size is the signed one and its proof leads to the signed root.
+fn check_proof(entry: &Entry, body: &Checkpoint) -> Result<Hash, ReceiptError> {
+    let claimed = entry.tree_size.ok_or_else(|| missing("tree_size"))?;
+    if claimed != body.size {
+        return Err(ReceiptError::Size {
+            claimed,
+            signed: body.size,
+        });
+    }
+    let leaf = decode_hash(&entry.leaf_hash, "leaf_hash")?;
+    let proof = entry
+        .inclusion_proof
+        .as_ref()
+        .ok_or_else(|| missing("inclusion_proof"))?
+        .iter()
+        .enumerate()
+        .map(|(index, hash)| decode_hash(hash, &format!("inclusion_proof[{index}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !merkle::verify_inclusion(entry.leaf_index, body.size, &leaf, &proof, &body.root) {
+        return Err(ReceiptError::Proof {
+            leaf_index: entry.leaf_index,
+            tree_size: body.size,
+        });
+    }
+    Ok(leaf)
 }
 
 /// The signed origin must be the receipt's, and a chain of the log `prefix`.
