@@ -29,7 +29,8 @@ pub use kubernetes::{Backend, DEFAULT_POD_START_TIMEOUT_SECS, KubernetesConfig, 
 pub use service::{
     AdmissionConfig, AuditConfig, AuditOnFailure, AuditPlace, Config, DEFAULT_AUDIT_FOLDER,
     DynamicTools, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, RETENTION_INTERVAL,
-    RetentionConfig, Secret, ServerConfig, StorageConfig, TransferLimits, valid_chain_name,
+    ReceiptMode, RetentionConfig, Secret, ServerConfig, StorageConfig, TransferLimits,
+    valid_chain_name,
 };
 pub use tasks::{
     DEFAULT_TASK_RESULT_TTL_SECS, DEFAULT_TASK_TOOLS, DEFAULT_TASKS_PER_CALLER, TaskTools,

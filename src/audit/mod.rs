@@ -32,6 +32,7 @@ pub mod checkpoints;
 pub mod merkle;
 pub mod note;
 pub mod proof;
+pub mod receipt;
 pub mod recovery;
 pub mod retention;
 pub mod tree;
@@ -316,6 +317,8 @@ pub struct Receipt {
     pub leaf_index: u64,
     /// SHA-256(0x00 ‖ the line's bytes).
     pub leaf_hash: merkle::Hash,
+    /// The line, without its newline: what a signed receipt carries ([`receipt`]).
+    pub line: std::sync::Arc<str>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -530,6 +533,7 @@ impl AuditLog {
             origin: self.origin.clone(),
             leaf_index: record.seq - 1,
             leaf_hash,
+            line: line.into(),
         })
     }
 
@@ -1266,7 +1270,7 @@ fn describe_files(list: &[FileDigest]) -> String {
 /// `text` with every control character (C0, DEL, C1: terminal escapes, line breaks) and every
 /// bidirectional formatting character (which can reorder what a reader sees) written as a
 /// `\u{..}` escape.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     let mut shown = String::with_capacity(text.len());
     for c in text.chars() {
         let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');

@@ -1,6 +1,7 @@
 //! `file-agent audit verify`, `audit show` and `audit report`: the audit trail for a
 //! reviewer, without the server (and without Docker). Each takes the data folder or the
-//! audit folder (every chain in it, rotated files included) or, as before, files.
+//! audit folder (every chain in it, rotated files included) or, as before, files. And
+//! `audit verify-receipt`: a receipt a user saved, checked against the log's key alone.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::audit::chain::{self, Chain};
-use crate::audit::{self, Record};
+use crate::audit::note::VerifierKey;
+use crate::audit::{self, Record, receipt};
 use crate::report::{self, Filter};
 
 /// Checks the chain across `files` (in order: rotated files first, oldest first), or, given
@@ -213,5 +215,128 @@ pub fn report(
     } else {
         eprintln!("file-agent: the audit trail is BROKEN; the report's first section says where");
         Ok(ExitCode::from(1))
+    }
+}
+
+/// The longest key file `--key` reads.
+const MAX_KEY_FILE_BYTES: u64 = 4096;
+
+/// `--key`: a verifier key as written, or a file holding one.
+fn verifier_key(given: &str) -> anyhow::Result<VerifierKey> {
+    let parsed = VerifierKey::parse(given);
+    let path = Path::new(given);
+    if parsed.is_ok() || !path.is_file() {
+        return parsed
+            .context("--key (a verifier key <name>+<id>+<base64>, or a file holding one)");
+    }
+    let text = read_bounded(path, MAX_KEY_FILE_BYTES).context("--key")?;
+    VerifierKey::parse(text.trim()).with_context(|| format!("--key: the key in {}", path.display()))
+}
+
+/// The text of `path`, refused past `limit` bytes.
+fn read_bounded(path: &Path, limit: u64) -> anyhow::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .take(limit + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {} as text", path.display()))?;
+    if text.len() as u64 > limit {
+        anyhow::bail!("{} is larger than {limit} bytes", path.display());
+    }
+    Ok(text)
+}
+
+/// `audit verify-receipt`: each receipt in `file` against `key` (and `line`, `witnesses`).
+pub fn verify_receipt(
+    file: &Path,
+    key: &str,
+    line: Option<&Path>,
+    witnesses: &[String],
+    origin: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let key = verifier_key(key)?;
+    let witnesses: Vec<VerifierKey> = witnesses
+        .iter()
+        .map(|w| VerifierKey::parse(w).context("--witness-key"))
+        .collect::<anyhow::Result<_>>()?;
+    let text = read_bounded(file, receipt::MAX_RECEIPT_FILE_BYTES)?;
+    let value: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not JSON: save the result's _meta as it came",
+            file.display()
+        )
+    })?;
+    let entries = receipt::entries(value).with_context(|| file.display().to_string())?;
+    let line = match line {
+        Some(_) if entries.len() > 1 => anyhow::bail!(
+            "{} holds {} receipts: --line checks one; save the receipt of that line alone",
+            file.display(),
+            entries.len()
+        ),
+        Some(path) => {
+            let mut bytes = std::fs::read(path)
+                .with_context(|| format!("cannot read --line {}", path.display()))?;
+            if bytes.last() == Some(&b'\n') {
+                bytes.pop();
+            }
+            Some(bytes)
+        }
+        None => None,
+    };
+    let mut failed = 0;
+    for (number, entry) in entries.iter().enumerate() {
+        let which = format!(
+            "receipt {} (line {} of {})",
+            number + 1,
+            entry.leaf_index + 1,
+            audit::printable(&entry.origin)
+        );
+        match receipt::verify(entry, &key, origin, line.as_deref(), &witnesses) {
+            Ok(proved) => print_proved(&which, &proved, &key, entry, line.as_deref()),
+            Err(error) => {
+                failed += 1;
+                println!("failed: {which}: {}", audit::printable(&error.to_string()));
+            }
+        }
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// What one receipt proved, and what its line says.
+fn print_proved(
+    which: &str,
+    proved: &receipt::Proved,
+    key: &VerifierKey,
+    entry: &receipt::Entry,
+    line: Option<&[u8]>,
+) {
+    let cosigned = if proved.cosigned_by.is_empty() {
+        String::new()
+    } else {
+        format!("; cosigned by {}", proved.cosigned_by.join(", "))
+    };
+    let checked = if proved.line_checked {
+        "its line hashes to the leaf"
+    } else {
+        "the line itself was not given (--line FILE): only its leaf hash is proved"
+    };
+    println!(
+        "ok: {which} is in the checkpoint of {} lines signed by {}; {checked}{cosigned}",
+        proved.tree_size,
+        key.encoded()
+    );
+    let shown = line
+        .map(|l| String::from_utf8_lossy(l).into_owned())
+        .or_else(|| entry.line.clone());
+    if let Some(record) = shown.and_then(|l| serde_json::from_str::<Record>(&l).ok()) {
+        for text in audit::describe(&record).lines() {
+            println!("  {text}");
+        }
     }
 }

@@ -112,6 +112,10 @@ enum Command {
         /// this process).
         #[arg(long)]
         no_traces: bool,
+        /// Skip timing signed receipts (FILE_AGENT_AUDIT_RECEIPTS=signed against line: warm
+        /// `run_python` calls alone and in bursts, and calls per signature).
+        #[arg(long)]
+        no_receipts: bool,
     },
 }
 
@@ -171,6 +175,30 @@ enum AuditCommand {
         witness_key: Vec<String>,
         /// The chains' origin prefix when it is not the key's name (FILE_AGENT_AUDIT_ORIGIN).
         #[arg(long, value_name = "NAME", requires = "key")]
+        origin: Option<String>,
+    },
+    /// Check a receipt saved from a call's result offline, against the log's key alone: the
+    /// checkpoint's signature by that key, its origin, the inclusion proof of the line's leaf
+    /// to the signed root, and that the line (in the receipt, or --line) hashes to the leaf.
+    /// The file holds JSON: the result's `_meta`, its `io.file-agent/receipts` list, or one
+    /// receipt of it (servers with FILE_AGENT_AUDIT_RECEIPTS=signed). Exit 1 when a receipt
+    /// does not prove its line, saying what failed.
+    VerifyReceipt {
+        /// The saved receipt (JSON).
+        file: PathBuf,
+        /// The log's verifier key (`<name>+<id>+<base64>`, as `audit keygen` printed it), or a
+        /// file holding it.
+        #[arg(long, value_name = "VERIFIER")]
+        key: String,
+        /// The audit line itself (its exact bytes; one trailing newline is ignored), checked
+        /// instead of the receipt's own copy. Only for a file of one receipt.
+        #[arg(long, value_name = "FILE")]
+        line: Option<PathBuf>,
+        /// A witness's cosignature key that must have cosigned the checkpoint. May be repeated.
+        #[arg(long, value_name = "VERIFIER")]
+        witness_key: Vec<String>,
+        /// The chains' origin prefix when it is not the key's name (FILE_AGENT_AUDIT_ORIGIN).
+        #[arg(long, value_name = "NAME")]
         origin: Option<String>,
     },
     /// Make the Ed25519 key pair that signs checkpoints (C2SP signed-note formats): writes the
@@ -401,6 +429,19 @@ fn audit_command(command: AuditCommand) -> anyhow::Result<ExitCode> {
                 origin.as_deref(),
             ),
         },
+        AuditCommand::VerifyReceipt {
+            file,
+            key,
+            line,
+            witness_key,
+            origin,
+        } => audit::verify_receipt(
+            &file,
+            &key,
+            line.as_deref(),
+            &witness_key,
+            origin.as_deref(),
+        ),
         AuditCommand::Keygen { name, out } => checkpoints::keygen(&name, &out),
         AuditCommand::Prove {
             folder,
@@ -448,6 +489,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
             no_mcp,
             no_trail,
             no_traces,
+            no_receipts,
         } => {
             let args = bench::BenchArgs {
                 runs: runs.max(1),
@@ -457,6 +499,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
                 mcp: !no_mcp,
                 trail: !no_trail,
                 traces: !no_traces,
+                receipts: !no_receipts,
             };
             bench::bench(config, args).await
         }

@@ -115,6 +115,8 @@ pub struct Config {
     pub admission: AdmissionConfig,
     /// The audit trail.
     pub audit: AuditConfig,
+    /// `FILE_AGENT_AUDIT_RECEIPTS`: what receipt an answer carries for its audit lines.
+    pub receipts: ReceiptMode,
     /// How long stored files and rotated audit files are kept.
     pub retention: RetentionConfig,
     /// Which document URLs `data_analysis_tool` may fetch.
@@ -216,6 +218,58 @@ impl AuditOnFailure {
             Self::Refuse => "refuse",
             Self::Continue => "continue",
         }
+    }
+}
+
+/// `FILE_AGENT_AUDIT_RECEIPTS`: what an answer's receipt (`_meta`, `io.file-agent/receipts`)
+/// holds for each of its audit lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReceiptMode {
+    /// `line` (the default): the line's origin, leaf index and leaf hash, at once; a signed
+    /// checkpoint covers it within `FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL`, and `audit prove`
+    /// proves it then.
+    #[default]
+    Line,
+    /// `signed`: the answer waits (at most about a second, batched with the calls ending
+    /// meanwhile) for the signed checkpoint that covers its lines, and its receipt carries
+    /// the line, the inclusion proof and the checkpoint: it proves itself offline
+    /// (`audit verify-receipt`). Needs `FILE_AGENT_AUDIT_SIGNING_KEY_FILE`.
+    Signed,
+}
+
+impl ReceiptMode {
+    /// As the setting spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Line => "line",
+            Self::Signed => "signed",
+        }
+    }
+
+    /// `FILE_AGENT_AUDIT_RECEIPTS`, `line` when unset; `signed` only with a signing key.
+    fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
+        let Some(value) = vars.get("FILE_AGENT_AUDIT_RECEIPTS") else {
+            return Ok(Self::default());
+        };
+        let mode = match value.trim().to_ascii_lowercase().as_str() {
+            "line" => Self::Line,
+            "signed" => Self::Signed,
+            _ => {
+                return Err(ConfigError {
+                    var: "FILE_AGENT_AUDIT_RECEIPTS",
+                    value,
+                    expected: "line (the default) or signed".into(),
+                });
+            }
+        };
+        if mode == Self::Signed && vars.get("FILE_AGENT_AUDIT_SIGNING_KEY_FILE").is_none() {
+            return Err(ConfigError {
+                var: "FILE_AGENT_AUDIT_RECEIPTS",
+                value,
+                expected: "line, or signed together with FILE_AGENT_AUDIT_SIGNING_KEY_FILE (signed receipts carry a checkpoint signed with that key)".into(),
+            });
+        }
+        Ok(mode)
     }
 }
 
@@ -431,6 +485,7 @@ impl Config {
             transfer: TransferLimits::from_vars(&vars)?,
             prompts_dir: vars.get("FILE_AGENT_PROMPTS_DIR").map(PathBuf::from),
             audit: AuditConfig::from_vars(&vars, &data_dir)?,
+            receipts: ReceiptMode::from_vars(&vars)?,
             retention: RetentionConfig::from_vars(&vars)?,
             url_fetch: UrlFetchConfig::from_vars(&vars)?,
             research: ResearchConfig::from_vars(&vars)?,
@@ -1132,6 +1187,29 @@ mod tests {
                 .allowed_hosts
                 .is_none()
         );
+    }
+
+    #[test]
+    fn signed_receipts_are_off_unless_set_and_need_a_signing_key() {
+        assert_eq!(config(&[]).unwrap().receipts, ReceiptMode::Line);
+        let bad = config(&[("FILE_AGENT_AUDIT_RECEIPTS", "always")]).unwrap_err();
+        assert_eq!(bad.var, "FILE_AGENT_AUDIT_RECEIPTS");
+        let keyless = config(&[("FILE_AGENT_AUDIT_RECEIPTS", "signed")]).unwrap_err();
+        assert!(
+            keyless
+                .to_string()
+                .contains("FILE_AGENT_AUDIT_SIGNING_KEY_FILE"),
+            "{keyless}"
+        );
+        let signed = config(&[
+            ("FILE_AGENT_AUDIT_RECEIPTS", " Signed "),
+            (
+                "FILE_AGENT_AUDIT_SIGNING_KEY_FILE",
+                "/run/secrets/audit.key",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(signed.receipts, ReceiptMode::Signed);
     }
 
     #[test]

@@ -800,7 +800,7 @@ impl FileAgentServer {
         drop(phases);
         let _ = tokio::time::timeout(PROGRESS_FLUSH, shown).await;
         let mut answered = answer(tool, &id, &request, started, result, &outputs);
-        answered.meta = receipts_meta(receipts.taken());
+        answered.meta = receipts_meta(self.tools.receipts(receipts.taken()).await);
         answered
     }
 
@@ -884,27 +884,18 @@ fn answer(
 }
 
 /// The key of a result's `_meta` that carries the receipts of its audit lines.
-pub const RECEIPTS_META: &str = "io.file-agent/receipts";
+pub const RECEIPTS_META: &str = crate::audit::receipt::META_KEY;
 
-/// The `_meta` of a result whose call wrote `receipts`: each line's origin, leaf index and
-/// leaf hash (base64), for `file-agent audit prove --index`; none without lines.
-fn receipts_meta(receipts: Vec<crate::audit::Receipt>) -> Option<rmcp::model::MetaObject> {
-    use base64::Engine;
+/// The `_meta` of a result whose call wrote lines: their receipts (`audit::receipt::Entry`:
+/// each line's origin, leaf index and leaf hash, for `file-agent audit prove --index`; with
+/// signed receipts, the line, its proof and the signed checkpoint); none without lines.
+fn receipts_meta(receipts: Vec<crate::audit::receipt::Entry>) -> Option<rmcp::model::MetaObject> {
     if receipts.is_empty() {
         return None;
     }
-    let list: Vec<serde_json::Value> = receipts
-        .into_iter()
-        .map(|receipt| {
-            serde_json::json!({
-                "origin": receipt.origin,
-                "leaf_index": receipt.leaf_index,
-                "leaf_hash": base64::engine::general_purpose::STANDARD.encode(receipt.leaf_hash),
-            })
-        })
-        .collect();
+    let list = serde_json::to_value(receipts).ok()?;
     let mut meta = serde_json::Map::new();
-    meta.insert(RECEIPTS_META.into(), serde_json::Value::Array(list));
+    meta.insert(RECEIPTS_META.into(), list);
     Some(rmcp::model::MetaObject(meta))
 }
 

@@ -301,9 +301,16 @@ impl ToolParts {
             config.admission.clone(),
         )
         .with_saved_tools(self.saved_tools);
-        match self.audit {
-            Some(audit) => tools.with_audit(Arc::new(audit)),
-            None => tools,
+        let Some(audit) = self.audit.map(Arc::new) else {
+            return tools;
+        };
+        let tools = tools.with_audit(audit.clone());
+        if config.receipts == crate::config::ReceiptMode::Signed && audit.signing().is_some() {
+            let batcher =
+                crate::audit::receipt::Batcher::new(audit, config.audit.checkpoint_interval);
+            tools.with_signed_receipts(Arc::new(batcher))
+        } else {
+            tools
         }
     }
 }

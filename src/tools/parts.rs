@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 use super::admission::Admission;
 use super::{ToolError, catalog, dynamic};
 use crate::audit::AuditLog;
+use crate::audit::receipt::{Batcher, Entry};
 use crate::config::{AdmissionConfig, ResearchConfig};
 use crate::llm::{Llm, LlmError};
 use crate::prompts::Prompts;
@@ -35,6 +36,9 @@ pub struct Tools<R = Sandbox> {
     pub(super) admission: Arc<Admission>,
     /// Where every attempt is recorded, when the trail is on.
     pub(super) audit: Option<Arc<AuditLog>>,
+    /// Where answers wait for the checkpoint that covers their lines, with signed receipts
+    /// (`FILE_AGENT_AUDIT_RECEIPTS=signed`).
+    pub(super) signed_receipts: Option<Arc<Batcher>>,
     /// The tools callers and the model saved; `None` when `FILE_AGENT_DYNAMIC_TOOLS=off`.
     pub(super) saved_tools: Option<Arc<dynamic::SavedTools>>,
     /// Checks PDF outputs in a memory-capped child process (never in this one).
@@ -67,6 +71,7 @@ impl<R: Runner> Tools<R> {
             pdf,
             admission: Admission::new(admission),
             audit: None,
+            signed_receipts: None,
             saved_tools: None,
             calls: TaskTracker::new(),
             stopping: CancellationToken::new(),
@@ -138,6 +143,26 @@ impl<R: Runner> Tools<R> {
     pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
         self.audit = Some(audit);
         self
+    }
+
+    /// Answers carry signed receipts: each waits for the checkpoint `batcher` gets signed.
+    pub fn with_signed_receipts(mut self, batcher: Arc<Batcher>) -> Self {
+        self.signed_receipts = Some(batcher);
+        self
+    }
+
+    /// Where answers wait for their checkpoint, with signed receipts.
+    pub fn signed_receipts(&self) -> Option<&Arc<Batcher>> {
+        self.signed_receipts.as_ref()
+    }
+
+    /// The receipts an answer carries for `receipts`, its lines: where each line is, and with
+    /// signed receipts, once a checkpoint covers them (or the bound passed), the proofs.
+    pub async fn receipts(&self, receipts: Vec<crate::audit::Receipt>) -> Vec<Entry> {
+        match &self.signed_receipts {
+            Some(batcher) if !receipts.is_empty() => batcher.signed(receipts).await,
+            _ => receipts.iter().map(Entry::of).collect(),
+        }
     }
 
     /// The prompts in force (tool descriptions come from here).

@@ -39,6 +39,7 @@ mod retention;
 mod runner;
 mod sandbox;
 mod saved_tools;
+mod signed_receipts;
 mod signed_trail;
 mod slots;
 mod status;

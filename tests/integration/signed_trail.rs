@@ -21,7 +21,7 @@ const LOG_NAME: &str = "signed-trail.test/audit";
 
 /// A key made by `audit keygen` in a folder of its own (never the data folder); its path and
 /// verifier key.
-async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
+pub(crate) async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
     let key = folder.join(format!(
         "{}.key",
         crate::common::unique_instance("audit", 8)
@@ -47,24 +47,33 @@ async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
 
 /// A server over `data` signing with `key`, each second, witnessed by `witness`; JSON logs.
 async fn serve(data: &Path, instance: &str, key: &Path, witness: &FakeWitness) -> Served {
+    serve_with(data, instance, key, witness, &[]).await
+}
+
+/// [`serve`] with `more` settings.
+pub(crate) async fn serve_with(
+    data: &Path,
+    instance: &str,
+    key: &Path,
+    witness: &FakeWitness,
+    more: &[(&str, &str)],
+) -> Served {
     let listen = format!("127.0.0.1:{}", free_port());
     let witnesses = format!("{} {}", witness.url, witness.vkey());
-    Served::start(
-        &[
-            ("FILE_AGENT_LISTEN", &listen),
-            ("SANDBOX_INSTANCE", instance),
-            ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", key.to_str().unwrap()),
-            ("FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL", "1"),
-            ("FILE_AGENT_AUDIT_WITNESSES", &witnesses),
-            ("FILE_AGENT_LOG_FORMAT", "json"),
-        ],
-        Some(data),
-    )
-    .await
+    let mut vars = vec![
+        ("FILE_AGENT_LISTEN", listen.as_str()),
+        ("SANDBOX_INSTANCE", instance),
+        ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", key.to_str().unwrap()),
+        ("FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL", "1"),
+        ("FILE_AGENT_AUDIT_WITNESSES", &witnesses),
+        ("FILE_AGENT_LOG_FORMAT", "json"),
+    ];
+    vars.extend_from_slice(more);
+    Served::start(&vars, Some(data)).await
 }
 
 /// The JSON-RPC result of a raw `tools/call` answer (JSON or one SSE event).
-fn result_of(body: &str) -> Value {
+pub(crate) fn result_of(body: &str) -> Value {
     let json = body
         .lines()
         .find_map(|line| line.strip_prefix("data:"))
@@ -122,7 +131,7 @@ async fn until_signed(live: &Path, lines: usize) -> Value {
 }
 
 /// Runs the tests' Python verifier with `args`, `input` on stdin; its JSON answer.
-async fn python_verifier(args: &[&str], input: &str) -> Value {
+pub(crate) async fn python_verifier(args: &[&str], input: &str) -> Value {
     use tokio::io::AsyncWriteExt;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")

@@ -16,6 +16,10 @@ Usage (every subcommand prints one JSON object on stdout, {"ok": true, ...} or
       {"origin", "leaf_index", "leaf_hash", "tree_size", "inclusion_proof", "checkpoint"}
   tlog_verify.py consistency --key VKEY  < JSON
       {"origin", "old_size", "new_size", "consistency_proof", "old_checkpoint", "new_checkpoint"}
+  tlog_verify.py receipt --key VKEY [--witness-key VKEY]... [--line-file PATH] [--origin NAME]  < JSON
+      a saved receipt: one {"origin", "leaf_index", "leaf_hash", "line", "tree_size",
+      "inclusion_proof", "checkpoint"} (or {"unsigned": why}), a list of them, an object holding
+      the list under "io.file-agent/receipts" (a result's _meta), or a result holding that _meta
   tlog_verify.py root  < audit lines (JSONL)
 
 VKEY is a C2SP verifier key "<name>+<8 hex key id>+<base64(type byte || 32-byte key)>": type
@@ -507,6 +511,71 @@ def cmd_consistency(args) -> dict:
     }
 
 
+RECEIPTS_META = "io.file-agent/receipts"
+
+
+def receipt_entries(value) -> list[dict]:
+    """The receipts in a saved receipt: an entry, a list, a _meta object, or a result."""
+    if isinstance(value, dict) and "_meta" in value:
+        value = value["_meta"]
+    if isinstance(value, dict) and RECEIPTS_META in value:
+        value = value[RECEIPTS_META]
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(e, dict) for e in value):
+        raise VerifyError("stdin: want a receipt, a list of receipts, or a result's _meta")
+    return value
+
+
+def check_receipt(obj: dict, log_key: Key, witnesses: list[Key], prefix: str,
+                  line_file: bytes | None) -> dict:
+    if "unsigned" in obj:
+        raise VerifyError(f"the receipt is unsigned: {field(obj, 'unsigned', str)}")
+    origin = field(obj, "origin", str)
+    index = field(obj, "leaf_index", int)
+    size = field(obj, "tree_size", int)
+    hash_ = decode_hash(field(obj, "leaf_hash", str), "leaf_hash")
+    path = hash_list(obj, "inclusion_proof")
+    cp, cosigned = open_checkpoint(note_bytes(field(obj, "checkpoint", str), "checkpoint"),
+                                   log_key, witnesses)
+    if cp.origin != origin:
+        raise VerifyError(f"origin {origin!r} is not the checkpoint's {cp.origin!r}")
+    chain = cp.origin[len(prefix) + 1:] if cp.origin.startswith(prefix + "/") else ""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", chain):
+        raise VerifyError(f"the checkpoint's origin {cp.origin!r} is not a chain of {prefix!r}")
+    if cp.size != size:
+        raise VerifyError(f"tree_size {size} is not the checkpoint's {cp.size}")
+    if not verify_inclusion(index, size, hash_, path, cp.root):
+        raise VerifyError(f"inclusion proof for leaf {index} in tree size {size} does not verify")
+    line = line_file
+    if line is None and "line" in obj:
+        line = field(obj, "line", str).encode()
+    if line is not None and leaf_hash(line) != hash_:
+        raise VerifyError("leaf_hash is not SHA-256(0x00 || the line)")
+    return {"origin": cp.origin, "leaf_index": index, "tree_size": cp.size,
+            "line_checked": line is not None, "cosigned_by": cosigned}
+
+
+def cmd_receipt(args) -> dict:
+    log_key = parse_vkey(args.key, ALG_ED25519)
+    witnesses = [parse_vkey(w, ALG_COSIGNATURE_V1) for w in args.witness_key]
+    try:
+        value = json.loads(sys.stdin.buffer.read())
+    except ValueError as e:
+        raise VerifyError(f"stdin is not JSON: {e}") from None
+    entries = receipt_entries(value)
+    line = None
+    if args.line_file is not None:
+        if len(entries) != 1:
+            raise VerifyError("--line-file checks one receipt; give a file of one")
+        with open(args.line_file, "rb") as f:
+            line = f.read()
+        if line.endswith(b"\n"):
+            raise VerifyError("--line-file ends in a newline; it must hold the line without it")
+    prefix = args.origin or log_key.name
+    return {"receipts": [check_receipt(e, log_key, witnesses, prefix, line) for e in entries]}
+
+
 def cmd_root(args) -> dict:
     data = sys.stdin.buffer.read()
     lines = data.split(b"\n")
@@ -974,6 +1043,13 @@ def main() -> int:
         if line_file:
             p.add_argument("--line-file", help="file holding the audit line's exact bytes, no newline")
         p.set_defaults(run=run)
+    p = sub.add_parser("receipt", help="verify a saved receipt (input on stdin)")
+    p.add_argument("--key", required=True, help="the log's vkey (signature type 0x01)")
+    p.add_argument("--witness-key", action="append", default=[],
+                   help="a witness vkey (type 0x04) that must have cosigned; repeatable")
+    p.add_argument("--line-file", help="file holding the audit line's exact bytes, no newline")
+    p.add_argument("--origin", help="the origin prefix, when it is not the key's name")
+    p.set_defaults(run=cmd_receipt)
     sub.add_parser("root", help="RFC 6962 root of the audit lines on stdin").set_defaults(run=cmd_root)
     args = parser.parse_args()
     try:

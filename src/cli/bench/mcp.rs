@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, ClientConfig};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +28,16 @@ impl McpServer {
     /// Starts a server with the environment's settings, but its own data folder, instance and
     /// local store, no access tokens, and `warm` warm containers.
     pub(super) async fn start(instance: &str, warm: usize) -> anyhow::Result<Self> {
+        Self::start_with(instance, warm, &[]).await
+    }
+
+    /// [`Self::start`], with `more` settings over the environment's; the checkpoints of the
+    /// audit trail are signed as `serve` signs them when `more` names a key.
+    pub(super) async fn start_with(
+        instance: &str,
+        warm: usize,
+        more: &[(&str, String)],
+    ) -> anyhow::Result<Self> {
         let data = tempfile::tempdir()?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
@@ -50,10 +60,15 @@ impl McpServer {
                 data.path().display().to_string(),
             ),
         ]);
+        vars.extend(
+            more.iter()
+                .map(|(name, value)| (name.to_string(), value.clone())),
+        );
         let mut config = Config::from_lookup(|name| vars.get(name).cloned())?;
         config.serve_at(address);
         let tools = crate::server::build_tools(&config).await?;
         let shutdown = CancellationToken::new();
+        crate::server::checkpoints::spawn(&tools, &config, shutdown.clone());
         let served = {
             let (tools, stop) = (tools.clone(), shutdown.clone());
             tokio::spawn(async move {
@@ -84,6 +99,14 @@ impl McpServer {
 
     /// One `run_python` call of `script`: its round trip.
     pub(super) async fn run_python(&self, script: &str) -> anyhow::Result<Duration> {
+        Ok(self.call_python(script).await?.0)
+    }
+
+    /// One `run_python` call of `script`: its round trip and its result.
+    pub(super) async fn call_python(
+        &self,
+        script: &str,
+    ) -> anyhow::Result<(Duration, CallToolResult)> {
         let arguments = serde_json::json!({ "code": script });
         let arguments = arguments.as_object().cloned().unwrap_or_default();
         let started = Instant::now();
@@ -95,7 +118,7 @@ impl McpServer {
         if result.is_error == Some(true) {
             bail!("run_python failed in the bench: {:?}", result.content);
         }
-        Ok(took)
+        Ok((took, result))
     }
 
     /// Closes the client and stops the server (its pool is drained).

@@ -20,11 +20,14 @@
 //! - what OpenTelemetry traces cost: the warm `run_python` call with traces on (exported to
 //!   a receiver in this process) and off, in alternating rounds (`traces`);
 //! - the signed audit trail: a line's append beside its leaf in the tree, signing a
-//!   checkpoint, and proofs in a tree of a million lines (`trail`).
+//!   checkpoint, and proofs in a tree of a million lines (`trail`);
+//! - signed receipts: what `FILE_AGENT_AUDIT_RECEIPTS=signed` adds to a `run_python` call
+//!   alone and in bursts, and the calls per signature (`receipts`).
 
 mod idle;
 mod mcp;
 mod probe;
+mod receipts;
 mod report;
 mod traces;
 mod trail;
@@ -65,6 +68,8 @@ pub(super) struct BenchArgs {
     pub trail: bool,
     /// Whether to measure what traces cost (the receiver was prepared before logging).
     pub traces: bool,
+    /// Whether to measure what signed receipts add to a call.
+    pub receipts: bool,
 }
 
 /// Everything one run measured, for the report.
@@ -75,6 +80,7 @@ struct Measured {
     rates: Vec<(&'static str, Rate)>,
     mcp: (Vec<Duration>, Vec<Duration>),
     traces: Option<traces::TracesCost>,
+    receipts: Option<receipts::ReceiptsCost>,
 }
 
 pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -128,7 +134,14 @@ pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Res
         let rounds = args.runs + args.pairs;
         measured.traces = Some(traces::measure(&instance, rounds).await?);
     }
+    if args.receipts {
+        let rounds = args.runs + args.pairs;
+        measured.receipts = Some(receipts::measure(&instance, rounds).await?);
+    }
     report::print(&measured, args);
+    if let Some(cost) = &measured.receipts {
+        receipts::print(cost);
+    }
     if args.trail {
         trail::print(&trail::measure()?);
     }
