@@ -149,7 +149,7 @@ impl<R: Runner> Tools<R> {
                 tracing::info!(
                     "research: the report kept from an earlier call is given to its caller"
                 );
-                return from_earlier_call(ended);
+                return from_earlier_call(*ended);
             }
             Found::Running(ended, started) => (ended, started),
         };

@@ -54,14 +54,14 @@ enum Entry {
         started: Instant,
     },
     /// Ended; kept until `until`.
-    Kept { ended: Ended, until: Instant },
+    Kept { ended: Box<Ended>, until: Instant },
 }
 
 /// What a caller's next call finds of its earlier run.
 #[derive(Debug)]
 pub enum Found {
     /// The run ended; its answer (now taken).
-    Kept(Ended),
+    Kept(Box<Ended>),
     /// The run is still going: its end comes on the channel; it started at the instant.
     Running(watch::Receiver<Option<Ended>>, Instant),
 }
@@ -135,7 +135,7 @@ impl ResearchRuns {
         self.entries().insert(
             key.clone(),
             Entry::Kept {
-                ended: ended.clone(),
+                ended: Box::new(ended.clone()),
                 until,
             },
         );
@@ -193,7 +193,7 @@ mod tests {
         runs.finish(&key, output("report"), &sender);
         assert_eq!(sender.borrow().clone().unwrap().unwrap().text, "report");
         match runs.find(&key) {
-            Some(Found::Kept(Ok(kept))) => assert_eq!(kept.text, "report"),
+            Some(Found::Kept(kept)) => assert_eq!(kept.as_ref().as_ref().unwrap().text, "report"),
             found => panic!("{found:?}"),
         }
         assert!(runs.find(&key).is_none(), "taken once");

@@ -244,6 +244,35 @@ async fn a_call_longer_than_the_clients_read_timeout_is_kept_alive() {
     assert_eq!(response.status(), 406);
 }
 
+/// Asks for research on `instructions` as a chat sending `headers` does, through Open WebUI's
+/// client, which gives up after `give_up` seconds when given; the call's end.
+async fn ask(
+    server: &TestServer,
+    headers: &[(&'static str, String)],
+    instructions: &str,
+    give_up: Option<&str>,
+) -> Value {
+    let extra: Vec<&str> = give_up.map_or_else(Vec::new, |after| vec!["--give-up-after", after]);
+    let arguments = research(instructions);
+    let limit = Duration::from_secs(60);
+    openwebui_call(
+        server,
+        headers,
+        "conduct_deep_research",
+        arguments,
+        &extra,
+        limit,
+    )
+    .await
+}
+
+/// Whether `end` is a report from a run an earlier call started.
+fn from_earlier_call(end: &Value) -> bool {
+    end["event"] == "result"
+        && text(end).contains("an earlier call with the same instructions")
+        && text(end).contains("## Sources")
+}
+
 /// A chat whose client gives up (its own timeout) leaves the run going at the provider; the
 /// same caller's next call with the same instructions joins it while it goes, or gets the kept
 /// report once it ended; another caller with the same instructions starts a run of its own.
@@ -255,17 +284,8 @@ async fn a_client_that_gives_up_leaves_the_report_to_its_next_call_only() {
     owui.add_chat("chat-1", ALICE);
     let server = server(&llm, &owui, "0.2").await;
     let alice = session_headers("chat-1", "message-1");
-    let question = research("When was async/await stabilised in Rust?");
-    let limit = Duration::from_secs(60);
-    let gave_up = openwebui_call(
-        &server,
-        &alice,
-        "conduct_deep_research",
-        question.clone(),
-        &["--give-up-after", "1.5"],
-        limit,
-    )
-    .await;
+    let question = "When was async/await stabilised in Rust?";
+    let gave_up = ask(&server, &alice, question, Some("1.5")).await;
     assert_eq!(gave_up["event"], "gave-up", "{gave_up}");
     // Its status says what became of the run, not "the answer says why".
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -273,81 +293,42 @@ async fn a_client_that_gives_up_leaves_the_report_to_its_next_call_only() {
         .last()
         .is_some_and(|status| status.contains("the research goes on"))
     {
-        assert!(Instant::now() < deadline, "{:?}", statuses(&owui, "chat-1"));
+        let shown = statuses(&owui, "chat-1");
+        assert!(Instant::now() < deadline, "{shown:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let shown = statuses(&owui, "chat-1");
     assert!(
-        !statuses(&owui, "chat-1")
+        !shown
             .iter()
             .any(|status| status.contains("the answer says why"))
     );
 
     // The next call joins the run still going: the report, no second run, no cancel.
-    let joined = openwebui_call(
-        &server,
-        &alice,
-        "conduct_deep_research",
-        question.clone(),
-        &[],
-        limit,
-    )
-    .await;
-    assert_eq!(joined["event"], "result", "{joined}");
-    assert!(
-        text(&joined).contains("an earlier call with the same instructions"),
-        "{joined}"
-    );
-    assert!(text(&joined).contains("## Sources"), "{joined}");
+    let joined = ask(&server, &alice, question, None).await;
+    assert!(from_earlier_call(&joined), "{joined}");
     let (requests, _, cancels) = llm.research_seen();
     assert_eq!((requests.len(), cancels), (1, 0));
 
     // Given up again, on another question, and back once its run ended: the kept report at once.
-    let other = research("When did Rust 1.0 ship?");
-    let gave_up = openwebui_call(
-        &server,
-        &alice,
-        "conduct_deep_research",
-        other.clone(),
-        &["--give-up-after", "1"],
-        limit,
-    )
-    .await;
+    let other = "When did Rust 1.0 ship?";
+    let gave_up = ask(&server, &alice, other, Some("1")).await;
     assert_eq!(gave_up["event"], "gave-up", "{gave_up}");
     tokio::time::sleep(Duration::from_secs(6)).await;
     let polls = llm.research_seen().1;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(llm.research_seen().1, polls, "the ended run is not polled");
-    let kept = openwebui_call(
-        &server,
-        &alice,
-        "conduct_deep_research",
-        other.clone(),
-        &[],
-        limit,
-    )
-    .await;
-    assert_eq!(kept["event"], "result", "{kept}");
+    let kept = ask(&server, &alice, other, None).await;
+    assert!(from_earlier_call(&kept), "{kept}");
     assert!(kept["seconds"].as_f64().unwrap() < 3.0, "{kept}");
-    assert!(
-        text(&kept).contains("an earlier call with the same instructions"),
-        "{kept}"
-    );
     assert_eq!(llm.research_seen().0.len(), 2);
 
-    // Bob, with the same instructions as Alice's first kept run: a run of his own.
-    let bob = signed_headers(&BOB_USER, "chat-2", "message-2");
-    let first = research("A third question");
-    let gave_up = openwebui_call(
-        &server,
-        &alice,
-        "conduct_deep_research",
-        first.clone(),
-        &["--give-up-after", "1"],
-        limit,
-    )
-    .await;
+    // Bob, with the same instructions as a run Alice left: a run of his own.
+    let third = "A third question";
+    let gave_up = ask(&server, &alice, third, Some("1")).await;
     assert_eq!(gave_up["event"], "gave-up", "{gave_up}");
-    let bobs = openwebui_call(&server, &bob, "conduct_deep_research", first, &[], limit).await;
+    let bob = signed_headers(&BOB_USER, "chat-2", "message-2");
+    let bobs = ask(&server, &bob, third, None).await;
     assert_eq!(bobs["event"], "result", "{bobs}");
     assert!(!text(&bobs).contains("an earlier call"), "{bobs}");
     let (requests, _, cancels) = llm.research_seen();
