@@ -19,22 +19,12 @@ requirements=('open-webui==0.12.4' 'mcp==2.3.0' 'httpx2==2.16.0' 'pydantic==2.13
   'python-engineio>=4.9,<5' 'orjson==3.11.9')
 requirement="${requirements[*]}"
 env_dir=${FILE_AGENT_TEST_OPENWEBUI_ENV:-target/test-openwebui}
-stamp="$env_dir/requirement"
-
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$requirement" ] && [ -x "$env_dir/bin/python3" ]; then
-  exit 0
-fi
-
-if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-  # shellcheck source=scripts/lib.sh
-  . scripts/lib.sh
-  echo "test-openwebui: installing python3-venv (Open WebUI's client lives in a venv)" >&2
-  apt_install python3-venv
-fi
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+venv_current "$env_dir" "$requirement" && exit 0
 
 echo "test-openwebui: installing Open WebUI's MCP client ('$requirement') into $env_dir" >&2
-rm -rf "$env_dir"
-python3 -m venv "$env_dir"
+fresh_venv "$env_dir"
 pip=("$env_dir/bin/python3" -m pip install --quiet --disable-pip-version-check)
 # Only what its MCP client imports, then the application without its own dependencies.
 "${pip[@]}" "${requirements[@]:1}"
@@ -43,4 +33,4 @@ data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
 # env.py stops without a secret key (it signs nothing here) and writes under DATA_DIR.
 DATA_DIR="$data" WEBUI_SECRET_KEY=unused "$env_dir/bin/python3" -c 'import open_webui.utils.mcp.client'
-echo "$requirement" >"$stamp"
+venv_stamp "$env_dir" "$requirement"
