@@ -16,22 +16,12 @@ cd "$(dirname "$0")/.."
 requirements=('mcp>=2,<3' 'cryptography>=42,<51' 'opentelemetry-proto>=1.27,<2' 'jsonschema>=4.18,<5')
 requirement="${requirements[*]}"
 env_dir=${FILE_AGENT_TEST_SDK_ENV:-target/test-python}
-stamp="$env_dir/requirement"
-
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$requirement" ] && [ -x "$env_dir/bin/python3" ]; then
-  exit 0
-fi
-
-if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-  # shellcheck source=scripts/lib.sh
-  . scripts/lib.sh
-  echo "test-python: installing python3-venv (the SDK lives in a venv)" >&2
-  apt_install python3-venv
-fi
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+venv_current "$env_dir" "$requirement" && exit 0
 
 echo "test-python: installing the MCP Python SDK, cryptography, opentelemetry-proto and jsonschema ('$requirement') into $env_dir" >&2
-rm -rf "$env_dir"
-python3 -m venv "$env_dir"
+fresh_venv "$env_dir"
 "$env_dir/bin/python3" -m pip install --quiet --disable-pip-version-check "${requirements[@]}"
 "$env_dir/bin/python3" -c 'import mcp.client.streamable_http, cryptography.hazmat.primitives.asymmetric.ed25519, opentelemetry.proto.collector.trace.v1.trace_service_pb2'
-echo "$requirement" >"$stamp"
+venv_stamp "$env_dir" "$requirement"

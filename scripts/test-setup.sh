@@ -15,7 +15,9 @@
 #      change (axum's `ws`, ...) a second time;
 #   7. the image's Python libraries in a venv, for the tests' local runner (the fast tier,
 #      scripts/sandbox-python.sh);
-#   8. the official MCP Python SDK in a venv of its own, for one test (scripts/test-python.sh).
+#   8. the official MCP Python SDK in a venv of its own, for one test (scripts/test-python.sh);
+#   9. Open WebUI 0.12.4's own MCP client in a venv of its own, for the long-call tests
+#      (scripts/test-openwebui.sh).
 # Nothing here is pip-installed into the system's Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,3 +71,4 @@ target_dir=$(cargo metadata --format-version 1 --no-deps \
 
 scripts/sandbox-python.sh
 scripts/test-python.sh
+scripts/test-openwebui.sh

@@ -261,7 +261,26 @@ fn front_door(config: &Config, tokens: &crate::server::auth::AccessTokens) -> us
         config.server.body_timeout.as_secs(),
         config.server.max_uploads
     );
+    println!("long     ok    {}", long_calls(config));
     problems
+}
+
+/// What the longest call needs of everything between file-agent and the user: the longest
+/// call the settings allow, the keep-alive, and the settings of a proxy and of Open WebUI
+/// that must let it live (docs/PRODUCTION.md#long-calls).
+fn long_calls(config: &Config) -> String {
+    use crate::tools::catalog::Tool;
+    let call = config.admission.call_timeout.as_secs();
+    let research = Tool::DeepResearch
+        .deadline(config.admission.call_timeout, config.research.max_wait)
+        .as_secs();
+    format!(
+        "the longest call: {research} s for research (FILE_AGENT_RESEARCH_TIMEOUT {} s and a minute), {call} s for the others (FILE_AGENT_CALL_TIMEOUT); a call still working after {keep} s is answered with SSE, a comment every {keep} s (FILE_AGENT_KEEP_ALIVE): a proxy in front needs a read timeout above {keep} s and no buffering of text/event-stream, and Open WebUI AIOHTTP_CLIENT_TIMEOUT_TOOL_SERVER unset or above {research} s. A research run whose client leaves goes on; its report is kept {} s (FILE_AGENT_RESEARCH_KEEP) for the caller's next call, at most {} at once",
+        config.research.max_wait.as_secs(),
+        config.research.keep_for.as_secs(),
+        config.research.kept_max,
+        keep = config.server.keep_alive.as_secs(),
+    )
 }
 
 /// Who can call, from where and with which credential; 1 when a non-loopback address asks
@@ -638,5 +657,25 @@ mod tests {
             !ok && line.contains("it has: runc, runsc") && line.contains("daemon.json"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn the_long_calls_line_names_the_longest_call_and_what_it_needs() {
+        let config = Config::from_lookup(|name| match name {
+            "FILE_AGENT_RESEARCH_TIMEOUT" => Some("1200".into()),
+            "FILE_AGENT_KEEP_ALIVE" => Some("20".into()),
+            _ => None,
+        })
+        .unwrap();
+        let line = long_calls(&config);
+        for said in [
+            "1260 s for research",
+            "600 s for the others",
+            "a comment every 20 s",
+            "AIOHTTP_CLIENT_TIMEOUT_TOOL_SERVER unset or above 1260 s",
+            "kept 86400 s",
+        ] {
+            assert!(line.contains(said), "{said}: {line}");
+        }
     }
 }

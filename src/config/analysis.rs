@@ -21,6 +21,12 @@ pub const DEFAULT_RESEARCH_MODEL: &str = "o4-mini-deep-research";
 pub const DEFAULT_RESEARCH_POLL_SECS: f64 = 5.0;
 /// `FILE_AGENT_RESEARCH_TIMEOUT`: seconds a research run may take before it is given up.
 pub const DEFAULT_RESEARCH_TIMEOUT_SECS: u64 = 600;
+/// `FILE_AGENT_RESEARCH_KEEP`: seconds the report of a run whose caller went away is kept for
+/// that caller (the run itself goes on for at most `FILE_AGENT_RESEARCH_TIMEOUT`).
+pub const DEFAULT_RESEARCH_KEEP_SECS: u64 = 24 * 3600;
+/// `FILE_AGENT_RESEARCH_KEPT_MAX`: runs going on without their caller and reports kept for
+/// one, at most, server-wide; past it a run whose caller leaves is cancelled at the provider.
+pub const DEFAULT_RESEARCH_KEPT_MAX: usize = 16;
 
 /// Which document URLs may be fetched.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -116,6 +122,11 @@ pub struct ResearchConfig {
     pub poll_interval: Duration,
     /// `FILE_AGENT_RESEARCH_TIMEOUT`: the longest a run may take.
     pub max_wait: Duration,
+    /// `FILE_AGENT_RESEARCH_KEEP`: how long the report of a run whose caller left is kept.
+    pub keep_for: Duration,
+    /// `FILE_AGENT_RESEARCH_KEPT_MAX`: runs without their caller and kept reports, at most
+    /// (0: a run whose caller leaves is cancelled).
+    pub kept_max: usize,
 }
 
 impl UrlFetchConfig {
@@ -182,6 +193,16 @@ impl ResearchConfig {
                 "FILE_AGENT_RESEARCH_TIMEOUT",
                 DEFAULT_RESEARCH_TIMEOUT_SECS,
                 1..=7200,
+            )?,
+            keep_for: vars.seconds(
+                "FILE_AGENT_RESEARCH_KEEP",
+                DEFAULT_RESEARCH_KEEP_SECS,
+                1..=7 * 24 * 3600,
+            )?,
+            kept_max: vars.count(
+                "FILE_AGENT_RESEARCH_KEPT_MAX",
+                DEFAULT_RESEARCH_KEPT_MAX,
+                0..=1000,
             )?,
         })
     }

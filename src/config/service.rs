@@ -32,6 +32,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// (nginx's `send_timeout`: between two writes, not for the whole answer); then the
 /// connection is closed.
 pub const DEFAULT_WRITE_TIMEOUT_SECS: u64 = 60;
+/// `FILE_AGENT_KEEP_ALIVE`: seconds between two SSE comments on a `tools/call` that still
+/// works, for a client that takes SSE: a proxy's or a client's read timeout (Open WebUI's is
+/// 300 s) never fires on a live call.
+pub const DEFAULT_KEEP_ALIVE_SECS: u64 = 15;
 /// `FILE_AGENT_MAX_UPLOADS`: uploads (`POST /files`) streamed to disk at once; more get 503.
 pub const DEFAULT_MAX_UPLOADS: usize = 4;
 /// `OPENAI_BASE_URL`: the OpenAI API; any compatible server (vLLM, Ollama, LiteLLM) works.
@@ -375,6 +379,9 @@ pub struct ServerConfig {
     /// `FILE_AGENT_WRITE_TIMEOUT`: the longest an answer may wait for the client to take a
     /// byte of it; then the connection is closed.
     pub write_timeout: Duration,
+    /// `FILE_AGENT_KEEP_ALIVE`: while a `tools/call` works, how often a client that takes SSE
+    /// gets a keep-alive comment.
+    pub keep_alive: Duration,
     /// `FILE_AGENT_MAX_UPLOADS`: uploads at once; past it an upload gets 503.
     pub max_uploads: usize,
     /// `FILE_AGENT_LOCAL_ROOTS`: over stdio, the folders a client that declares no roots may
@@ -591,6 +598,7 @@ impl ServerConfig {
                 DEFAULT_WRITE_TIMEOUT_SECS,
                 1..=3600,
             )?,
+            keep_alive: vars.seconds("FILE_AGENT_KEEP_ALIVE", DEFAULT_KEEP_ALIVE_SECS, 1..=290)?,
             max_uploads: vars.count("FILE_AGENT_MAX_UPLOADS", DEFAULT_MAX_UPLOADS, 1..=1024)?,
             local_roots: local_roots(vars)?,
         })

@@ -153,6 +153,11 @@ pub struct DeleteToolArgs {
     pub name: String,
 }
 
+/// The connection of an HTTP call's client: rmcp's token of the request, which fires when the
+/// client goes away (or the server stops), not on a `notifications/cancelled`.
+#[derive(Debug, Clone)]
+struct ClientConnection(tokio_util::sync::CancellationToken);
+
 /// The MCP server: the tools, and the router rmcp dispatches with.
 #[derive(Debug, Clone)]
 pub struct FileAgentServer {
@@ -301,7 +306,11 @@ impl FileAgentServer {
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let (cancel, _stop) = self.tools.call_token(&context.ct);
-        let call = self.tools.deep_research(&args.instructions, &cancel);
+        let owner = identity_of(&context).owner();
+        let client = context.extensions.get::<ClientConnection>().map(|c| &c.0);
+        let call = self
+            .tools
+            .deep_research(&args.instructions, &owner, &cancel, client);
         self.finish(Tool::DeepResearch, &context, call).await
     }
 
@@ -469,6 +478,12 @@ impl ServerHandler for FileAgentServer {
         // `notifications/cancelled` that names it over HTTP.
         let owner = identity_of(&context).owner();
         let id = serde_json::to_value(&context.id).unwrap_or_default();
+        // Over HTTP rmcp's token fires when the client goes away; the child below also fires
+        // on a cancel. Kept apart, the tools can tell a client that left from a cancel.
+        if context.extensions.get::<http::request::Parts>().is_some() {
+            let connection = ClientConnection(context.ct.clone());
+            context.extensions.insert(connection);
+        }
         context.ct = context.ct.child_token();
         let _in_flight = self.in_flight.register(&owner, &id, context.ct.clone());
         self.call_traced(request, context).await
@@ -795,13 +810,32 @@ impl FileAgentServer {
                 }
             }
         };
-        phases.send(Phase::Done { ok: result.is_ok() });
+        phases.send(self.last_phase(context, &result));
         // The last progress notifications go out before the answer, which ends the exchange.
         drop(phases);
         let _ = tokio::time::timeout(PROGRESS_FLUSH, shown).await;
         let mut answered = answer(tool, &id, &request, started, result, &outputs);
         answered.meta = receipts_meta(self.tools.receipts(receipts.taken()).await);
         answered
+    }
+
+    /// How the call ended, as its views show it: done, or, when its HTTP client went away
+    /// (and the server is not stopping), that no answer reaches it.
+    fn last_phase(
+        &self,
+        context: &RequestContext<RoleServer>,
+        result: &Result<ToolOutput, ToolError>,
+    ) -> Phase {
+        let left = context
+            .extensions
+            .get::<ClientConnection>()
+            .is_some_and(|connection| connection.0.is_cancelled())
+            && !self.tools.stopping().is_cancelled();
+        match result {
+            Err(ToolError::Left { kept }) => Phase::Left { kept: *kept },
+            Err(_) if left => Phase::Left { kept: false },
+            result => Phase::Done { ok: result.is_ok() },
+        }
     }
 
     /// What the flows of call `id` read from their task: the caller for the audit trail, where
@@ -988,6 +1022,7 @@ fn outcome_name(error: &ToolError) -> &'static str {
         ToolError::AttemptsExhausted { .. } => "attempts_exhausted",
         ToolError::ScriptFailed(_) => "script_failed",
         ToolError::Cancelled => "cancelled",
+        ToolError::Left { .. } => "client_left",
         ToolError::Busy { .. } => "busy",
         ToolError::Deadline(_) => "deadline",
         ToolError::Identity(_) => "refused_identity",

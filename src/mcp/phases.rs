@@ -102,7 +102,7 @@ async fn show(
                 task.set(message.clone());
             }
             if let Some((peer, token)) = &progress
-                && !matches!(phase, Phase::Done { .. })
+                && !phase.is_last()
             {
                 step += 1;
                 let notification = match &phase {
@@ -127,7 +127,8 @@ async fn show(
 
 /// Posts the phases to the chat message, in order, at most [`CHAT_EVENTS_PER_SECOND`]; when
 /// more than [`CHAT_BACKLOG`] wait (an Open WebUI slower than the call), the statuses among them
-/// are skipped to the newest (files and the final status never).
+/// are skipped to the newest (files and the final status never). A client that left gets
+/// no "the answer says why" under its message: no answer comes ([`Phase::Left`]).
 async fn post_to_chat(chat: ChatMessage, mut phases: UnboundedReceiver<Phase>) {
     let interval = Duration::from_secs(1) / CHAT_EVENTS_PER_SECOND;
     let mut last_post: Option<Instant> = None;
@@ -137,7 +138,7 @@ async fn post_to_chat(chat: ChatMessage, mut phases: UnboundedReceiver<Phase>) {
     while let Some(mut phase) = phases.recv().await {
         if phases.len() > CHAT_BACKLOG {
             while let Ok(next) = phases.try_recv() {
-                if matches!(phase, Phase::Stored(_) | Phase::Done { .. }) {
+                if matches!(phase, Phase::Stored(_)) || phase.is_last() {
                     post(&chat, &phase).await;
                 }
                 phase = next;
@@ -152,7 +153,7 @@ async fn post_to_chat(chat: ChatMessage, mut phases: UnboundedReceiver<Phase>) {
         }
         if let Some(at) = last_post {
             let wait = interval.saturating_sub(at.elapsed());
-            if !wait.is_zero() && !matches!(phase, Phase::Done { .. }) {
+            if !wait.is_zero() && !phase.is_last() {
                 tokio::time::sleep(wait).await;
             }
         }
@@ -175,7 +176,7 @@ async fn post(chat: &ChatMessage, phase: &Phase) {
         phase => match phase.message() {
             Some(description) => json!({"type": "status", "data": {
                 "description": description,
-                "done": matches!(phase, Phase::Done { .. }),
+                "done": phase.is_last(),
             }}),
             None => return,
         },

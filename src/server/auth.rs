@@ -207,6 +207,7 @@ mod tests {
             max_connections: 1024,
             max_connections_per_peer: None,
             write_timeout: std::time::Duration::from_secs(60),
+            keep_alive: std::time::Duration::from_secs(15),
             max_uploads: 4,
             local_roots: Vec::new(),
         }

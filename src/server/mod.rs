@@ -17,6 +17,7 @@ pub mod connections;
 mod files;
 pub mod gate;
 pub mod hosts;
+pub mod long_calls;
 pub mod private;
 pub mod requests;
 pub mod retention;
@@ -379,7 +380,8 @@ pub fn router(
 }
 
 /// `/mcp`: rmcp's stateless service behind the JSON-RPC envelope check (which hands a
-/// `notifications/cancelled` to the calls under way), the gate and the `Host` check.
+/// `notifications/cancelled` to the calls under way), the gate and the `Host` check; a long
+/// `tools/call` is answered as a stream with keep-alive comments ([`long_calls`]).
 fn mcp_routes(
     tools: &Tools,
     config: &Config,
@@ -400,6 +402,10 @@ fn mcp_routes(
     );
     axum::Router::new()
         .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(
+            config.server.keep_alive,
+            long_calls::stream_long_calls,
+        ))
         .layer(axum::middleware::from_fn(requests::check_jsonrpc))
         .layer(axum::Extension(in_flight))
         .layer(axum::middleware::from_fn_with_state(
@@ -412,13 +418,14 @@ fn mcp_routes(
         ))
 }
 
-/// rmcp's settings for `/mcp`: stateless, JSON answers, the body bound, and the allowed hosts
+/// rmcp's settings for `/mcp`: stateless, JSON answers (SSE once a call sends progress, with
+/// keep-alive comments every `FILE_AGENT_KEEP_ALIVE`), the body bound, and the allowed hosts
 /// and browser origins.
 fn mcp_config(config: &Config, shutdown: &CancellationToken) -> StreamableHttpServerConfig {
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
-        .with_sse_keep_alive(None)
+        .with_sse_keep_alive(Some(config.server.keep_alive))
         .with_max_request_body_bytes(MAX_MCP_BODY_BYTES)
         .with_cancellation_token(shutdown.child_token());
     mcp_config = match &config.server.allowed_hosts {

@@ -83,6 +83,16 @@ pub async fn nosniff(request: Request, next: Next) -> Response {
 #[derive(Debug, Clone)]
 pub struct Draining(pub tokio_util::sync::CancellationToken);
 
+/// What [`check_jsonrpc`] read of a `POST /mcp` body, for the layers after it (in the
+/// request's extensions): its method and id.
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    /// `method`: none for a response.
+    pub method: Option<String>,
+    /// `id`: null for a notification.
+    pub id: Value,
+}
+
 /// JSON-RPC: the server cannot take the request now (a server error of the implementation's
 /// own range).
 pub const SHUTTING_DOWN: i64 = -32000;
@@ -99,7 +109,7 @@ pub async fn check_jsonrpc(request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return json_errors(next.run(request).await, Value::Null).await;
     }
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let bytes = match read_body(body).await {
         Ok(bytes) => bytes,
         Err(refusal) => return refusal,
@@ -118,6 +128,10 @@ pub async fn check_jsonrpc(request: Request, next: Next) -> Response {
     {
         in_flight.notified_over_http(&parts.extensions, &bytes);
     }
+    parts.extensions.insert(Envelope {
+        method,
+        id: id.clone(),
+    });
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;

@@ -21,6 +21,7 @@ pub mod dynamic;
 pub mod filename;
 pub mod progress;
 pub mod research;
+pub mod research_runs;
 pub mod results;
 
 mod attempt;
@@ -91,6 +92,15 @@ pub enum ToolError {
     /// The call was cancelled (client gone or shutdown).
     #[error("the call was cancelled")]
     Cancelled,
+    /// The client stopped waiting (its connection closed) and the work goes on without it:
+    /// `kept`, a research run whose report is kept for the caller's next call.
+    #[error(
+        "the client stopped waiting; the research goes on, and its report is kept for the same caller's next call with the same instructions"
+    )]
+    Left {
+        /// Whether the work goes on and its result is kept.
+        kept: bool,
+    },
     /// Every sandbox slot is in use and the queue is full (or the wait ran out).
     #[error(
         "file-agent is busy: all {slots} sandboxes are in use and {waiting} attempts are already waiting; try again in {retry_after} s"

@@ -9,6 +9,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use super::admission::Admission;
+use super::research_runs::ResearchRuns;
 use super::{ToolError, catalog, dynamic};
 use crate::audit::AuditLog;
 use crate::audit::receipt::{Batcher, Entry};
@@ -47,6 +48,8 @@ pub struct Tools<R = Sandbox> {
     pub(super) calls: TaskTracker,
     /// Cancelled when shutdown stops the calls still running.
     pub(super) stopping: CancellationToken,
+    /// Research runs whose caller left, and their reports kept for that caller.
+    pub(super) research_runs: Arc<ResearchRuns>,
 }
 
 impl<R: Runner> Tools<R> {
@@ -61,6 +64,7 @@ impl<R: Runner> Tools<R> {
         admission: AdmissionConfig,
     ) -> Self {
         let pdf = Arc::new(pdf::Checker::this_program(admission.max_concurrent));
+        let research_runs = Arc::new(ResearchRuns::new(research.keep_for, research.kept_max));
         Self {
             runner,
             llm,
@@ -75,6 +79,7 @@ impl<R: Runner> Tools<R> {
             saved_tools: None,
             calls: TaskTracker::new(),
             stopping: CancellationToken::new(),
+            research_runs,
         }
     }
 

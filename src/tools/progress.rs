@@ -72,6 +72,13 @@ pub enum Phase {
         /// Whether it succeeded.
         ok: bool,
     },
+    /// The call's client stopped waiting for the answer (its connection closed): no answer
+    /// reaches it. `kept`: the work goes on, and the same caller gets its result by asking
+    /// again (research).
+    Left {
+        /// Whether the result is kept for the caller.
+        kept: bool,
+    },
 }
 
 /// A stored result, as a view that attaches files needs it.
@@ -95,6 +102,11 @@ pub struct StoredFile {
 const ATTEMPTS: usize = super::MAX_ATTEMPTS;
 
 impl Phase {
+    /// Whether this is the call's last phase ([`Phase::Done`], [`Phase::Left`]).
+    pub fn is_last(&self) -> bool {
+        matches!(self, Phase::Done { .. } | Phase::Left { .. })
+    }
+
     /// The words a user reads; `None` for a phase that is no status ([`Phase::Stored`]).
     pub fn message(&self) -> Option<String> {
         Some(match self {
@@ -124,6 +136,8 @@ impl Phase {
             }
             Phase::Done { ok: true } => "Done".into(),
             Phase::Done { ok: false } => "Did not succeed; the answer says why".into(),
+            Phase::Left { kept: true } => "The connection to the chat closed before the report was ready; the research goes on: ask for the same research again to get its report".into(),
+            Phase::Left { kept: false } => "Stopped: the connection to the chat closed before the answer was ready".into(),
         })
     }
 }

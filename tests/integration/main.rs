@@ -27,6 +27,7 @@ mod kubernetes;
 mod lifecycle;
 mod load;
 mod local;
+mod long_calls;
 mod mcp_files;
 mod mcp_server;
 mod office;

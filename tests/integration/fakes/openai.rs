@@ -49,6 +49,9 @@ pub enum Poll {
     Completed,
     /// The run failed at the provider.
     Failed,
+    /// Working (`in_progress`) until this long after the run was created, then
+    /// [`Poll::Completed`]: a run as long as a real one, whatever the polls.
+    WorkingFor(std::time::Duration),
 }
 
 /// The report text of [`Poll::Completed`] and its cited pages.
@@ -62,6 +65,8 @@ struct Inner {
     header_values: Vec<String>,
     research: Option<VecDeque<Poll>>,
     research_requests: Vec<Value>,
+    /// When each run was created, by its index (the end of its id).
+    research_created: Vec<std::time::Instant>,
     polls: usize,
     cancels: usize,
 }
@@ -267,6 +272,17 @@ fn refuse_bad_key(headers: &HeaderMap) -> Option<Response> {
     })
 }
 
+/// The id of run `index` (counted from 0), as OpenAI's look.
+fn run_id(index: usize) -> String {
+    format!("resp_68b0c1d2e3f48190a1b2c3d4e5f6{index:04x}")
+}
+
+/// The index of the run `id` names, if it is one of [`run_id`]'s.
+fn run_index(id: &str) -> Option<usize> {
+    let hex = id.strip_prefix("resp_68b0c1d2e3f48190a1b2c3d4e5f6")?;
+    usize::from_str_radix(hex, 16).ok()
+}
+
 /// A response object as OpenAI sends it, in `status`.
 fn response_object(status: &str, request: &Value) -> Value {
     json!({
@@ -311,8 +327,11 @@ async fn create_response(
     if let Some(refusal) = refuse_bad_key(&headers) {
         return refusal;
     }
-    let object = response_object("queued", &body);
-    fake.inner.lock().unwrap().research_requests.push(body);
+    let mut object = response_object("queued", &body);
+    let mut inner = fake.inner.lock().unwrap();
+    object["id"] = json!(run_id(inner.research_requests.len()));
+    inner.research_requests.push(body);
+    inner.research_created.push(std::time::Instant::now());
     Json(object).into_response()
 }
 
@@ -324,21 +343,30 @@ async fn retrieve_response(
     if let Some(refusal) = refuse_bad_key(&headers) {
         return refusal;
     }
-    let (poll, request) = {
+    let (poll, request, created) = {
         let mut inner = fake.inner.lock().unwrap();
         inner.polls += 1;
+        let index = run_index(&id).unwrap_or(inner.research_requests.len().saturating_sub(1));
         let request = inner
             .research_requests
-            .last()
+            .get(index)
             .cloned()
             .unwrap_or(Value::Null);
+        let created = inner.research_created.get(index).copied();
         let plan = inner.research.get_or_insert_with(VecDeque::new);
         let poll = if plan.len() > 1 {
             plan.pop_front()
         } else {
             plan.front().cloned()
         };
-        (poll.unwrap_or(Poll::InProgress), request)
+        (poll.unwrap_or(Poll::InProgress), request, created)
+    };
+    let poll = match poll {
+        Poll::WorkingFor(length) if created.is_some_and(|at| at.elapsed() < length) => {
+            Poll::InProgress
+        }
+        Poll::WorkingFor(_) => Poll::Completed,
+        poll => poll,
     };
     if !id.starts_with("resp_") {
         return error(
@@ -348,9 +376,14 @@ async fn retrieve_response(
             None,
         );
     }
+    let object = |status: &str| {
+        let mut object = response_object(status, &request);
+        object["id"] = json!(id);
+        object
+    };
     match poll {
-        Poll::Queued => Json(response_object("queued", &request)).into_response(),
-        Poll::InProgress => Json(response_object("in_progress", &request)).into_response(),
+        Poll::Queued => Json(object("queued")).into_response(),
+        Poll::InProgress | Poll::WorkingFor(_) => Json(object("in_progress")).into_response(),
         Poll::Garbage => (
             StatusCode::OK,
             [("content-type", "text/html")],
@@ -358,12 +391,12 @@ async fn retrieve_response(
         )
             .into_response(),
         Poll::Failed => {
-            let mut object = response_object("failed", &request);
+            let mut object = object("failed");
             object["error"] = json!({"code": "server_error", "message": "The model failed to generate a response."});
             Json(object).into_response()
         }
         Poll::Completed => {
-            let mut object = response_object("completed", &request);
+            let mut object = object("completed");
             let blog = "https://blog.rust-lang.org/2019/11/07/Async-await-stable.html";
             let first = REPORT.find("([blog").unwrap();
             let first_end = REPORT.find(".html))").unwrap() + ".html))".len();
