@@ -112,6 +112,12 @@ impl Owner {
         }
     }
 
+    /// Whether the key is shared by callers who name no one (`anonymous`, and every unproven
+    /// caller of one token), so that it cannot tell one of them from another.
+    pub fn names_no_one(&self) -> bool {
+        self.unproven || self.key == ANONYMOUS
+    }
+
     /// The key.
     pub fn as_str(&self) -> &str {
         &self.key
@@ -224,6 +230,21 @@ mod tests {
         assert!(!unproven.may_read(Some("token:aaaa")));
         assert!(unproven.may_read(None));
         assert_ne!(unproven, Owner::token("aaaa"));
+    }
+
+    #[test]
+    fn only_anonymous_and_unproven_callers_name_no_one() {
+        assert!(Owner::anonymous().names_no_one());
+        assert!(Owner::unproven(Some("aaaa")).names_no_one());
+        assert!(Owner::unproven(None).names_no_one());
+        for named in [
+            Owner::local(),
+            Owner::token("aaaa"),
+            Owner::user("header", None, "anonymous"),
+            Owner::oauth("https://idp.example", "alice"),
+        ] {
+            assert!(!named.names_no_one(), "{named}");
+        }
     }
 
     /// One owner format: outside this module (and tests), no code spells an owner key. The

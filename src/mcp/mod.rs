@@ -18,7 +18,7 @@ mod span;
 mod structured;
 mod tasks;
 
-pub use cancel::InFlight;
+pub use cancel::{ConnectionId, InFlight};
 pub use tasks::TaskStore;
 
 use std::path::PathBuf;
@@ -419,6 +419,16 @@ fn identity_of(context: &RequestContext<RoleServer>) -> Identity {
     }
 }
 
+/// What tells this request's caller from others for cancellation and the tasks' bound: its
+/// owner key, and for a caller who names no one its connection (`cancel::Scope`).
+fn scope_of(context: &RequestContext<RoleServer>) -> cancel::Scope {
+    let connection = context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<ConnectionId>().copied());
+    cancel::Scope::of(&identity_of(context).owner(), connection)
+}
+
 /// Who sent an HTTP request, from its `extensions`: the gate's identity, else an HTTP caller
 /// that names nobody.
 fn http_identity(extensions: &http::Extensions) -> Identity {
@@ -476,7 +486,6 @@ impl ServerHandler for FileAgentServer {
         }
         // The call's own token: rmcp's (the client gone; over stdio, its cancel) or a
         // `notifications/cancelled` that names it over HTTP.
-        let owner = identity_of(&context).owner();
         let id = serde_json::to_value(&context.id).unwrap_or_default();
         // Over HTTP rmcp's token fires when the client goes away; the child below also fires
         // on a cancel. Kept apart, the tools can tell a client that left from a cancel.
@@ -485,7 +494,9 @@ impl ServerHandler for FileAgentServer {
             context.extensions.insert(connection);
         }
         context.ct = context.ct.child_token();
-        let _in_flight = self.in_flight.register(&owner, &id, context.ct.clone());
+        let _in_flight = self
+            .in_flight
+            .register(scope_of(&context), &id, context.ct.clone());
         self.call_traced(request, context).await
     }
 
@@ -646,11 +657,14 @@ impl FileAgentServer {
             .tools
             .call_deadline(Tool::named(&tool).unwrap_or(Tool::RunPython));
         let server = self.clone();
-        let started = self.tasks.start(&owner, deadline, move |token, status| {
-            context.ct = token;
-            context.extensions.insert(status);
-            async move { server.call_traced(request, context).await }
-        });
+        let scope = scope_of(&context);
+        let started = self
+            .tasks
+            .start(&owner, scope, deadline, move |token, status| {
+                context.ct = token;
+                context.extensions.insert(status);
+                async move { server.call_traced(request, context).await }
+            });
         match started {
             Ok(task) => CallToolResponse::Task(task),
             Err(refused) => CallToolResult::error(vec![ContentBlock::text(format!(

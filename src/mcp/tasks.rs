@@ -11,6 +11,12 @@
 //! same "not found" as for an id that never was. A finished task is kept for
 //! `FILE_AGENT_TASK_RESULT_TTL`, and one caller has at most `FILE_AGENT_TASKS_PER_CALLER` kept.
 //!
+//! Callers who name no one (`anonymous`, the unproven callers of one token) share an owner
+//! key, so for them the key alone keeps nothing apart: a task's id, a random UUID (v4, 122
+//! random bits) given only to the call that made it, is what reaches it (from any connection,
+//! as a client's polls may come on several), and the bound counts the tasks made on each
+//! connection ([`Scope`]), so one such caller cannot use up the others' room.
+//!
 //! What this module does not do: run the call. The handler gives [`TaskStore::start`] the
 //! call as a future, with its own cancellation token in place of the HTTP request's (the call
 //! outlives that request), still a child of the server's shutdown token through
@@ -28,6 +34,7 @@ use rmcp::model::{
 };
 use tokio_util::sync::CancellationToken;
 
+use super::cancel::Scope;
 use crate::config::{TaskTools, TasksConfig};
 use crate::owner::Owner;
 use crate::tools::catalog::{SAVED_TOOL_PREFIX, Tool};
@@ -49,6 +56,9 @@ pub struct TaskStore {
 struct Entry {
     /// Whose it is: the owner key of the call that made it.
     owner: String,
+    /// Whose bound it counts against (the owner key, and for a caller who names no one the
+    /// connection that made it).
+    scope: Scope,
     /// What `tasks/get` shows of it.
     task: Task,
     /// When it was made.
@@ -115,10 +125,11 @@ impl TaskStore {
     /// Makes a task of `owner` for a call that may take `deadline`, and starts `call` on its
     /// own: `call` gets the task's token (cancelled by `tasks/cancel`) and where its phases go.
     /// The task is in the store before this returns (so `tasks/get` finds it at once); `Err`
-    /// when `owner` has its bound of tasks running.
+    /// when `scope` has its bound of tasks running.
     pub fn start<F>(
         &self,
         owner: &Owner,
+        scope: Scope,
         deadline: Duration,
         call: impl FnOnce(CancellationToken, StatusMessage) -> F,
     ) -> Result<CreateTaskResult, String>
@@ -127,7 +138,7 @@ impl TaskStore {
     {
         let id = uuid::Uuid::new_v4().to_string();
         let cancel = CancellationToken::new();
-        let task = self.insert(owner, &id, deadline, cancel.clone())?;
+        let task = self.insert(owner, scope, &id, deadline, cancel.clone())?;
         let status = StatusMessage {
             tasks: self.tasks.clone(),
             id: id.clone(),
@@ -177,11 +188,12 @@ impl TaskStore {
         owned(&mut tasks, owner, id).map(|_| ())
     }
 
-    /// Puts a new working task in the store, first making room under `owner`'s bound: the
-    /// oldest of its finished tasks goes; with none finished, the call is refused.
+    /// Puts a new working task of `owner` in the store, first making room under `scope`'s
+    /// bound: the oldest of its finished tasks goes; with none finished, the call is refused.
     fn insert(
         &self,
         owner: &Owner,
+        scope: Scope,
         id: &str,
         deadline: Duration,
         cancel: CancellationToken,
@@ -191,7 +203,7 @@ impl TaskStore {
         self.sweep(&mut tasks);
         let mine: Vec<(&String, &Entry)> = tasks
             .iter()
-            .filter(|(_, entry)| entry.owner == owner.as_str())
+            .filter(|(_, entry)| entry.scope == scope)
             .collect();
         if mine.len() >= per_caller {
             let oldest_finished = mine
@@ -211,6 +223,7 @@ impl TaskStore {
             .with_status_message("Starting");
         let entry = Entry {
             owner: owner.as_str().to_string(),
+            scope,
             task: task.clone(),
             created: Instant::now(),
             deadline,
@@ -320,10 +333,22 @@ mod tests {
     /// Starts a task of `owner` whose call answers `text` once `go` is cancelled (or its own
     /// token is, with an error result).
     fn started(store: &TaskStore, owner: &Owner, go: &CancellationToken) -> Result<String, String> {
+        started_on(store, owner, 1, go)
+    }
+
+    /// [`started`], by a request that came on connection `connection`.
+    fn started_on(
+        store: &TaskStore,
+        owner: &Owner,
+        connection: u64,
+        go: &CancellationToken,
+    ) -> Result<String, String> {
         let go = go.clone();
+        let scope = Scope::of(owner, Some(super::super::ConnectionId(connection)));
         store
             .start(
                 owner,
+                scope,
                 Duration::from_secs(60),
                 move |cancel, status| async move {
                     status.set("Running it in a fresh sandbox".into());
@@ -406,6 +431,26 @@ mod tests {
         assert!(refused.contains("FILE_AGENT_TASKS_PER_CALLER"), "{refused}");
         // Another caller has bounds of its own.
         assert!(started(&store, &Owner::local(), &waiting).is_ok());
+        waiting.cancel();
+    }
+
+    #[tokio::test]
+    async fn callers_who_name_no_one_have_a_bound_per_connection_and_reach_a_task_by_its_id() {
+        let store = store(1, 60_000);
+        let waiting = CancellationToken::new();
+        for nobody in [Owner::anonymous(), Owner::unproven(Some("aaaa"))] {
+            let first = started_on(&store, &nobody, 1, &waiting).unwrap();
+            let refused = started_on(&store, &nobody, 1, &waiting).unwrap_err();
+            assert!(refused.contains("FILE_AGENT_TASKS_PER_CALLER"), "{refused}");
+            // Another connection's caller is not refused for the first one's tasks.
+            let second = started_on(&store, &nobody, 2, &waiting).unwrap();
+            // The id reaches the task, whichever connection asks.
+            assert!(store.get(&nobody, &first).is_ok() && store.get(&nobody, &second).is_ok());
+        }
+        // A caller who is named has one bound, whatever connections it uses.
+        let alice = Owner::token("aaaa");
+        started_on(&store, &alice, 1, &waiting).unwrap();
+        assert!(started_on(&store, &alice, 2, &waiting).is_err());
         waiting.cancel();
     }
 

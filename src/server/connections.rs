@@ -32,6 +32,9 @@
 //!   lists the tools when it does not know the called one's output schema), and a request the
 //!   listener no longer takes would lose that result. Then the listener is closed and every
 //!   connection is asked to finish: the answer in flight is written, then it closes.
+//! - **Which connection**: each request carries its connection's number
+//!   ([`crate::mcp::ConnectionId`], counted from 0 by this server) in its extensions, which is
+//!   what tells apart callers who name no one (`mcp::cancel`, `mcp::tasks`).
 //!
 //! HTTP/1.1 only: MCP clients speak it (HTTP/2 comes only with TLS, which a proxy in front
 //! terminates).
@@ -54,6 +57,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::mcp::ConnectionId;
 pub use io::{BodyTimeout, IdleBody, WriteDeadline};
 use peers::{PeerSlot, Peers};
 
@@ -260,6 +264,8 @@ struct Connections {
     refusals: Arc<Semaphore>,
     /// Connections refused so far, for a warning at each power of two.
     refused: u64,
+    /// The number the next connection served gets.
+    next_connection: u64,
     /// Each connection's task, awaited at shutdown.
     tasks: TaskTracker,
     /// The requests in flight, for the quiet the drain waits for.
@@ -286,6 +292,7 @@ impl Connections {
             peers: Peers::new(bounds.max_per_peer),
             refusals: Arc::new(Semaphore::new(MAX_REFUSALS)),
             refused: 0,
+            next_connection: 0,
             tasks: TaskTracker::new(),
             activity: Activity::default(),
             shutdown: CancellationToken::new(),
@@ -299,13 +306,18 @@ impl Connections {
             return self.refuse(stream, Refusal::Peer);
         };
         match self.slots.clone().try_acquire_owned() {
-            Ok(slot) => self.serve(stream, peer, (slot, peer_slot)),
+            Ok(slot) => {
+                let connection = ConnectionId(self.next_connection);
+                self.next_connection += 1;
+                self.serve(stream, peer, connection, (slot, peer_slot));
+            }
             Err(_) => self.refuse(stream, Refusal::Full),
         }
     }
 
-    /// Serves `stream` from `peer` in a task of its own, holding `held` until it closes.
-    fn serve(&self, stream: TcpStream, peer: IpAddr, held: Held) {
+    /// Serves `stream` from `peer`, numbered `connection`, in a task of its own, holding
+    /// `held` until it closes.
+    fn serve(&self, stream: TcpStream, peer: IpAddr, connection: ConnectionId, held: Held) {
         let _ = stream.set_nodelay(true);
         let stream = WriteDeadline::new(stream, self.bounds.write_timeout);
         let (app, body_timeout) = (self.app.clone(), self.bounds.body_timeout);
@@ -314,6 +326,7 @@ impl Connections {
             hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
                 let mut request = request.map(|body| Body::new(IdleBody::new(body, body_timeout)));
                 request.extensions_mut().insert(Peer(peer));
+                request.extensions_mut().insert(connection);
                 let (app, served) = (app.clone(), served.clone());
                 let busy = activity.begin();
                 async move {

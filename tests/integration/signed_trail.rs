@@ -584,6 +584,10 @@ async fn the_independent_verifier_passes_the_known_answers_the_specs_publish() {
     );
 }
 
+/// The longest a call may take while a checkpoint round waits on a hung witness: a call that
+/// waited for the round (10 s, `audit::witness::WITNESS_TIMEOUT`) would take 8 s or more here.
+const CALL_WHILE_WITNESS_HANGS: Duration = Duration::from_secs(6);
+
 /// A witness that never answers delays no call: checkpoints are sent from a task of their own,
 /// each witness waited for at most a few seconds; the calls answer, and `/health` stays 200.
 #[tokio::test]
@@ -595,11 +599,19 @@ async fn a_witness_that_never_answers_delays_no_call() {
     witness.set_down(true);
     let instance = crate::common::unique_instance("signed", 12);
     let server = serve(data.path(), &instance, &key, &witness).await;
-    for n in 1..=3 {
-        // Each call answers while a checkpoint round waits on the witness.
+    // The first call's line starts a round within the interval (1 s), which then waits the
+    // witness's whole timeout: the next calls come while it waits.
+    assert_eq!(run(&server, 1).await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for n in 2..=3 {
+        let started = Instant::now();
         let receipts = run(&server, n).await;
+        let took = started.elapsed();
+        assert!(
+            took < CALL_WHILE_WITNESS_HANGS,
+            "call {n} took {took:?} while the witness hung: it waited for the checkpoint round"
+        );
         assert_eq!(receipts.len(), 1);
-        tokio::time::sleep(Duration::from_millis(700)).await;
     }
     let health = reqwest::get(format!("{}/health", server.url))
         .await

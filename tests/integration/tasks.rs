@@ -2,11 +2,14 @@
 //! (`tests/sdk/tasks_client.py`), the real server in process and the real sandbox:
 //! - cancellation: a running `run_python` cancelled by the SDK (its `notifications/cancelled`
 //!   over the 2025-11-25 handshake, its aborted POST over 2026-07-28) has no container left
-//!   within a second or so, and its audit line says `cancelled`;
+//!   within a second or so, and its audit line says `cancelled`; a `notifications/cancelled`
+//!   sent on another connection than the call's cancels it for a named caller, and not for a
+//!   caller who names no one (another such caller could send it with a guessed id);
 //! - tasks (`io.modelcontextprotocol/tasks`): a call from a client that declares the
 //!   extension answers with a task, polled from `working` to `completed`, whose result is what
 //!   a plain call gives; `tasks/cancel` stops one mid-attempt and leaves nothing; another
-//!   caller gets "not found" for its id, and cannot cancel it; a client that does not declare
+//!   caller gets "not found" for its id, and cannot cancel it; one caller who names no one
+//!   filling `FILE_AGENT_TASKS_PER_CALLER` leaves another one room; a client that does not declare
 //!   the extension gets the plain result; SIGTERM stops a running task (the real binary), its
 //!   container removed and its attempt audited; a research call (the fake Responses API) runs
 //!   as a task by default, and a cancelled one cancels its run at the provider within a second;
@@ -126,6 +129,8 @@ fn attempt_line(server: &TestServer) -> Value {
 /// The SDK cancels a running call (`legacy`: the 2025-11-25 handshake, where it POSTs
 /// `notifications/cancelled`; else 2026-07-28, where it aborts the POST): its container is
 /// gone within [`GONE_WITHIN`] and its audit line says cancelled.
+/// The caller is named (a user header): a `notifications/cancelled` of a caller who names no
+/// one reaches no call it did not come with on one connection.
 async fn a_cancelled_call_leaves_nothing(legacy: bool) {
     let instance = unique_instance("cancel", 10);
     let server = server(&instance, &[]).await;
@@ -133,7 +138,7 @@ async fn a_cancelled_call_leaves_nothing(legacy: bool) {
     if legacy {
         args.push("--legacy");
     }
-    let mut client = SdkClient::start(&server.url, &[], &args);
+    let mut client = SdkClient::start(&server.url, &["X-OpenWebUI-User-Id=alice"], &args);
     client.until("running").await;
     wait_for_running(&instance, 1).await;
     client.until("cancelled").await;
@@ -153,6 +158,114 @@ async fn notifications_cancelled_stops_the_call_and_its_container() {
 #[tokio::test]
 async fn an_aborted_request_stops_the_call_and_its_container() {
     a_cancelled_call_leaves_nothing(false).await;
+}
+
+/// Code that runs a few seconds and says it ended.
+const SLEEP_THEN_DONE: &str = "import time\ntime.sleep(6)\nprint('done')";
+
+/// A raw `tools/call` of run_python [`SLEEP_THEN_DONE`] with JSON-RPC id 7 and `headers`, on a
+/// client (a connection) of its own; once its container runs, a `notifications/cancelled` of
+/// id 7 POSTed with `headers` on another client's connection, as an HTTP client's pool does
+/// (the call's POST holds the first connection). Whether the call was cancelled: its container
+/// gone within [`GONE_WITHIN`] of the notification, else the call answers with its output.
+async fn cancelled_from_another_connection(headers: &[(&str, &str)]) -> bool {
+    let instance = unique_instance("xcancel", 10);
+    let server = server(&instance, &[]).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "run_python", "arguments": {"code": SLEEP_THEN_DONE}}});
+    let (url, owned): (String, Vec<(String, String)>) = (
+        server.url.clone(),
+        headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    let answer = tokio::spawn(async move {
+        let headers: Vec<(&str, &str)> = owned
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        crate::front_door::post_mcp(&url, call, &headers).await
+    });
+    wait_for_running(&instance, 1).await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 7, "reason": "the user pressed stop"}});
+    let (status, body) = crate::front_door::post_mcp(&server.url, cancel, headers).await;
+    assert_eq!(status, 202, "{body}");
+    let sent = Instant::now();
+    let cancelled = loop {
+        if containers_of_instance(&instance).await == 0 {
+            break true;
+        }
+        if sent.elapsed() > GONE_WITHIN {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (status, body) = answer.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    if !cancelled {
+        assert!(body.contains("done"), "the call ran to its end: {body}");
+    }
+    let line = attempt_line(&server);
+    let status = if cancelled { "cancelled" } else { "ok" };
+    assert_eq!(line["status"], status, "{line}");
+    server.assert_nothing_left().await;
+    cancelled
+}
+
+/// A named caller's client may send its cancel on any connection: it cancels its call.
+#[tokio::test]
+async fn a_named_callers_cancel_on_another_connection_stops_its_call() {
+    assert!(cancelled_from_another_connection(&[("X-OpenWebUI-User-Id", "alice")]).await);
+}
+
+/// Callers who name no one share one owner key, and JSON-RPC ids are small counters: a cancel
+/// from another connection could come from another of them, and cancels nothing.
+#[tokio::test]
+async fn a_cancel_from_a_caller_who_names_no_one_reaches_no_call_of_another_connection() {
+    assert!(!cancelled_from_another_connection(&[]).await);
+}
+
+/// Callers who name no one share one owner key, but not its bound of tasks: one of them with
+/// `FILE_AGENT_TASKS_PER_CALLER` tasks running leaves another (another connection) room.
+#[tokio::test]
+async fn a_caller_who_names_no_one_cannot_fill_the_others_room_for_tasks() {
+    let instance = unique_instance("tnobody", 10);
+    let server = server(
+        &instance,
+        &[
+            ("FILE_AGENT_TASKS", "all"),
+            ("FILE_AGENT_TASKS_PER_CALLER", "1"),
+        ],
+    )
+    .await;
+    let long = json!({ "code": SLEEP_THEN_DONE }).to_string();
+    let mut first = SdkClient::start(
+        &server.url,
+        &[],
+        &["task", "--tool", "run_python", "--args", &long],
+    );
+    let (created, _) = first.until("created").await;
+    assert_eq!(created["task"]["status"], "working", "{created}");
+    let short = json!({ "code": "print('mine too')" }).to_string();
+    let mut second = SdkClient::start(
+        &server.url,
+        &[],
+        &["task", "--tool", "run_python", "--args", &short],
+    );
+    let event = second.next().await;
+    assert_eq!(
+        event["event"], "created",
+        "refused a task for another's: {event}"
+    );
+    let (end, _) = second.until("end").await;
+    assert_eq!(end["task"]["status"], "completed", "{end}");
+    second.finish().await;
+    let (end, _) = first.until("end").await;
+    assert_eq!(end["task"]["status"], "completed", "{end}");
+    first.finish().await;
+    server.assert_nothing_left().await;
 }
 
 /// The `result` of a `result` event, without what differs between two runs of the same code:
