@@ -17,11 +17,11 @@ use crate::fakes::witness::FakeWitness;
 use crate::front_door::{Served, free_port, post_mcp};
 
 /// The signing key's name, and so the first part of every chain's origin.
-const LOG_NAME: &str = "signed-trail.test/audit";
+pub(crate) const LOG_NAME: &str = "signed-trail.test/audit";
 
 /// A key made by `audit keygen` in a folder of its own (never the data folder); its path and
 /// verifier key.
-async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
+pub(crate) async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
     let key = folder.join(format!(
         "{}.key",
         crate::common::unique_instance("audit", 8)
@@ -46,25 +46,42 @@ async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
 }
 
 /// A server over `data` signing with `key`, each second, witnessed by `witness`; JSON logs.
-async fn serve(data: &Path, instance: &str, key: &Path, witness: &FakeWitness) -> Served {
+pub(crate) async fn serve(
+    data: &Path,
+    instance: &str,
+    key: &Path,
+    witness: &FakeWitness,
+) -> Served {
+    serve_as(data, instance, key, witness, true).await
+}
+
+/// [`serve`], returning once `/health` answers (`ready`: once it answers 200).
+pub(crate) async fn serve_as(
+    data: &Path,
+    instance: &str,
+    key: &Path,
+    witness: &FakeWitness,
+    ready: bool,
+) -> Served {
     let listen = format!("127.0.0.1:{}", free_port());
     let witnesses = format!("{} {}", witness.url, witness.vkey());
-    Served::start(
-        &[
-            ("FILE_AGENT_LISTEN", &listen),
-            ("SANDBOX_INSTANCE", instance),
-            ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", key.to_str().unwrap()),
-            ("FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL", "1"),
-            ("FILE_AGENT_AUDIT_WITNESSES", &witnesses),
-            ("FILE_AGENT_LOG_FORMAT", "json"),
-        ],
-        Some(data),
-    )
-    .await
+    let vars = [
+        ("FILE_AGENT_LISTEN", listen.as_str()),
+        ("SANDBOX_INSTANCE", instance),
+        ("FILE_AGENT_AUDIT_SIGNING_KEY_FILE", key.to_str().unwrap()),
+        ("FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL", "1"),
+        ("FILE_AGENT_AUDIT_WITNESSES", &witnesses),
+        ("FILE_AGENT_LOG_FORMAT", "json"),
+    ];
+    if ready {
+        Served::start(&vars, Some(data)).await
+    } else {
+        Served::start_answering(&vars, Some(data)).await
+    }
 }
 
 /// The JSON-RPC result of a raw `tools/call` answer (JSON or one SSE event).
-fn result_of(body: &str) -> Value {
+pub(crate) fn result_of(body: &str) -> Value {
     let json = body
         .lines()
         .find_map(|line| line.strip_prefix("data:"))
@@ -74,7 +91,7 @@ fn result_of(body: &str) -> Value {
 }
 
 /// Runs `print(n)` and returns the receipts of the call's lines.
-async fn run(server: &Served, n: u64) -> Vec<Value> {
+pub(crate) async fn run(server: &Served, n: u64) -> Vec<Value> {
     let body = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
         "params": {"name": "run_python", "arguments": {"code": format!("print({n})")}}});
     let (status, answer) = post_mcp(&server.url, body, &[]).await;
@@ -88,14 +105,14 @@ async fn run(server: &Served, n: u64) -> Vec<Value> {
 }
 
 /// The one chain file of `instance` under `data`, and its lines.
-fn chain(data: &Path, instance: &str) -> (PathBuf, Vec<String>) {
+pub(crate) fn chain(data: &Path, instance: &str) -> (PathBuf, Vec<String>) {
     let path = data.join("audit").join(format!("{instance}.jsonl"));
     let text = std::fs::read_to_string(&path).unwrap();
     (path, text.lines().map(str::to_string).collect())
 }
 
 /// The checkpoints kept beside a chain file.
-fn kept(live: &Path) -> Vec<Value> {
+pub(crate) fn kept(live: &Path) -> Vec<Value> {
     let path = PathBuf::from(format!("{}.checkpoints", live.display()));
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -105,7 +122,7 @@ fn kept(live: &Path) -> Vec<Value> {
 }
 
 /// Waits until a checkpoint of at least `lines` lines is kept beside `live`.
-async fn until_signed(live: &Path, lines: usize) -> Value {
+pub(crate) async fn until_signed(live: &Path, lines: usize) -> Value {
     let started = Instant::now();
     loop {
         if let Some(last) = kept(live).into_iter().last()
@@ -144,7 +161,7 @@ async fn python_verifier(args: &[&str], input: &str) -> Value {
 }
 
 /// `audit verify <data> --key ...`: (exit code, what it printed).
-async fn verify(data: &Path, key: &str, more: &[&str]) -> (i32, String) {
+pub(crate) async fn verify(data: &Path, key: &str, more: &[&str]) -> (i32, String) {
     let mut args = vec!["audit", "verify", data.to_str().unwrap(), "--key", key];
     args.extend_from_slice(more);
     let done = run_cli(&args, &[]).await;
@@ -156,7 +173,7 @@ async fn verify(data: &Path, key: &str, more: &[&str]) -> (i32, String) {
 
 /// The chain file re-chained after `change` edited its lines: every `prev` recomputed, as an
 /// attacker with the folder would (the hash chain then verifies again).
-fn rewrite(live: &Path, change: impl FnOnce(&mut Vec<Value>)) {
+pub(crate) fn rewrite(live: &Path, change: impl FnOnce(&mut Vec<Value>)) {
     let text = std::fs::read_to_string(live).unwrap();
     let mut records: Vec<Value> = text
         .lines()
