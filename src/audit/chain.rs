@@ -6,9 +6,11 @@
 //!
 //! It reads only; it never repairs or reorders a file.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::{Broken, CHAIN_SUFFIX, Verified};
+use super::retention::DroppedFile;
+use super::{Broken, CHAIN_SUFFIX, Record, Verified};
 
 /// One chain: its files in chain order (rotated ones oldest first, then the live one).
 #[derive(Debug, Clone, PartialEq)]
@@ -25,8 +27,142 @@ pub struct Chain {
 pub struct ChainCheck {
     /// The chain.
     pub chain: Chain,
-    /// Its verdict.
+    /// Its verdict: broken too when its first lines are gone and no retention line records
+    /// deleting them.
     pub result: Result<Verified, Broken>,
+    /// When its first lines are gone, the retention line that records deleting them, in words.
+    pub retention: Option<String>,
+}
+
+/// What retention recorded deleting, read from the retention lines of every chain in a folder
+/// (a server records what it deleted in its own chain, whichever chain the files were of):
+/// the only thing that accounts for a chain whose first lines are gone, or for a chain gone
+/// whole.
+#[derive(Debug, Default, Clone)]
+pub struct Retired {
+    /// By the hex SHA-256 of each deleted file's last line.
+    by_last_hash: HashMap<String, RetiredFile>,
+}
+
+/// One audit file a retention line records deleting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetiredFile {
+    /// What the line says of it.
+    pub dropped: DroppedFile,
+    /// The chain holding the retention line (its name, as [`Chain::name`]).
+    pub chain: String,
+    /// The retention line's `seq` in that chain.
+    pub seq: u64,
+    /// The retention line's time.
+    pub time: String,
+}
+
+impl std::fmt::Display for RetiredFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (lines up to #{}) deleted whole by retention, recorded by line #{} of {} at {}",
+            self.dropped.file, self.dropped.last_seq, self.seq, self.chain, self.time
+        )
+    }
+}
+
+impl Retired {
+    /// Notes what `record`, a line of `chain`, records deleting, if it is a retention line.
+    pub fn note(&mut self, chain: &Chain, record: &Record) {
+        for dropped in record.pruned.iter().flat_map(|p| &p.audit_files) {
+            self.by_last_hash.insert(
+                dropped.last_hash.clone(),
+                RetiredFile {
+                    dropped: dropped.clone(),
+                    chain: chain.name.clone(),
+                    seq: record.seq,
+                    time: record.time.clone(),
+                },
+            );
+        }
+    }
+
+    /// The retention lines of `chains`, read line by line (only lines that name the retention
+    /// status are parsed). Files that cannot be read are skipped: their chain's own check
+    /// names them.
+    pub fn gather(chains: &[Chain]) -> Self {
+        use std::io::BufRead;
+        let mut retired = Self::default();
+        let marker = format!("\"status\":\"{}\"", super::retention::RETENTION_STATUS);
+        for chain in chains {
+            for file in &chain.files {
+                let Ok(opened) = std::fs::File::open(file) else {
+                    continue;
+                };
+                for line in std::io::BufReader::new(opened).split(b'\n') {
+                    let Ok(line) = line else { break };
+                    if !line.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+                        continue;
+                    }
+                    if let Ok(record) = serde_json::from_slice::<Record>(&line) {
+                        retired.note(chain, &record);
+                    }
+                }
+            }
+        }
+        retired
+    }
+
+    /// Why the lines before `verified`'s first line of `chain` are gone: `Ok(None)` when none
+    /// are, `Ok(Some(words))` when a retention line records deleting them (the file it names
+    /// is of this chain, its last line's hash is the first line's `prev`, and its last `seq`
+    /// is the one before the first line's); otherwise `Err`, naming the lines deleted by hand.
+    pub fn account(&self, chain: &Chain, verified: &Verified) -> Result<Option<String>, String> {
+        let Some(prev) = &verified.continues_from else {
+            return Ok(None);
+        };
+        let gone = verified.first_seq.saturating_sub(1);
+        if gone == 0 {
+            return Err(
+                "its first line, #1, does not start from the genesis: lines were put before it"
+                    .into(),
+            );
+        }
+        let live = chain
+            .files
+            .last()
+            .and_then(|f| f.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match self.by_last_hash.get(prev) {
+            Some(retired)
+                if retired.dropped.last_seq == gone && of_chain(&retired.dropped.file, &live) =>
+            {
+                Ok(Some(format!(
+                    "lines 1..{gone} were deleted by retention: {retired}; the tree file stands in for them"
+                )))
+            }
+            _ => Err(format!(
+                "lines 1..{gone} are gone and no retention line records deleting them (the first line left, #{}, continues from a line no retention line names): they were deleted by hand, or the files holding them were not given",
+                verified.first_seq
+            )),
+        }
+    }
+
+    /// The retention record of the chain `name`'s live file, `<name>.jsonl`, deleted whole
+    /// (the chain retired), if there is one.
+    pub fn whole(&self, name: &str) -> Option<&RetiredFile> {
+        let live = format!("{name}{CHAIN_SUFFIX}");
+        self.by_last_hash
+            .values()
+            .filter(|retired| retired.dropped.file == live)
+            .max_by_key(|retired| retired.dropped.last_seq)
+    }
+}
+
+/// Whether the audit file `file` is one of the chain whose live file is named `live`.
+fn of_chain(file: &str, live: &str) -> bool {
+    file == live
+        || file
+            .strip_prefix(live)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The chains of `path`: the files given as one chain when `path` is a file; when it is a
@@ -132,15 +268,56 @@ pub fn newest_rotated(live: &Path) -> std::io::Result<Option<PathBuf>> {
     Ok(files.pop())
 }
 
-/// Verifies every chain on its own.
+/// Verifies every chain on its own, and accounts for every chain whose first lines are gone
+/// with the retention lines of all of them ([`Retired::account`]): one that no retention
+/// line accounts for is broken, at its first line.
 pub fn verify_all(chains: Vec<Chain>) -> Vec<ChainCheck> {
-    chains
+    let mut retired = Retired::default();
+    let results: Vec<(Chain, Result<Verified, Broken>)> = chains
         .into_iter()
-        .map(|chain| ChainCheck {
-            result: super::verify(&chain.files),
-            chain,
+        .map(|chain| {
+            let result = super::verify_each(&chain.files, |record| retired.note(&chain, &record));
+            (chain, result)
+        })
+        .collect();
+    results
+        .into_iter()
+        .map(|(chain, result)| {
+            let (result, retention) = accounted(&chain, result, &retired);
+            ChainCheck {
+                chain,
+                result,
+                retention,
+            }
         })
         .collect()
+}
+
+/// `result` with its missing first lines accounted for by `retired`: the words that account
+/// for them, or a break at the chain's first line that names them.
+pub fn accounted(
+    chain: &Chain,
+    result: Result<Verified, Broken>,
+    retired: &Retired,
+) -> (Result<Verified, Broken>, Option<String>) {
+    let Ok(verified) = result else {
+        return (result, None);
+    };
+    match retired.account(chain, &verified) {
+        Ok(retention) => (Ok(verified), retention),
+        Err(problem) => (
+            Err(Broken {
+                file: chain
+                    .files
+                    .first()
+                    .map(|f| f.display().to_string())
+                    .unwrap_or_default(),
+                line: 1,
+                problem,
+            }),
+            None,
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -185,5 +362,47 @@ mod tests {
         );
         // The audit folder itself, given directly.
         assert_eq!(chains(&folder).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_missing_prefix_is_retention_only_where_a_retention_line_proves_it() {
+        let chain = Chain {
+            name: "audit/b.jsonl".into(),
+            files: vec![PathBuf::from("/x/audit/b.jsonl")],
+        };
+        let verified = Verified {
+            lines: 2,
+            continues_from: Some("ab".repeat(32)),
+            head: String::new(),
+            roots: Default::default(),
+            first_seq: 5,
+            crash_traces: Vec::new(),
+            frontier: None,
+        };
+        let mut retired = Retired::default();
+        let by_hand = retired.account(&chain, &verified).unwrap_err();
+        assert!(by_hand.contains("lines 1..4 are gone"), "{by_hand}");
+        let line = |file: &str, last_seq: u64| Record {
+            seq: 9,
+            time: "t".into(),
+            pruned: Some(super::super::retention::Pruned {
+                audit_files: vec![DroppedFile {
+                    file: file.into(),
+                    last_seq,
+                    last_hash: "ab".repeat(32),
+                    last_time: "t".into(),
+                }],
+                ..Default::default()
+            }),
+            ..Record::default()
+        };
+        // Another chain's file, or sequence numbers that do not meet: not proof.
+        retired.note(&chain, &line("a.jsonl.000000000004", 4));
+        assert!(retired.account(&chain, &verified).is_err());
+        retired.note(&chain, &line("b.jsonl.000000000003", 3));
+        assert!(retired.account(&chain, &verified).is_err());
+        retired.note(&chain, &line("b.jsonl.000000000004", 4));
+        let proved = retired.account(&chain, &verified).unwrap().unwrap();
+        assert!(proved.contains("deleted by retention"), "{proved}");
     }
 }

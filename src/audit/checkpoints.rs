@@ -118,6 +118,126 @@ fn from_line(line: &[u8]) -> Option<StoredCheckpoint> {
     })
 }
 
+/// How far in the future a witness's cosignature may be dated before it is refused: clocks
+/// differ a little, never by this much.
+pub const MAX_COSIGNATURE_SKEW: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A kept record as its note signs it: what the signer, the start-up check, `audit verify` and
+/// `doctor` believe, never the JSON fields beside the note (`time`, `origin`, `size`, `root`,
+/// `witnesses`), which anyone who can write the folder can edit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignedRecord {
+    /// The signed body: origin, size, root.
+    pub checkpoint: Checkpoint,
+    /// The witnesses (of those given) whose cosignature verifies, each with the time it
+    /// signed (seconds since the epoch, as c2sp.org/tlog-cosignature signs it).
+    pub cosigned: Vec<(String, u64)>,
+    /// What is wrong beside a good signature, in words: the record's JSON disagrees with its
+    /// note, or a cosignature is dated in the future (then it is not counted).
+    pub problems: Vec<String>,
+}
+
+/// Checks `record`'s note with the log's `key` and the cosignatures of `witnesses`: its
+/// signed body, or why the note is refused (not signed by `key`, a signature that does not
+/// verify, a body that is no checkpoint).
+pub fn verify_record(
+    record: &StoredCheckpoint,
+    key: &VerifierKey,
+    witnesses: &[VerifierKey],
+) -> Result<SignedRecord, String> {
+    let note = super::note::Note::parse(&record.checkpoint).map_err(|e| e.to_string())?;
+    match note.signed_by(key) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(format!("it is not signed by {key}")),
+        Err(error) => return Err(error.to_string()),
+    }
+    let (checkpoint, edited) = note_body(record, &note)?;
+    let mut problems: Vec<String> = edited.into_iter().collect();
+    let latest = std::time::SystemTime::now() + MAX_COSIGNATURE_SKEW;
+    let mut cosigned = Vec::new();
+    for witness in witnesses {
+        match note.signed_by(witness) {
+            Ok(Some(time))
+                if std::time::UNIX_EPOCH + std::time::Duration::from_secs(time) > latest =>
+            {
+                problems.push(format!(
+                    "the cosignature of {} is dated {}, in the future: not counted",
+                    witness.name,
+                    format_epoch(time)
+                ));
+            }
+            Ok(Some(time)) => cosigned.push((witness.name.clone(), time)),
+            Ok(None) => {}
+            Err(error) => problems.push(format!("the cosignature of {}: {error}", witness.name)),
+        }
+    }
+    Ok(SignedRecord {
+        checkpoint,
+        cosigned,
+        problems,
+    })
+}
+
+/// The checkpoint `note` (the note of `record`, its signatures not checked) carries, and where
+/// `record`'s JSON fields disagree with it, in words: for readers without the key (the
+/// review page), which still show the note's values, never the JSON's.
+pub fn note_body(
+    record: &StoredCheckpoint,
+    note: &super::note::Note,
+) -> Result<(Checkpoint, Option<String>), String> {
+    let checkpoint = Checkpoint::parse(&note.text).map_err(|e| e.to_string())?;
+    let mut edited = Vec::new();
+    if record.origin != checkpoint.origin {
+        edited.push(format!(
+            "its JSON says origin {}, its signed note says {}",
+            record.origin, checkpoint.origin
+        ));
+    }
+    if record.size != checkpoint.size {
+        edited.push(format!(
+            "its JSON says {} lines, its signed note says {} lines",
+            record.size, checkpoint.size
+        ));
+    }
+    if record.root != BASE64.encode(checkpoint.root) {
+        edited.push(format!(
+            "its JSON says root {}, its signed note says {}",
+            record.root,
+            BASE64.encode(checkpoint.root)
+        ));
+    }
+    let edited = (!edited.is_empty()).then(|| {
+        format!(
+            "the record was edited: {}; only the signed note is believed",
+            edited.join("; ")
+        )
+    });
+    Ok((checkpoint, edited))
+}
+
+/// Seconds since the epoch as RFC 3339 (UTC).
+pub fn format_epoch(seconds: u64) -> String {
+    crate::time::format_rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
+}
+
+/// The witnesses' cosignatures of a signed record in words: `W at T, V at U`.
+pub fn describe_cosigned(cosigned: &[(String, u64)]) -> String {
+    cosigned
+        .iter()
+        .map(|(name, time)| format!("{name} at {}", format_epoch(*time)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A checkpoint kept beside the chain, and what its note signs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptCheckpoint {
+    /// The record as kept (its `time` and `witnesses` are not signed).
+    pub record: StoredCheckpoint,
+    /// What its note signs.
+    pub signed: SignedRecord,
+}
+
 /// A witness, as `FILE_AGENT_AUDIT_WITNESSES` names it.
 #[derive(Debug, Clone)]
 pub struct Witness {
@@ -139,15 +259,18 @@ pub struct Signing {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The size of the last checkpoint signed.
+    /// The size of the last checkpoint signed, as its note says.
     signed: u64,
     /// The size each witness last cosigned (by index), as far as this server knows.
     witnessed: Vec<u64>,
     /// Why the trail is in doubt: a witness refused a checkpoint as inconsistent, or the trail
     /// no longer matches a checkpoint signed before.
     alarm: Option<String>,
-    /// The last checkpoint kept.
-    last: Option<StoredCheckpoint>,
+    /// The last checkpoint kept whose note this server's key signed, for this origin.
+    last: Option<KeptCheckpoint>,
+    /// Set when the chain held lines that no kept checkpoint covers while a key was
+    /// configured: the first checkpoint signs them, and this says so.
+    first_signing: Option<String>,
 }
 
 /// A checkpoint signed, before the witnesses have answered.
@@ -161,21 +284,41 @@ pub struct Signed {
 
 impl Signing {
     /// Signing with `key` as `origin`, the checkpoints kept in `store`, sent to `witnesses`.
-    /// What was kept before tells which sizes were signed and witnessed.
+    /// Of what was kept before, only notes this key signed for this origin are believed, and
+    /// only what they sign: which size was signed last, its root, and what each witness
+    /// cosigned. A record that does not verify, names another origin, or whose JSON
+    /// disagrees with its note is logged and ignored (its note is what counts).
     pub fn new(key: SignerKey, origin: String, witnesses: Vec<Witness>, store: PathBuf) -> Self {
-        let kept = read(&store).unwrap_or_default();
+        let verifier = key.verifier();
+        let witness_keys: Vec<VerifierKey> = witnesses.iter().map(|w| w.key.clone()).collect();
         let mut state = State {
             witnessed: vec![0; witnesses.len()],
             ..State::default()
         };
-        for stored in kept.iter().filter(|stored| stored.origin == origin) {
-            state.signed = state.signed.max(stored.size);
-            for answer in stored.witnesses.iter().filter(|a| a.outcome == "cosigned") {
-                if let Some(index) = witnesses.iter().position(|w| w.key.name == answer.name) {
-                    state.witnessed[index] = state.witnessed[index].max(stored.size);
+        for record in read(&store).unwrap_or_default() {
+            let signed = match verify_record(&record, &verifier, &witness_keys) {
+                Ok(signed) if signed.checkpoint.origin == origin => signed,
+                Ok(signed) => {
+                    tracing::warn!(store = %store.display(), "audit trail: a record kept beside this chain is a checkpoint of {}, not of {origin}: ignored", signed.checkpoint.origin);
+                    continue;
+                }
+                Err(problem) => {
+                    tracing::warn!(store = %store.display(), "audit trail: a record kept beside this chain (kept at {}) is not believed: {problem}", record.time);
+                    continue;
+                }
+            };
+            for problem in &signed.problems {
+                tracing::warn!(store = %store.display(), "audit trail: the checkpoint of {} lines kept beside this chain: {problem}", signed.checkpoint.size);
+            }
+            for (name, _) in &signed.cosigned {
+                if let Some(index) = witnesses.iter().position(|w| &w.key.name == name) {
+                    state.witnessed[index] = state.witnessed[index].max(signed.checkpoint.size);
                 }
             }
-            state.last = Some(stored.clone());
+            if signed.checkpoint.size >= state.signed {
+                state.signed = signed.checkpoint.size;
+                state.last = Some(KeptCheckpoint { record, signed });
+            }
         }
         Self {
             key,
@@ -210,9 +353,36 @@ impl Signing {
         self.state().signed
     }
 
-    /// The last checkpoint kept.
+    /// The last checkpoint kept that this server's key signed, its `origin`, `size` and
+    /// `root` as its note signs them (its `time` and `witnesses` are the record's, unsigned).
     pub fn last(&self) -> Option<StoredCheckpoint> {
+        self.last_signed().map(|kept| {
+            let body = &kept.signed.checkpoint;
+            StoredCheckpoint {
+                origin: body.origin.clone(),
+                size: body.size,
+                root: BASE64.encode(body.root),
+                ..kept.record
+            }
+        })
+    }
+
+    /// The last checkpoint kept that this server's key signed, with what its note signs.
+    pub fn last_signed(&self) -> Option<KeptCheckpoint> {
         self.state().last.clone()
+    }
+
+    /// Why the first checkpoint of this chain covers lines no checkpoint covered before, when
+    /// it does (named at start-up).
+    pub fn first_signing(&self) -> Option<String> {
+        self.state().first_signing.clone()
+    }
+
+    /// Notes that the chain's lines were never covered by a checkpoint this key signed: logged
+    /// as a warning, and shown by `/health` until a checkpoint covers them.
+    pub fn name_first_signing(&self, note: String) {
+        tracing::warn!(origin = %self.origin, "audit trail: {note}");
+        self.state().first_signing = Some(note);
     }
 
     /// The size witness `index` last cosigned.
@@ -280,7 +450,16 @@ impl Signing {
             "audit checkpoint"
         );
         crate::metrics::metrics().audit_checkpoint();
-        self.state().last = Some(stored);
+        let witness_keys: Vec<VerifierKey> = self.witnesses.iter().map(|w| w.key.clone()).collect();
+        let signed = verify_record(&stored, &self.key.verifier(), &witness_keys);
+        let mut state = self.state();
+        if let Ok(signed) = signed {
+            state.first_signing = None;
+            state.last = Some(KeptCheckpoint {
+                record: stored,
+                signed,
+            });
+        }
         Ok(())
     }
 }
@@ -327,7 +506,10 @@ pub fn settings(
     )))
 }
 
-/// Reads the signing key at `path`, refusing one inside the trail's folders or open to others.
+/// Reads the signing key at `path`, refusing one inside the trail's folders or one other users
+/// may read, write or run (any of the mode's last three bits). The owner's group may read it:
+/// a Kubernetes Secret mounted with `defaultMode: 0400` in a pod with an `fsGroup` is
+/// `0440`, owned by root and that group, since the kubelet adds group read for the fsGroup.
 fn read_key(path: &Path, data_dir: &Path, audit_dir: Option<&Path>) -> Result<SignerKey, String> {
     let shown = path.display();
     let canonical = path.canonicalize().map_err(|error| {
@@ -351,7 +533,7 @@ fn read_key(path: &Path, data_dir: &Path, audit_dir: Option<&Path>) -> Result<Si
     let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
     if mode & 0o007 != 0 {
         return Err(format!(
-            "FILE_AGENT_AUDIT_SIGNING_KEY_FILE {shown} is open to other users (mode {:o}): `chmod 600` it (in Kubernetes, defaultMode: 0400 on the Secret's volume)",
+            "FILE_AGENT_AUDIT_SIGNING_KEY_FILE {shown} is open to other users (mode {:o}): `chmod 600` it (its group may read it, no one else: in Kubernetes, defaultMode: 0400 on the Secret's volume, which the pod's fsGroup makes 0440)",
             mode & 0o777
         ));
     }
@@ -424,6 +606,10 @@ mod tests {
         std::fs::write(&path, &private).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(read_key(&path, data.path(), None).is_ok());
+        // What a Secret with defaultMode 0400 becomes under an fsGroup: group read is fine.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o440)).unwrap();
+        assert!(read_key(&path, data.path(), None).is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o604)).unwrap();
         let error = read_key(&path, data.path(), None).unwrap_err();
         assert!(error.contains("open to other users"), "{error}");
@@ -484,5 +670,50 @@ mod tests {
             dir.path().join("c.jsonl.checkpoints"),
         );
         assert_eq!(again.signed_size(), 3);
+    }
+
+    #[test]
+    fn only_what_a_note_signs_is_believed_and_an_edited_record_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("c.jsonl.checkpoints");
+        let key = || SignerKey::from_seed("log.example/audit", &[7; 32], 1).unwrap();
+        let origin = "log.example/audit/chain-1".to_string();
+        let signing = Signing::new(key(), origin.clone(), Vec::new(), store.clone());
+        let signed = signing.sign(3, [1; 32]).unwrap();
+        let honest = StoredCheckpoint {
+            time: "t".into(),
+            origin: origin.clone(),
+            size: 3,
+            root: BASE64.encode([1; 32]),
+            checkpoint: signed.note.clone(),
+            witnesses: Vec::new(),
+        };
+        let edited = StoredCheckpoint {
+            size: u64::MAX,
+            ..honest.clone()
+        };
+        let foreign = StoredCheckpoint {
+            checkpoint: SignerKey::from_seed("log.example/audit", &[8; 32], 1)
+                .unwrap()
+                .sign(&signed.checkpoint.text()),
+            size: 9,
+            ..honest.clone()
+        };
+        let lines: String = [&honest, &edited, &foreign]
+            .iter()
+            .map(|r| format!("{}\n", serde_json::to_string(r).unwrap()))
+            .collect();
+        std::fs::write(&store, lines).unwrap();
+        let again = Signing::new(key(), origin, Vec::new(), store);
+        assert_eq!(again.signed_size(), 3, "the JSON size is not believed");
+        assert_eq!(again.last().unwrap().size, 3);
+        let named = verify_record(&edited, &key().verifier(), &[]).unwrap();
+        assert!(
+            named.problems[0].contains("its JSON says 18446744073709551615 lines"),
+            "{:?}",
+            named.problems
+        );
+        let refused = verify_record(&foreign, &key().verifier(), &[]).unwrap_err();
+        assert!(refused.contains("does not verify"), "{refused}");
     }
 }

@@ -302,8 +302,9 @@ pub fn verify_consistency(
 
 /// The root of a growing tree, leaf by leaf, with no stored hashes: the roots of the complete
 /// subtrees of the leaves so far, largest first. For reading a whole trail once
-/// (`audit verify`), comparing each signed checkpoint with the lines it covers.
-#[derive(Debug, Clone, Default)]
+/// (`audit verify`), comparing each signed checkpoint with the lines it covers, and for the
+/// writer's own tree state, which its checkpoints sign.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Frontier {
     /// How many leaves.
     size: u64,

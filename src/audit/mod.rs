@@ -256,6 +256,12 @@ struct Writer {
     /// A line was written whose leaf could not be added: the tree follows the lines again
     /// (read back from the files) before the next leaf.
     tree_behind: bool,
+    /// The chain's tree as this writer keeps it in memory (its size, right edge and root),
+    /// grown by each line it writes: what checkpoints sign. Set by the start-up check of
+    /// [`AuditLog::with_signing`] once the lines give the last signed root and the tree file
+    /// agrees with them; `None` before, without a key, and while the alarm says the trail is
+    /// in doubt (then nothing is signed). The tree file is for proofs and restarts only.
+    frontier: Option<merkle::Frontier>,
     /// The full file was renamed for a rotation, but neither a new file could be created nor
     /// the old one put back: the file written to lives under this rotated name, and the next
     /// rotation only creates the new file.
@@ -280,6 +286,7 @@ impl Writer {
             outage: None,
             tree: None,
             tree_behind: false,
+            frontier: None,
             renamed: None,
             rotation_failed: false,
         }
@@ -387,19 +394,36 @@ impl AuditLog {
         Ok(log)
     }
 
-    /// Signs checkpoints with `signing` from now on; the checkpoint it signed last must still
-    /// match the trail, or the alarm is raised. Fails when the tree cannot stand behind a
-    /// checkpoint (its lines could not be read back into it).
+    /// Signs checkpoints with `signing` from now on, once the start-up check passes: the
+    /// chain's lines, read whole, must chain, give the root of the last checkpoint this key
+    /// signed (as its note says), and agree with the tree file. Then the tree of those lines
+    /// is kept in memory and grows with each line; otherwise the alarm is raised and nothing
+    /// is signed while this server runs. Lines that no checkpoint covers yet are named (the
+    /// first checkpoint signs them). Fails when the tree cannot stand behind a checkpoint (its
+    /// lines could not be read back into it).
     pub fn with_signing(mut self, signing: checkpoints::Signing) -> Result<Self, AuditError> {
         {
-            let writer = self.lock_writer();
+            let mut writer = self.lock_writer();
             let Some(tree) = writer.tree.as_ref() else {
                 return Err(failed(&self.path, "signed")(std::io::Error::other(
                     "the chain has no tree to sign (see the error above: its first lines were deleted before it had one); give this server a chain of its own to start afresh (SANDBOX_INSTANCE, or POD_NAME under Kubernetes)",
                 )));
             };
-            if let Some(alarm) = contradiction(tree, signing.last().as_ref()) {
-                signing.raise(alarm);
+            let last = signing.last_signed();
+            match start_up_check(&self.path, tree, writer.seq, last.as_ref()) {
+                Ok(frontier) => {
+                    if last.is_none() && frontier.size() > 0 {
+                        signing.name_first_signing(format!(
+                            "lines 1..{} of {} are covered by no checkpoint this key signed (none kept beside the chain verifies with it): the next checkpoint signs them for the first time. If this chain was signed before, its checkpoints were deleted: check it against the copies shipped elsewhere (audit verify --key --checkpoints)",
+                            frontier.size(),
+                            signing.origin()
+                        ));
+                    }
+                    writer.frontier = Some(frontier);
+                }
+                Err(alarm) => signing.raise(format!(
+                    "{alarm}; nothing is signed until an operator acts (docs/OPERATING.md, \"The audit alarm\")"
+                )),
             }
         }
         self.origin = signing.origin().to_string();
@@ -417,24 +441,27 @@ impl AuditLog {
         &self.origin
     }
 
-    /// Signs a checkpoint of every line written so far, the tree synced first, unless no line
-    /// came since the last one; `None` without a key.
+    /// Signs a checkpoint of every line written so far, unless no line came since the last
+    /// one; `None` without a key, and while the alarm holds the signer back. Its size and root
+    /// are the writer's own, kept in memory from the lines it wrote (never read back from the
+    /// tree file); the tree file is synced first, so that its proofs cover what is signed.
     pub fn sign_checkpoint(&self) -> Result<Option<checkpoints::Signed>, AuditError> {
         let Some(signing) = &self.signing else {
             return Ok(None);
         };
         let writer = self.lock_writer();
+        let Some(frontier) = writer.frontier.as_ref() else {
+            return Ok(None);
+        };
         let Some(tree) = writer.tree.as_ref().filter(|_| !writer.tree_behind) else {
             return Ok(None);
         };
-        let size = tree.size();
+        let size = frontier.size();
         if size <= signing.signed_size() {
             return Ok(None);
         }
-        let error = |action| failed(tree.path(), action);
-        tree.sync().map_err(error("synced"))?;
-        let root = tree.root(size).map_err(error("read"))?;
-        Ok(signing.sign(size, root))
+        tree.sync().map_err(failed(tree.path(), "synced"))?;
+        Ok(signing.sign(size, frontier.root()))
     }
 
     /// The consistency proof between the chain's trees of `old` and `new` lines.
@@ -528,6 +555,9 @@ impl AuditLog {
             println!("{line}");
         }
         let leaf_hash = merkle::leaf_hash(line.as_bytes());
+        if let Some(frontier) = writer.frontier.as_mut() {
+            frontier.push(leaf_hash);
+        }
         self.grow_tree(writer, leaf_hash);
         Ok(Receipt {
             origin: self.origin.clone(),
@@ -747,30 +777,79 @@ fn open_tree(path: &Path, lines: u64, last: Option<&[u8]>) -> Option<tree::TreeF
     }
 }
 
-/// Why `tree` contradicts `last`, the checkpoint signed before, if it does.
-fn contradiction(
+/// The start-up check of a signed chain whose live file is `path`, whose writer counts `lines`
+/// lines: its lines, read whole through the one verifier, must chain, reach and give the root
+/// of `last` (the last checkpoint this key signed, as its note says), and the tree file must
+/// give the same roots as the lines. The tree of the lines, for the writer to keep in memory;
+/// or why the trail is in doubt.
+fn start_up_check(
+    path: &Path,
     tree: &tree::TreeFile,
-    last: Option<&checkpoints::StoredCheckpoint>,
-) -> Option<String> {
-    use base64::Engine;
-    let last = last?;
-    if last.size > tree.size() {
-        return Some(format!(
-            "the trail holds {} lines, but the checkpoint signed at {} covers {}: lines {}..{} are gone",
-            tree.size(),
-            last.time,
-            last.size,
-            tree.size() + 1,
-            last.size
+    lines: u64,
+    last: Option<&checkpoints::KeptCheckpoint>,
+) -> Result<merkle::Frontier, String> {
+    let files = chain::files_of(path).map_err(|e| format!("the chain cannot be read: {e}"))?;
+    let signed = last.map(|kept| &kept.signed.checkpoint);
+    let sizes = signed.iter().map(|c| c.size).chain([lines]).collect();
+    let verified = verify_with_roots(&files, sizes, Some(tree), |_| {})
+        .map_err(|broken| format!("the chain is broken: {broken}"))?;
+    let held = verified.first_seq.saturating_sub(1) + verified.lines;
+    if held != lines {
+        return Err(format!(
+            "the chain's files hold {held} lines where its last line is #{lines}"
         ));
     }
-    let root = tree.root(last.size).ok()?;
-    (base64::engine::general_purpose::STANDARD.encode(root) != last.root).then(|| {
-        format!(
-            "the trail's first {} lines no longer match the checkpoint signed at {}: a line among them was changed, removed or inserted",
-            last.size, last.time
-        )
-    })
+    let frontier = match verified.frontier.clone() {
+        Some(frontier) => frontier,
+        None if lines == 0 => merkle::Frontier::default(),
+        None => {
+            return Err(format!(
+                "lines 1..{} are gone and the tree file does not hold them",
+                verified.first_seq.saturating_sub(1)
+            ));
+        }
+    };
+    let tree_root = tree
+        .root(lines)
+        .map_err(|e| format!("the tree file cannot be read: {e}"))?;
+    if tree_root != frontier.root() {
+        return Err(format!(
+            "the tree file {} does not agree with the chain's {lines} lines: it was changed, or damaged; once `audit verify --key` shows the lines match the signed checkpoints, delete it and the server builds it again from the lines",
+            tree.path().display()
+        ));
+    }
+    let (Some(signed), Some(kept)) = (signed, last) else {
+        return Ok(frontier);
+    };
+    let when = format!("kept at {}, an unsigned time", kept.record.time);
+    if signed.size > lines {
+        return Err(format!(
+            "the trail holds {lines} lines, but the checkpoint this server signed of {} lines ({when}) covers more: lines {}..{} are gone",
+            signed.size,
+            lines + 1,
+            signed.size
+        ));
+    }
+    let ours = if signed.size < verified.first_seq {
+        tree.root(signed.size).ok()
+    } else {
+        verified.roots.get(&signed.size).copied()
+    };
+    if ours != Some(signed.root) {
+        return Err(format!(
+            "the trail's lines 1..{} no longer give the root of the checkpoint of {} lines this server signed ({when}): a line among them was changed, removed or inserted since it was signed",
+            signed.size, signed.size
+        ));
+    }
+    Ok(frontier)
+}
+
+/// A line's bytes as the chain reads them: the bytes before its `\n`, less a `\r` just before
+/// it (a file whose line ends were converted to CRLF reads as the server wrote it). The one
+/// rule for `audit verify`, the start-up check, the tree's catch-up and the chain's head.
+pub(crate) fn without_line_break(bytes: &[u8]) -> &[u8] {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    bytes.strip_suffix(b"\r").unwrap_or(bytes)
 }
 
 /// The hex SHA-256 of a line (without its newline).
@@ -792,6 +871,9 @@ pub struct Verified {
     pub roots: std::collections::BTreeMap<u64, merkle::Hash>,
     /// The `seq` of the first line read (1 unless retention deleted the first files).
     pub first_seq: u64,
+    /// The tree of every line read (the lines before the first stood in for by the tree file),
+    /// when [`verify_with_roots`] computed it: its size, right edge and root.
+    pub frontier: Option<merkle::Frontier>,
     /// What crashes left, in order: lines that record an unfinished line cut at start-up,
     /// and unfinished lines not cut yet. Not tampering: none of them was ever acknowledged.
     pub crash_traces: Vec<CrashTrace>,
@@ -928,10 +1010,8 @@ fn read_line<'a>(reader: &mut impl BufRead, bytes: &'a mut Vec<u8>) -> LineRead<
         // At the end of the file, as nothing follows a read without its newline.
         return LineRead::Unfinished(bytes.len() as u64);
     }
-    bytes.pop();
-    if bytes.last() == Some(&b'\r') {
-        bytes.pop();
-    }
+    let length = without_line_break(bytes).len();
+    bytes.truncate(length);
     match std::str::from_utf8(bytes) {
         Ok(line) => LineRead::Line(line),
         Err(e) => LineRead::Unreadable(e.to_string()),
@@ -1087,6 +1167,7 @@ impl Verifier {
                     .previous
                     .map_or_else(|| GENESIS.to_string(), |(hash, _)| hash),
                 crash_traces: self.crash_traces,
+                frontier: self.roots.as_ref().and_then(|roots| roots.frontier.clone()),
                 roots: self.roots.map(|roots| roots.found).unwrap_or_default(),
                 first_seq: self.first_seq,
             }),

@@ -18,21 +18,35 @@ use serde_json::json;
 use super::chain::Chain;
 use super::checkpoints::{self, StoredCheckpoint};
 use super::merkle::Hash;
-use super::note::{Checkpoint, Note, VerifierKey};
+use super::note::VerifierKey;
 use super::tree::{self, TreeFile};
 use super::{Broken, Verified};
+
+/// A checkpoint of the chain signed by the log's key, as its note signs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignedPoint {
+    /// Its root.
+    pub root: Hash,
+    /// When the record carrying it says it was kept: not signed, shown as such.
+    pub kept_at: String,
+    /// The witnesses whose cosignature verifies, each with the time it signed.
+    pub cosigned: Vec<(String, u64)>,
+}
 
 /// A chain checked against the checkpoints signed of it.
 #[derive(Debug)]
 pub struct SignedCheck {
-    /// The chain's own verdict (its hash chain).
+    /// The chain's own verdict (its hash chain, and its missing first lines accounted for).
     pub chain: Result<Verified, Broken>,
     /// The origin checked.
     pub origin: String,
-    /// The checkpoints found (stored, and the copies given) that the key signed, by size.
-    pub checkpoints: BTreeMap<u64, (String, Hash)>,
+    /// The checkpoints found (stored, and the copies given) that the key signed for this
+    /// origin, by size, as their notes sign them.
+    pub checkpoints: BTreeMap<u64, SignedPoint>,
     /// For each witness key given, the largest checkpoint it cosigned.
     pub cosigned: BTreeMap<String, u64>,
+    /// When the chain's first lines are gone, the retention line that records deleting them.
+    pub retention: Option<String>,
     /// What contradicts the trail, the first (smallest) checkpoint first; empty when the trail
     /// matches every checkpoint.
     pub problems: Vec<String>,
@@ -45,10 +59,21 @@ impl SignedCheck {
     }
 }
 
+/// The origin of `chain` when `origin` (a full origin) does not name it:
+/// `<key's name>/<chain>`.
+pub fn origin_of(chain: &Chain, key: &VerifierKey, origin: Option<&str>) -> String {
+    let live = chain.files.last().cloned().unwrap_or_default();
+    origin.map_or_else(
+        || format!("{}/{}", key.name, super::chain_name(&live)),
+        str::to_string,
+    )
+}
+
 /// Checks `chain` against the checkpoints kept beside it and `copies` (from elsewhere), all
 /// of its origin, `<key's name>/<chain>` unless `origin` names it: each must be signed by
 /// `key`, its cosignatures by `witnesses` must verify, two of one size must agree, and each
-/// must be the root of the trail's first lines.
+/// must be the root of the trail's first lines. Missing first lines are accounted for by the
+/// retention lines of the chain's own folder.
 pub fn check_signed(
     chain: &Chain,
     origin: Option<&str>,
@@ -56,35 +81,103 @@ pub fn check_signed(
     witnesses: &[VerifierKey],
     copies: &[StoredCheckpoint],
 ) -> SignedCheck {
+    let folder = chain
+        .files
+        .last()
+        .and_then(|live| live.parent())
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let siblings = super::chain::chains(&folder).unwrap_or_default();
+    let retired = super::chain::Retired::gather(&siblings);
+    check_signed_with(chain, origin, key, witnesses, copies, &retired)
+}
+
+/// [`check_signed`], with the retention lines of the folder read already (`retired`). Only a
+/// note's signed body is believed: its origin binds it to a chain, its size and root are what
+/// is checked; a record kept beside the chain whose note is of another origin, or whose JSON
+/// disagrees with its note, is named.
+pub fn check_signed_with(
+    chain: &Chain,
+    origin: Option<&str>,
+    key: &VerifierKey,
+    witnesses: &[VerifierKey],
+    copies: &[StoredCheckpoint],
+    retired: &super::chain::Retired,
+) -> SignedCheck {
     let live = chain.files.last().cloned().unwrap_or_default();
-    let origin = origin.map_or_else(
-        || format!("{}/{}", key.name, super::chain_name(&live)),
-        str::to_string,
-    );
+    let origin = origin_of(chain, key, origin);
     let mut problems = Vec::new();
     let stored = checkpoints::read(&checkpoints::path_of(&live)).unwrap_or_default();
-    let mut signed: BTreeMap<u64, (String, Hash)> = BTreeMap::new();
+    let mut signed: BTreeMap<u64, SignedPoint> = BTreeMap::new();
     let mut cosigned = BTreeMap::new();
-    for candidate in stored.iter().chain(copies).filter(|c| c.origin == origin) {
-        match checked(candidate, key, witnesses, &mut cosigned) {
-            Ok(body) => match signed.get(&body.size) {
-                Some((_, root)) if *root != body.root => problems.push(format!(
-                    "a fork: two checkpoints of {} lines signed by {} hold different roots; the log showed two histories",
-                    body.size, key.name
-                )),
-                _ => {
-                    signed.insert(body.size, (candidate.time.clone(), body.root));
-                }
-            },
-            Err(problem) => problems.push(format!(
-                "the checkpoint of {} lines kept at {}: {problem}",
-                candidate.size, candidate.time
+    let candidates = stored
+        .iter()
+        .map(|c| (c, true))
+        .chain(copies.iter().map(|c| (c, false)));
+    for (candidate, beside) in candidates {
+        let record = match checkpoints::verify_record(candidate, key, witnesses) {
+            Ok(record) => record,
+            Err(problem) if beside || candidate.origin == origin => {
+                problems.push(format!(
+                    "the checkpoint record of {} lines kept at {} (an unsigned time): {problem}",
+                    candidate.size, candidate.time
+                ));
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let body = &record.checkpoint;
+        if body.origin != origin {
+            // A copy of another chain's checkpoint is none of this chain's business, unless
+            // it sits beside this chain or its JSON claims this chain.
+            if beside || candidate.origin == origin {
+                problems.push(format!(
+                    "a checkpoint record kept {} at {} (an unsigned time) is not of {origin}: its signed note says {}",
+                    if beside { "beside this chain" } else { "in the copies" },
+                    candidate.time,
+                    body.origin
+                ));
+            }
+            continue;
+        }
+        for problem in &record.problems {
+            problems.push(format!(
+                "the checkpoint of {} lines kept at {} (an unsigned time): {problem}",
+                body.size, candidate.time
+            ));
+        }
+        for (name, _) in &record.cosigned {
+            let best = cosigned.entry(name.clone()).or_insert(0);
+            *best = (*best).max(body.size);
+        }
+        match signed.get_mut(&body.size) {
+            Some(point) if point.root != body.root => problems.push(format!(
+                "a fork: two checkpoints of {} lines signed by {} hold different roots; the log showed two histories",
+                body.size, key.name
             )),
+            Some(point) => {
+                for cosignature in &record.cosigned {
+                    if !point.cosigned.contains(cosignature) {
+                        point.cosigned.push(cosignature.clone());
+                    }
+                }
+            }
+            None => {
+                signed.insert(
+                    body.size,
+                    SignedPoint {
+                        root: body.root,
+                        kept_at: candidate.time.clone(),
+                        cosigned: record.cosigned.clone(),
+                    },
+                );
+            }
         }
     }
     let tree = TreeFile::open_existing(&tree::path_of(&live)).ok();
     let sizes: BTreeSet<u64> = signed.keys().copied().collect();
     let verdict = super::verify_with_roots(&chain.files, sizes, tree.as_ref(), |_| {});
+    let (verdict, retention) = super::chain::accounted(chain, verdict, retired);
     if let Ok(verified) = &verdict {
         problems.extend(contradictions(&signed, verified, tree.as_ref()));
         if signed.is_empty() {
@@ -99,49 +192,86 @@ pub fn check_signed(
         origin,
         checkpoints: signed,
         cosigned,
+        retention,
         problems,
     }
 }
 
-/// The body of `candidate` when `key` signed it, noting the cosignatures of `witnesses`.
-fn checked(
-    candidate: &StoredCheckpoint,
-    key: &VerifierKey,
-    witnesses: &[VerifierKey],
-    cosigned: &mut BTreeMap<String, u64>,
-) -> Result<Checkpoint, String> {
-    let note = Note::parse(&candidate.checkpoint).map_err(|e| e.to_string())?;
-    match note.signed_by(key) {
-        Ok(Some(_)) => {}
-        Ok(None) => return Err(format!("it is not signed by {key}")),
-        Err(error) => return Err(error.to_string()),
+/// An origin the copies hold checkpoints of, signed by the key, with no chain in the folder.
+#[derive(Debug)]
+pub struct MissingChain {
+    /// The origin, as its notes sign it.
+    pub origin: String,
+    /// The largest size signed of it in the copies.
+    pub size: u64,
+    /// The retention line that records retiring its chain whole, when one does and it
+    /// covers every line signed; `None`: the chain was deleted by hand.
+    pub retired: Option<String>,
+}
+
+impl MissingChain {
+    /// Whether retention accounts for it.
+    pub fn ok(&self) -> bool {
+        self.retired.is_some()
     }
-    let body = Checkpoint::parse(&note.text).map_err(|e| e.to_string())?;
-    for witness in witnesses {
-        match note.signed_by(witness) {
-            Ok(Some(_)) => {
-                let best = cosigned.entry(witness.name.clone()).or_insert(0);
-                *best = (*best).max(body.size);
-            }
-            Ok(None) => {}
-            Err(error) => return Err(error.to_string()),
+}
+
+/// Every origin of `copies` signed by `key` that none of `checked` is, and whether a retention
+/// line of the folder (`retired`) records retiring its chain (`<origin's last part>.jsonl`
+/// deleted whole, up to at least the largest size signed of it), in a chain whose signed
+/// checkpoints cover that line (`checks`).
+pub fn missing_chains(
+    copies: &[StoredCheckpoint],
+    key: &VerifierKey,
+    checks: &[(&Chain, SignedCheck)],
+    retired: &super::chain::Retired,
+) -> Vec<MissingChain> {
+    let mut signed: BTreeMap<String, u64> = BTreeMap::new();
+    for copy in copies {
+        if let Ok(record) = checkpoints::verify_record(copy, key, &[]) {
+            let size = signed.entry(record.checkpoint.origin).or_insert(0);
+            *size = (*size).max(record.checkpoint.size);
         }
     }
-    Ok(body)
+    signed
+        .into_iter()
+        .filter(|(origin, _)| !checks.iter().any(|(_, check)| &check.origin == origin))
+        .map(|(origin, size)| {
+            let name = origin.rsplit('/').next().unwrap_or(&origin);
+            let retired = retired.whole(name).and_then(|record| {
+                if record.dropped.last_seq < size {
+                    return None;
+                }
+                // The retention line must be signed: covered by a checkpoint of its chain.
+                let covered = checks
+                    .iter()
+                    .find(|(chain, _)| chain.name == record.chain)
+                    .and_then(|(_, check)| check.checkpoints.last_key_value())
+                    .is_some_and(|(&largest, _)| largest >= record.seq);
+                covered.then(|| record.to_string())
+            });
+            MissingChain {
+                origin,
+                size,
+                retired,
+            }
+        })
+        .collect()
 }
 
 /// What in `signed` the trail contradicts: a checkpoint past its end (lines cut), or one
 /// whose root its lines do not give (lines changed, removed or inserted), naming the range
 /// between the last checkpoint it matches and that one.
 fn contradictions(
-    signed: &BTreeMap<u64, (String, Hash)>,
+    signed: &BTreeMap<u64, SignedPoint>,
     verified: &Verified,
     tree: Option<&TreeFile>,
 ) -> Vec<String> {
     let lines = verified.first_seq.saturating_sub(1) + verified.lines;
     let mut matched = 0;
     let mut problems = Vec::new();
-    for (&size, (time, root)) in signed {
+    for (&size, point) in signed {
+        let time = format!("kept at {}, an unsigned time", point.kept_at);
         let ours = if size < verified.first_seq {
             // The lines are gone (retention): the tree file stands in for them.
             tree.and_then(|tree| tree.root(size).ok())
@@ -150,21 +280,21 @@ fn contradictions(
         };
         let problem = if size > lines {
             format!(
-                "truncated: the checkpoint signed at {time} covers {size} lines, the trail holds {lines}: lines {}..{size} are gone",
+                "truncated: the checkpoint of {size} lines ({time}) covers more than the {lines} the trail holds: lines {}..{size} are gone",
                 lines + 1
             )
         } else {
             match ours {
-                Some(ours) if ours == *root => {
+                Some(ours) if ours == point.root => {
                     matched = size;
                     continue;
                 }
                 Some(_) => format!(
-                    "rewritten: the checkpoint of {size} lines signed at {time} does not match the trail: a line among lines {}..{size} was changed, removed or inserted since it was signed",
+                    "rewritten: the checkpoint of {size} lines ({time}) does not match the trail: a line among lines {}..{size} was changed, removed or inserted since it was signed",
                     matched + 1
                 ),
                 None => format!(
-                    "the checkpoint of {size} lines signed at {time} cannot be checked: the trail's first lines are gone and its tree file does not hold them"
+                    "the checkpoint of {size} lines ({time}) cannot be checked: the trail's first lines are gone and its tree file does not hold them"
                 ),
             }
         };

@@ -96,9 +96,7 @@ pub fn last_line(file: &File) -> std::io::Result<Option<Vec<u8>>> {
         let start = newline_before(file, newline)?.map_or(0, |at| at + 1);
         let mut line = vec![0; (newline - start) as usize];
         file.read_exact_at(&mut line, start)?;
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
+        line.truncate(super::without_line_break(&line).len());
         if !line.iter().all(u8::is_ascii_whitespace) {
             return Ok(Some(line));
         }

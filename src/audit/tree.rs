@@ -232,9 +232,9 @@ fn for_lines_from(
             if reader.read_until(b'\n', &mut bytes)? == 0 || bytes.last() != Some(&b'\n') {
                 break;
             }
-            bytes.pop();
-            match seq_of(&bytes) {
-                Some(seq) if seq >= first => visit(seq, &bytes)?,
+            let line = super::without_line_break(&bytes);
+            match seq_of(line) {
+                Some(seq) if seq >= first => visit(seq, line)?,
                 _ => {}
             }
         }

@@ -95,8 +95,8 @@ fn print_chain_check(check: &chain::ChainCheck) {
         check.chain.files.len(),
         verified.head
     );
-    if let Some(prev) = &verified.continues_from {
-        println!("    note: its first file continues an earlier one no longer here (prev {prev})");
+    if let Some(retention) = &check.retention {
+        println!("    note: {retention}");
     }
     for trace in &verified.crash_traces {
         println!("    crash: {trace}");

@@ -97,29 +97,49 @@ pub fn verify_signed(
             format!("{prefix}/{}", crate::audit::chain_name(&live))
         })
     };
-    let checks: Vec<_> = chains
+    let retired = chain::Retired::gather(&chains);
+    let checks: Vec<(&chain::Chain, proof::SignedCheck)> = chains
         .iter()
         .map(|chain| {
-            (
+            let origin = origin_of(chain);
+            let check = proof::check_signed_with(
                 chain,
-                proof::check_signed(chain, origin_of(chain).as_deref(), &key, &witnesses, &kept),
-            )
+                origin.as_deref(),
+                &key,
+                &witnesses,
+                &kept,
+                &retired,
+            );
+            (chain, check)
         })
         .collect();
-    let broken = checks.iter().filter(|(_, check)| !check.ok()).count();
+    let missing = proof::missing_chains(&kept, &key, &checks, &retired);
+    let broken = checks.iter().filter(|(_, check)| !check.ok()).count()
+        + missing.iter().filter(|m| !m.ok()).count();
+    let total = checks.len() + missing.len();
     if broken == 0 {
         println!(
-            "ok: {} chains, every chain unbroken and matching every checkpoint signed by {key}",
-            checks.len()
+            "ok: {total} chains, every chain unbroken and matching every checkpoint signed by {key}"
         );
     } else {
         println!(
-            "broken: {broken} of {} chains contradict the checkpoints signed by {key}",
-            checks.len()
+            "broken: {broken} of {total} chains contradict the checkpoints signed by {key}, or are gone"
         );
     }
     for (chain, check) in &checks {
         print_signed(chain, check);
+    }
+    for gone in &missing {
+        match &gone.retired {
+            Some(retired) => println!(
+                "  {}: retired, {} lines signed: {retired}",
+                gone.origin, gone.size
+            ),
+            None => println!(
+                "  {}: broken: the copies hold checkpoints of it up to {} lines, but the folder holds no chain of it and no signed retention line records retiring it: it was deleted by hand",
+                gone.origin, gone.size
+            ),
+        }
     }
     Ok(if broken == 0 {
         ExitCode::SUCCESS
@@ -128,11 +148,18 @@ pub fn verify_signed(
     })
 }
 
-/// One chain's verdict against its checkpoints.
+/// One chain's verdict against its checkpoints. Times kept beside a note are not signed and
+/// say so; the witnesses' times are those their cosignatures sign.
 fn print_signed(chain: &chain::Chain, check: &proof::SignedCheck) {
     let verified = match &check.chain {
         Ok(verified) => verified,
-        Err(broken) => return println!("  {}: broken: {broken}", chain.name),
+        Err(broken) => {
+            println!("  {}: broken: {broken}", chain.name);
+            for problem in &check.problems {
+                println!("    {problem}");
+            }
+            return;
+        }
     };
     let lines = verified.first_seq.saturating_sub(1) + verified.lines;
     let verdict = if check.problems.is_empty() {
@@ -147,12 +174,21 @@ fn print_signed(chain: &chain::Chain, check: &proof::SignedCheck) {
     for problem in &check.problems {
         println!("    {problem}");
     }
-    if let Some((size, (time, root))) = check.checkpoints.last_key_value() {
+    if let Some((size, point)) = check.checkpoints.last_key_value() {
         use base64::Engine;
+        let cosigned = if point.cosigned.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", cosigned by {}",
+                crate::audit::checkpoints::describe_cosigned(&point.cosigned)
+            )
+        };
         println!(
-            "    {} checkpoints signed; the latest covers {size} lines ({time}, root {}){}",
+            "    {} checkpoints signed; the latest covers {size} lines (root {}{cosigned}; kept at {}, an unsigned time){}",
             check.checkpoints.len(),
-            base64::engine::general_purpose::STANDARD.encode(root),
+            base64::engine::general_purpose::STANDARD.encode(point.root),
+            point.kept_at,
             if lines > *size {
                 format!("; lines {}..{lines} were written since", size + 1)
             } else {
@@ -163,10 +199,7 @@ fn print_signed(chain: &chain::Chain, check: &proof::SignedCheck) {
     for (witness, size) in &check.cosigned {
         println!("    witnessed by {witness}: up to {size} lines");
     }
-    if verified.first_seq > 1 {
-        println!(
-            "    lines 1..{} were deleted by retention; the tree file stands in for them",
-            verified.first_seq - 1
-        );
+    if let Some(retention) = &check.retention {
+        println!("    {retention}");
     }
 }

@@ -179,9 +179,12 @@ async fn probe_services(config: &Config) -> usize {
     problems + identity_checks(config).await
 }
 
-/// The audit trail's signing key and witnesses, and what the witnesses answered last: a
-/// checkpoint one refused as inconsistent is a failure (the trail was changed after it was
-/// witnessed), as is one refused for its configuration; one unreachable is a doubt.
+/// The audit trail's signing key and witnesses; each chain held against the checkpoints its
+/// key signed, as the server's start-up check and `audit verify --key` hold it (a contradiction
+/// is a failure: the server signs nothing on that chain until an operator acts); and what the
+/// witnesses answered last, as the record beside the chain says (unsigned): a checkpoint one
+/// refused as inconsistent is a failure, as is one refused for its configuration; one
+/// unreachable is a doubt.
 fn audit_checks(checks: &mut Checks, config: &Config) {
     use crate::audit::checkpoints;
     let folder = match &config.audit.place {
@@ -192,25 +195,37 @@ fn audit_checks(checks: &mut Checks, config: &Config) {
             .to_path_buf(),
         crate::config::AuditPlace::Off => return,
     };
-    match checkpoints::settings(&config.audit, &config.data_dir, Some(&folder)) {
-        Ok(Some((key, witnesses))) => checks.line(
-            Some(true),
-            "audit",
-            format!(
-                "checkpoints signed every {} s by {} ({} witnesses)",
-                config.audit.checkpoint_interval.as_secs(),
-                key.verifier(),
-                witnesses.len()
-            ),
-        ),
-        Ok(None) => checks.line(
-            Some(true),
-            "audit",
-            "checkpoints are not signed: whoever can write the audit folder can rewrite the trail unseen (FILE_AGENT_AUDIT_SIGNING_KEY_FILE, docs/SECURITY.md)".into(),
-        ),
-        Err(error) => checks.line(Some(false), "audit", error),
-    }
+    let signing = match checkpoints::settings(&config.audit, &config.data_dir, Some(&folder)) {
+        Ok(Some((key, witnesses))) => {
+            checks.line(
+                Some(true),
+                "audit",
+                format!(
+                    "checkpoints signed every {} s by {} ({} witnesses)",
+                    config.audit.checkpoint_interval.as_secs(),
+                    key.verifier(),
+                    witnesses.len()
+                ),
+            );
+            Some((key.verifier(), witnesses))
+        }
+        Ok(None) => {
+            checks.line(
+                Some(true),
+                "audit",
+                "checkpoints are not signed: whoever can write the audit folder can rewrite the trail unseen (FILE_AGENT_AUDIT_SIGNING_KEY_FILE, docs/SECURITY.md)".into(),
+            );
+            None
+        }
+        Err(error) => {
+            checks.line(Some(false), "audit", error);
+            None
+        }
+    };
     let chains = crate::audit::chain::chains(&folder).unwrap_or_default();
+    if let Some((key, witnesses)) = &signing {
+        signed_chain_checks(checks, config, &chains, key, witnesses);
+    }
     for chain in chains {
         let Some(live) = chain.files.last() else {
             continue;
@@ -219,6 +234,12 @@ fn audit_checks(checks: &mut Checks, config: &Config) {
             .ok()
             .and_then(|kept| kept.into_iter().last())
         else {
+            continue;
+        };
+        let body = crate::audit::note::Note::parse(&last.checkpoint)
+            .map_err(|e| e.to_string())
+            .and_then(|note| checkpoints::note_body(&last, &note));
+        let Ok((body, _)) = body else {
             continue;
         };
         for answer in &last.witnesses {
@@ -231,17 +252,88 @@ fn audit_checks(checks: &mut Checks, config: &Config) {
                 ok,
                 "witness",
                 format!(
-                    "{} {} the checkpoint of {} lines of {} ({}){}",
+                    "{} {} the checkpoint of {} lines of {} (as the record kept at {} says; neither is signed){}",
                     answer.name,
                     answer.outcome,
-                    last.size,
-                    last.origin,
+                    body.size,
+                    body.origin,
                     last.time,
                     answer
                         .detail
                         .as_deref()
                         .map(|d| format!(": {d}"))
                         .unwrap_or_default()
+                ),
+            );
+        }
+    }
+}
+
+/// Each chain against the checkpoints `key` signed, as `audit verify --key` checks it.
+fn signed_chain_checks(
+    checks: &mut Checks,
+    config: &Config,
+    chains: &[crate::audit::chain::Chain],
+    key: &crate::audit::note::VerifierKey,
+    witnesses: &[crate::audit::checkpoints::Witness],
+) {
+    use crate::audit::{chain, proof};
+    let witness_keys: Vec<_> = witnesses.iter().map(|w| w.key.clone()).collect();
+    let retired = chain::Retired::gather(chains);
+    for chain in chains {
+        let origin = config.audit.origin.as_deref().map(|prefix| {
+            let live = chain.files.last().cloned().unwrap_or_default();
+            format!("{prefix}/{}", crate::audit::chain_name(&live))
+        });
+        let check =
+            proof::check_signed_with(chain, origin.as_deref(), key, &witness_keys, &[], &retired);
+        if let Err(broken) = &check.chain {
+            checks.line(
+                Some(false),
+                "audit",
+                format!("{}: broken: {broken}", chain.name),
+            );
+            continue;
+        }
+        if check.checkpoints.is_empty() {
+            checks.line(
+                None,
+                "audit",
+                format!(
+                    "{}: no checkpoint of {} signed by this key is kept beside it",
+                    chain.name, check.origin
+                ),
+            );
+            continue;
+        }
+        if !check.problems.is_empty() {
+            checks.line(
+                Some(false),
+                "audit",
+                format!(
+                    "{}: {} (the server signs nothing on it until an operator acts: docs/OPERATING.md, \"The audit alarm\")",
+                    chain.name,
+                    check.problems.join("; ")
+                ),
+            );
+            continue;
+        }
+        if let Some((size, point)) = check.checkpoints.last_key_value() {
+            checks.line(
+                Some(true),
+                "audit",
+                format!(
+                    "{}: matches its {} signed checkpoints, the latest of {size} lines{}",
+                    chain.name,
+                    check.checkpoints.len(),
+                    if point.cosigned.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            ", cosigned by {}",
+                            crate::audit::checkpoints::describe_cosigned(&point.cosigned)
+                        )
+                    }
                 ),
             );
         }

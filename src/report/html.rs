@@ -234,7 +234,7 @@ fn chain_verdict(chain: &ChainIntegrity) -> String {
             short(prev)
         ),
         (None, Some(prev)) => format!(
-            "intact; continues an earlier file no longer here (prev {})",
+            "intact; continues an earlier file no longer here (prev {}) whose deletion no retention line records",
             short(prev)
         ),
         (None, None) => "intact from its first line".into(),
@@ -253,13 +253,16 @@ fn chain_verdict(chain: &ChainIntegrity) -> String {
 fn checkpoint_words(seen: &crate::report::CheckpointMatch) -> String {
     let matched = match &seen.matches {
         Some((size, time)) => format!(
-            "matches the signed checkpoint of {size} lines of <code>{}</code> ({}){}",
+            "matches the signed checkpoint of {size} lines of <code>{}</code> (kept at {}, an unsigned time){}",
             esc(&seen.origin),
             esc(time),
             if seen.witnessed_by.is_empty() {
                 ", witnessed by none".to_string()
             } else {
-                format!(", witnessed by {}", esc(&seen.witnessed_by.join(", ")))
+                format!(
+                    ", witnessed by {} (cosignature lines, checked by audit verify --witness-key)",
+                    esc(&seen.witnessed_by.join(", "))
+                )
             }
         ),
         None => format!("matches none of its {} signed checkpoints", seen.kept),

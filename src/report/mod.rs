@@ -287,7 +287,8 @@ pub struct ChainIntegrity {
     /// `prev` of its first line when its earlier files are gone (rotated away).
     pub continues_from: Option<String>,
     /// When a retention line in the trail names the file that `continues_from` points at:
-    /// that file, and when retention deleted it.
+    /// that file, and when retention deleted it. A chain whose first lines are gone with no
+    /// such line is broken.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deleted_by_retention: Option<String>,
     /// Where it breaks: file, line, problem.
@@ -301,19 +302,24 @@ pub struct ChainIntegrity {
     pub checkpoint: Option<CheckpointMatch>,
 }
 
-/// Which kept checkpoint a chain's lines match, and what witnessed it. The roots are
-/// recomputed from the lines; the signatures are `audit verify --key`'s to check.
+/// Which kept checkpoint a chain's lines match, and whose cosignature lines its note carries.
+/// The origin, size and root are the notes' (never the JSON beside them) and the roots are
+/// recomputed from the lines; the signatures are `audit verify --key`'s to check, and the
+/// time a record was kept is not signed.
 #[derive(Debug, Serialize)]
 pub struct CheckpointMatch {
-    /// The chain's origin.
+    /// The chain's origin, as the first note says.
     pub origin: String,
     /// Checkpoints kept.
     pub kept: usize,
-    /// The largest checkpoint the lines match: its size and when it was signed.
+    /// The largest checkpoint the lines match: its size and when its record says it was kept
+    /// (an unsigned time).
     pub matches: Option<(u64, String)>,
-    /// The witnesses that cosigned that one.
+    /// The names on that note's signature lines after the log's own: the witnesses that
+    /// cosigned it, unverified here (`audit verify --witness-key` checks them).
     pub witnessed_by: Vec<String>,
-    /// The first kept checkpoint the lines do not match, in words (the trail was changed).
+    /// The first kept checkpoint the lines do not match, or a record edited beside its note,
+    /// in words (the trail was changed).
     pub contradicted: Option<String>,
 }
 
@@ -600,7 +606,17 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
             (verdict, kept)
         })
         .collect();
-    let integrity = integrity(&chains, &verdicts, unreadable, &first.deleted);
+    // A chain whose first lines are gone is intact only where a retention line, in any
+    // chain, records deleting them.
+    let verdicts: Vec<ChainVerdict> = chains
+        .iter()
+        .zip(verdicts)
+        .map(|(chain, (verdict, kept))| {
+            let (verdict, retention) = chain::accounted(chain, verdict, &first.retired);
+            (verdict, retention, kept)
+        })
+        .collect();
+    let integrity = integrity(&chains, &verdicts, unreadable);
     first.complete_summary();
     let choice = Choice::of(std::mem::take(&mut first.rows));
     choice.unlink_timelines(&mut first.histories);
@@ -651,9 +667,8 @@ struct FirstPass {
     calls: HashMap<String, CallState>,
     histories: BTreeMap<String, History>,
     hourly: BTreeMap<String, Counts>,
-    /// The last line's hash of every audit file retention deleted: (file, when, by which
-    /// chain), in words.
-    deleted: HashMap<String, String>,
+    /// What the retention lines of every chain record deleting.
+    retired: chain::Retired,
 }
 
 impl FirstPass {
@@ -672,7 +687,7 @@ impl FirstPass {
 
     /// Counts one line of chain number `index`.
     fn add(&mut self, index: usize, chain: &Chain, filter: &Filter, record: Record) {
-        self.note_deleted(chain, &record);
+        self.retired.note(chain, &record);
         if !filter.admits(&record) {
             return;
         }
@@ -700,20 +715,6 @@ impl FirstPass {
             return;
         }
         self.add_attempt(index, &record, ending);
-    }
-
-    /// Remembers the files a retention line says it deleted, so that a chain continuing from
-    /// one of them can say why its start is gone.
-    fn note_deleted(&mut self, chain: &Chain, record: &Record) {
-        for dropped in record.pruned.iter().flat_map(|p| &p.audit_files) {
-            self.deleted.insert(
-                dropped.last_hash.clone(),
-                format!(
-                    "{}, deleted whole by retention at {} (line #{} of {})",
-                    dropped.file, record.time, record.seq, chain.name
-                ),
-            );
-        }
     }
 
     /// Counts one attempt: the summary, the chart, the per-user and per-tool tables, its call.
@@ -815,17 +816,12 @@ impl Tally {
 }
 
 /// The integrity section: each chain's verdict, and whether all is intact.
-fn integrity(
-    chains: &[Chain],
-    verdicts: &[ChainVerdict],
-    unreadable: Option<String>,
-    deleted: &HashMap<String, String>,
-) -> Integrity {
+fn integrity(chains: &[Chain], verdicts: &[ChainVerdict], unreadable: Option<String>) -> Integrity {
     let chains: Vec<ChainIntegrity> = chains
         .iter()
         .zip(verdicts)
-        .map(|(chain, (verdict, kept))| {
-            let mut integrity = chain_integrity(chain, verdict, deleted);
+        .map(|(chain, (verdict, retention, kept))| {
+            let mut integrity = chain_integrity(chain, verdict, retention.clone());
             integrity.checkpoint = checkpoint_match(verdict, kept);
             integrity
         })
@@ -843,59 +839,85 @@ fn integrity(
     }
 }
 
-/// A chain's verdict and the checkpoints kept beside it.
+/// A chain's verdict, the retention line that accounts for its missing first lines, and the
+/// checkpoints kept beside it.
 type ChainVerdict = (
     Result<crate::audit::Verified, crate::audit::Broken>,
+    Option<String>,
     Vec<crate::audit::checkpoints::StoredCheckpoint>,
 );
 
 /// The kept checkpoints held against the roots of the chain's lines: the largest it matches,
-/// and the first it does not.
+/// and the first it does not (or the first record whose JSON disagrees with its note).
 fn checkpoint_match(
     verdict: &Result<crate::audit::Verified, crate::audit::Broken>,
     kept: &[crate::audit::checkpoints::StoredCheckpoint],
 ) -> Option<CheckpointMatch> {
-    use base64::Engine;
     let verified = verdict.as_ref().ok()?;
-    let first = kept.first()?;
     let lines = verified.first_seq.saturating_sub(1) + verified.lines;
     let mut found = CheckpointMatch {
-        origin: first.origin.clone(),
+        origin: String::new(),
         kept: kept.len(),
         matches: None,
         witnessed_by: Vec::new(),
         contradicted: None,
     };
-    let mut sorted: Vec<_> = kept.iter().collect();
-    sorted.sort_by_key(|c| c.size);
-    for checkpoint in sorted {
-        let root = verified
-            .roots
-            .get(&checkpoint.size)
-            .map(|root| base64::engine::general_purpose::STANDARD.encode(root));
-        if checkpoint.size <= lines && root.as_deref() == Some(checkpoint.root.as_str()) {
-            found.matches = Some((checkpoint.size, checkpoint.time.clone()));
-            found.witnessed_by = checkpoint
-                .witnesses
+    let mut notes = Vec::new();
+    for record in kept {
+        let read = crate::audit::note::Note::parse(&record.checkpoint)
+            .map_err(|e| e.to_string())
+            .and_then(|note| {
+                crate::audit::checkpoints::note_body(record, &note).map(|body| (note, body))
+            });
+        match read {
+            Ok((note, (body, edited))) => {
+                if let Some(edited) = edited
+                    && found.contradicted.is_none()
+                {
+                    found.contradicted = Some(format!(
+                        "the checkpoint record kept at {} (an unsigned time): {edited}",
+                        record.time
+                    ));
+                }
+                notes.push((body, note, record.time.clone()));
+            }
+            Err(problem) if found.contradicted.is_none() => {
+                found.contradicted = Some(format!(
+                    "the checkpoint record kept at {} (an unsigned time) holds no checkpoint note: {problem}",
+                    record.time
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+    found.origin = notes.first()?.0.origin.clone();
+    notes.sort_by_key(|(body, _, _)| body.size);
+    for (body, note, time) in notes {
+        let root = verified.roots.get(&body.size);
+        if body.size <= lines && root == Some(&body.root) {
+            found.matches = Some((body.size, time));
+            found.witnessed_by = note
+                .signatures
                 .iter()
-                .filter(|w| w.outcome == "cosigned")
-                .map(|w| w.name.clone())
+                .skip(1)
+                .map(|signature| signature.name.clone())
                 .collect();
-        } else if found.contradicted.is_none() && checkpoint.size >= verified.first_seq {
+        } else if found.contradicted.is_none() && body.size >= verified.first_seq {
             found.contradicted = Some(format!(
-                "the checkpoint of {} lines signed at {} does not match the trail's lines: they were changed, removed or inserted since (audit verify --key names which)",
-                checkpoint.size, checkpoint.time
+                "the checkpoint of {} lines kept at {} (an unsigned time) does not match the trail's lines: they were changed, removed or inserted since (audit verify --key names which)",
+                body.size, time
             ));
         }
     }
     Some(found)
 }
 
-/// One chain's verdict in words; `deleted` names the files retention deleted.
+/// One chain's verdict in words; `retention` says which retention line deleted its first
+/// lines, when they are gone.
 fn chain_integrity(
     chain: &Chain,
     verdict: &Result<crate::audit::Verified, crate::audit::Broken>,
-    deleted: &HashMap<String, String>,
+    retention: Option<String>,
 ) -> ChainIntegrity {
     let (lines, head, continues_from, broken) = match verdict {
         Ok(v) => (
@@ -911,9 +933,7 @@ fn chain_integrity(
         |v| v.crash_traces.iter().map(ToString::to_string).collect(),
     );
     ChainIntegrity {
-        deleted_by_retention: continues_from
-            .as_ref()
-            .and_then(|prev| deleted.get(prev).cloned()),
+        deleted_by_retention: retention,
         name: chain.name.clone(),
         files: chain
             .files

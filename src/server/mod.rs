@@ -854,7 +854,8 @@ async fn engine_health(
 
 /// The audit trail in `/health`, probed now (a trail that works again must make the server
 /// ready again without waiting for a call that a not-ready server would not get), and whether
-/// it makes the server refuse calls; `None` when the trail is off.
+/// it makes the server unready: it refuses calls, or the alarm is raised (the trail is in
+/// doubt and nothing is signed until an operator acts); `None` when the trail is off.
 fn audit_health(tools: &Tools) -> Option<(bool, serde_json::Value)> {
     let (audit, probed) = tools.audit_log().zip(tools.audit_probe())?;
     let state = audit.availability();
@@ -867,17 +868,35 @@ fn audit_health(tools: &Tools) -> Option<(bool, serde_json::Value)> {
         "refused_calls": state.refused_calls,
         "origin": audit.origin(),
     });
+    let mut alarmed = false;
     if let Some(signing) = audit.signing() {
-        value["checkpoint"] = signing.last().map_or(serde_json::Value::Null, |last| {
-            json!({
-                "size": last.size,
-                "time": last.time,
-                "witnesses": last.witnesses,
-            })
-        });
-        value["alarm"] = json!(signing.alarm());
+        value["checkpoint"] = signing
+            .last_signed()
+            .map_or(serde_json::Value::Null, |last| checkpoint_json(&last));
+        let alarm = signing.alarm();
+        alarmed = alarm.is_some();
+        value["alarm"] = json!(alarm);
+        value["first_signing"] = json!(signing.first_signing());
     }
-    Some((refusing, value))
+    Some((refusing || alarmed, value))
+}
+
+/// The last checkpoint signed, in `/health`: its size and root and the witnesses'
+/// cosignatures with the times they signed, all from the signed note; the time it was kept
+/// and what each witness answered are the record's, unsigned, and named so.
+fn checkpoint_json(last: &crate::audit::checkpoints::KeptCheckpoint) -> serde_json::Value {
+    use base64::Engine;
+    let body = &last.signed.checkpoint;
+    json!({
+        "size": body.size,
+        "root": base64::engine::general_purpose::STANDARD.encode(body.root),
+        "cosigned": last.signed.cosigned.iter().map(|(witness, time)| json!({
+            "witness": witness,
+            "time": crate::audit::checkpoints::format_epoch(*time),
+        })).collect::<Vec<_>>(),
+        "kept_at_unsigned": last.record.time,
+        "answers_unsigned": last.record.witnesses,
+    })
 }
 
 /// The network canary in `/health`: its verdict, when, what it tries, what it reached (or why

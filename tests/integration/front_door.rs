@@ -28,6 +28,20 @@ impl Served {
     /// can have) with `vars`, its data folder `data` (else one in a fresh folder), and waits
     /// for `/health`.
     pub async fn start(vars: &[(&str, &str)], data: Option<&std::path::Path>) -> Self {
+        Self::start_until(vars, data, |status| status.is_success()).await
+    }
+
+    /// [`Self::start`], returning once `/health` answers at all: a server that starts
+    /// unready (an audit alarm says 503).
+    pub async fn start_answering(vars: &[(&str, &str)], data: Option<&std::path::Path>) -> Self {
+        Self::start_until(vars, data, |_| true).await
+    }
+
+    async fn start_until(
+        vars: &[(&str, &str)],
+        data: Option<&std::path::Path>,
+        ready: impl Fn(reqwest::StatusCode) -> bool,
+    ) -> Self {
         let (child, dir, log) = Self::spawn(vars, data);
         let port = vars
             .iter()
@@ -45,7 +59,7 @@ impl Served {
         let started = Instant::now();
         loop {
             if let Ok(response) = reqwest::get(format!("{}/health", served.url)).await
-                && response.status().is_success()
+                && ready(response.status())
             {
                 return served;
             }

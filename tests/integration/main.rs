@@ -48,4 +48,5 @@ mod structured;
 mod tasks;
 mod tenants;
 mod traces;
+mod trail_gaps;
 mod url_policy;

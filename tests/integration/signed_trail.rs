@@ -17,7 +17,7 @@ use crate::fakes::witness::FakeWitness;
 use crate::front_door::{Served, free_port, post_mcp};
 
 /// The signing key's name, and so the first part of every chain's origin.
-const LOG_NAME: &str = "signed-trail.test/audit";
+pub(crate) const LOG_NAME: &str = "signed-trail.test/audit";
 
 /// A key made by `audit keygen` in a folder of its own (never the data folder); its path and
 /// verifier key.
@@ -46,8 +46,13 @@ pub(crate) async fn keygen(folder: &Path, name: &str) -> (PathBuf, String) {
 }
 
 /// A server over `data` signing with `key`, each second, witnessed by `witness`; JSON logs.
-async fn serve(data: &Path, instance: &str, key: &Path, witness: &FakeWitness) -> Served {
-    serve_with(data, instance, key, witness, &[]).await
+pub(crate) async fn serve(
+    data: &Path,
+    instance: &str,
+    key: &Path,
+    witness: &FakeWitness,
+) -> Served {
+    start(data, instance, key, witness, &[], true).await
 }
 
 /// [`serve`] with `more` settings.
@@ -57,6 +62,29 @@ pub(crate) async fn serve_with(
     key: &Path,
     witness: &FakeWitness,
     more: &[(&str, &str)],
+) -> Served {
+    start(data, instance, key, witness, more, true).await
+}
+
+/// [`serve`], returning once `/health` answers (`ready`: once it answers 200).
+pub(crate) async fn serve_as(
+    data: &Path,
+    instance: &str,
+    key: &Path,
+    witness: &FakeWitness,
+    ready: bool,
+) -> Served {
+    start(data, instance, key, witness, &[], ready).await
+}
+
+/// The server of [`serve`], [`serve_with`] and [`serve_as`].
+async fn start(
+    data: &Path,
+    instance: &str,
+    key: &Path,
+    witness: &FakeWitness,
+    more: &[(&str, &str)],
+    ready: bool,
 ) -> Served {
     let listen = format!("127.0.0.1:{}", free_port());
     let witnesses = format!("{} {}", witness.url, witness.vkey());
@@ -69,7 +97,11 @@ pub(crate) async fn serve_with(
         ("FILE_AGENT_LOG_FORMAT", "json"),
     ];
     vars.extend_from_slice(more);
-    Served::start(&vars, Some(data)).await
+    if ready {
+        Served::start(&vars, Some(data)).await
+    } else {
+        Served::start_answering(&vars, Some(data)).await
+    }
 }
 
 /// The JSON-RPC result of a raw `tools/call` answer (JSON or one SSE event).
@@ -83,7 +115,7 @@ pub(crate) fn result_of(body: &str) -> Value {
 }
 
 /// Runs `print(n)` and returns the receipts of the call's lines.
-async fn run(server: &Served, n: u64) -> Vec<Value> {
+pub(crate) async fn run(server: &Served, n: u64) -> Vec<Value> {
     let body = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
         "params": {"name": "run_python", "arguments": {"code": format!("print({n})")}}});
     let (status, answer) = post_mcp(&server.url, body, &[]).await;
@@ -97,14 +129,14 @@ async fn run(server: &Served, n: u64) -> Vec<Value> {
 }
 
 /// The one chain file of `instance` under `data`, and its lines.
-fn chain(data: &Path, instance: &str) -> (PathBuf, Vec<String>) {
+pub(crate) fn chain(data: &Path, instance: &str) -> (PathBuf, Vec<String>) {
     let path = data.join("audit").join(format!("{instance}.jsonl"));
     let text = std::fs::read_to_string(&path).unwrap();
     (path, text.lines().map(str::to_string).collect())
 }
 
 /// The checkpoints kept beside a chain file.
-fn kept(live: &Path) -> Vec<Value> {
+pub(crate) fn kept(live: &Path) -> Vec<Value> {
     let path = PathBuf::from(format!("{}.checkpoints", live.display()));
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -114,7 +146,7 @@ fn kept(live: &Path) -> Vec<Value> {
 }
 
 /// Waits until a checkpoint of at least `lines` lines is kept beside `live`.
-async fn until_signed(live: &Path, lines: usize) -> Value {
+pub(crate) async fn until_signed(live: &Path, lines: usize) -> Value {
     let started = Instant::now();
     loop {
         if let Some(last) = kept(live).into_iter().last()
@@ -153,7 +185,7 @@ pub(crate) async fn python_verifier(args: &[&str], input: &str) -> Value {
 }
 
 /// `audit verify <data> --key ...`: (exit code, what it printed).
-async fn verify(data: &Path, key: &str, more: &[&str]) -> (i32, String) {
+pub(crate) async fn verify(data: &Path, key: &str, more: &[&str]) -> (i32, String) {
     let mut args = vec!["audit", "verify", data.to_str().unwrap(), "--key", key];
     args.extend_from_slice(more);
     let done = run_cli(&args, &[]).await;
@@ -165,7 +197,7 @@ async fn verify(data: &Path, key: &str, more: &[&str]) -> (i32, String) {
 
 /// The chain file re-chained after `change` edited its lines: every `prev` recomputed, as an
 /// attacker with the folder would (the hash chain then verifies again).
-fn rewrite(live: &Path, change: impl FnOnce(&mut Vec<Value>)) {
+pub(crate) fn rewrite(live: &Path, change: impl FnOnce(&mut Vec<Value>)) {
     let text = std::fs::read_to_string(live).unwrap();
     let mut records: Vec<Value> = text
         .lines()
