@@ -17,6 +17,71 @@ use crate::signed_trail::{
     LOG_NAME, chain, kept, keygen, rewrite, run, serve, serve_as, until_signed, verify,
 };
 
+/// A signing key, a witness and a data folder, for servers and `audit verify` runs over it.
+struct Signed {
+    /// The data folder the servers write their chains to.
+    data: tempfile::TempDir,
+    /// The folder of the key (never the data folder), and of the shipped logs.
+    keys: tempfile::TempDir,
+    /// The private key's file.
+    key: PathBuf,
+    /// Its verifier key.
+    vkey: String,
+    /// The witness that cosigns each checkpoint.
+    witness: FakeWitness,
+}
+
+impl Signed {
+    async fn new() -> Self {
+        let keys = tempfile::tempdir().unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let (key, vkey) = keygen(keys.path(), LOG_NAME).await;
+        let witness =
+            FakeWitness::start("witness.test/w1", [9; 32], std::slice::from_ref(&vkey)).await;
+        Self {
+            data,
+            keys,
+            key,
+            vkey,
+            witness,
+        }
+    }
+
+    /// A new folder with one chain of `lines` calls, all signed, its server stopped.
+    async fn with_chain(name: &str, lines: u64) -> (Self, String) {
+        let signed = Self::new().await;
+        let instance = crate::common::unique_instance(name, 8);
+        let server = signed.serve(&instance).await;
+        for n in 1..=lines {
+            run(&server, n).await;
+        }
+        let (live, _) = signed.chain(&instance);
+        until_signed(&live, lines as usize).await;
+        server.stop().await;
+        (signed, instance)
+    }
+
+    /// A server of `instance` over the folder, once `/health` answers 200.
+    async fn serve(&self, instance: &str) -> crate::front_door::Served {
+        serve(self.data.path(), instance, &self.key, &self.witness).await
+    }
+
+    /// A server of `instance` over the folder, once `/health` answers at all.
+    async fn serve_unready(&self, instance: &str) -> crate::front_door::Served {
+        serve_as(self.data.path(), instance, &self.key, &self.witness, false).await
+    }
+
+    /// The chain file of `instance` and its lines.
+    fn chain(&self, instance: &str) -> (PathBuf, Vec<String>) {
+        chain(self.data.path(), instance)
+    }
+
+    /// `audit verify <folder> --key <vkey> <more>`: (exit code, what it printed).
+    async fn verify(&self, more: &[&str]) -> (i32, String) {
+        verify(self.data.path(), &self.vkey, more).await
+    }
+}
+
 /// The origin, size and root a kept record's signed note carries (not its JSON fields).
 fn signed_body(record: &Value) -> (String, u64, [u8; 32]) {
     use file_agent::audit::note::{Checkpoint, Note};
