@@ -6,7 +6,7 @@
 #
 #   deploy/check.sh
 #
-# It builds the release binary; DEPLOY_CHECK_BINARY=target/release/file-agent takes a built one
+# It builds the release binary; DEPLOY_CHECK_BINARY=target/debug/file-agent takes a built one
 # instead (docs/DEPLOYING.md says when to run which).
 #
 # 1. the Docker API proxy: `haproxy -c` on its config; then a local haproxy with it in front of

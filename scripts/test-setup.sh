@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the tests need on top of the server's set-up (what CI runs before `cargo nextest run --release`),
+# What the tests need on top of the server's set-up (what CI runs before `cargo nextest run`),
 # idempotent and quick when done:
 #   1. scripts/bootstrap.sh --no-image: the engine and gVisor (the sandbox tests run under it too);
 #   2. poppler-utils (pdftotext, pdfinfo), with which tests read back the PDFs file-agent makes;
@@ -9,12 +9,10 @@
 #   4. docker-compose (Debian's), unless the engine's `docker compose` plugin is there: one test
 #      runs `docker compose config` on compose.yaml;
 #   5. cargo-nextest;
-#   6. the tests' build (`cargo nextest run --release --no-run`), which `cargo nextest run
-#      --release` then finds done, and the sandbox image, built by the file-agent binary of that
-#      same build. The tests build in the release profile, on the crates the main job's `cargo
-#      run --release` built (Cargo.toml turns on in the normal dependencies the features the
-#      tests' dependencies turn on, so that the two builds share every crate): one build, not
-#      two (docs/DEVELOPMENT.md, "One build");
+#   6. the tests' build (`cargo nextest run --no-run`), which `cargo nextest run` then finds done,
+#      and the sandbox image, built by the file-agent binary of that same build: a separate
+#      `cargo run` would compile file-agent and every crate whose features the tests' dependencies
+#      change (axum's `ws`, ...) a second time;
 #   7. the image's Python libraries in a venv, for the tests' local runner (the fast tier,
 #      scripts/sandbox-python.sh);
 #   8. the official MCP Python SDK in a venv of its own, for one test (scripts/test-python.sh).
@@ -64,10 +62,10 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-cargo nextest run --release --no-run
+cargo nextest run --no-run
 target_dir=$(cargo metadata --format-version 1 --no-deps \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-"$target_dir/release/file-agent" image build
+"$target_dir/debug/file-agent" image build
 
 scripts/sandbox-python.sh
 scripts/test-python.sh
