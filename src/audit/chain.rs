@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::retention::DroppedFile;
+use super::pruned::DroppedFile;
 use super::{Broken, CHAIN_SUFFIX, Record, Verified};
 
 /// One chain: its files in chain order (rotated ones oldest first, then the live one).
@@ -89,7 +89,7 @@ impl Retired {
     pub fn gather(chains: &[Chain]) -> Self {
         use std::io::BufRead;
         let mut retired = Self::default();
-        let marker = format!("\"status\":\"{}\"", super::retention::RETENTION_STATUS);
+        let marker = format!("\"status\":\"{}\"", super::pruned::RETENTION_STATUS);
         for chain in chains {
             for file in &chain.files {
                 let Ok(opened) = std::fs::File::open(file) else {
@@ -385,7 +385,7 @@ mod tests {
         let line = |file: &str, last_seq: u64| Record {
             seq: 9,
             time: "t".into(),
-            pruned: Some(super::super::retention::Pruned {
+            pruned: Some(super::super::pruned::Pruned {
                 audit_files: vec![DroppedFile {
                     file: file.into(),
                     last_seq,

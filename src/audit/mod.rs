@@ -32,6 +32,7 @@ pub mod checkpoints;
 pub mod merkle;
 pub mod note;
 pub mod proof;
+pub mod pruned;
 pub mod receipt;
 pub mod recovery;
 pub mod retention;

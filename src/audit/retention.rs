@@ -24,50 +24,11 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
-
 use super::chain::{self, Chain};
 use super::recovery::last_line;
 use super::{CHAIN_SUFFIX, Record, file_name, lock_path, sha256_hex};
 
-/// `status` of the line that records a pruning.
-pub const RETENTION_STATUS: &str = "retention";
-
-/// One audit file retention deleted.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct DroppedFile {
-    /// Its name in the audit folder (`fa-1234.jsonl.000000004711`).
-    pub file: String,
-    /// `seq` of its last line.
-    pub last_seq: u64,
-    /// The hex SHA-256 of its last line: the `prev` of the first line after it.
-    pub last_hash: String,
-    /// The time of its last line.
-    pub last_time: String,
-}
-
-/// What one pruning deleted: the `pruned` field of its line in the trail.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Pruned {
-    /// The audit files' cut-off: files whose last line is older went.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub audit_before: Option<String>,
-    /// Audit files deleted, oldest first per chain.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub audit_files: Vec<DroppedFile>,
-    /// The stored files' cut-off: files written before it went.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub files_before: Option<String>,
-    /// How many stored files (the local store's folders) were deleted.
-    #[serde(default)]
-    pub stored_files: u64,
-    /// Their ids, up to [`MAX_LISTED_IDS`].
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stored_ids: Vec<String>,
-}
-
-/// Ids of deleted stored files listed in one line (the count is always whole).
-pub const MAX_LISTED_IDS: usize = 200;
+pub use super::pruned::{DroppedFile, MAX_LISTED_IDS, Pruned, RETENTION_STATUS};
 
 /// Deletes, under `folder`, the audit files older than `cutoff` (the rules in the module doc),
 /// never `own` (the live file of the caller's chain). One chain at a time; an error on one file
