@@ -146,33 +146,13 @@ pub fn check_signed_with(
                 body.size, candidate.time
             ));
         }
-        for (name, _) in &record.cosigned {
-            let best = cosigned.entry(name.clone()).or_insert(0);
-            *best = (*best).max(body.size);
-        }
-        match signed.get_mut(&body.size) {
-            Some(point) if point.root != body.root => problems.push(format!(
-                "a fork: two checkpoints of {} lines signed by {} hold different roots; the log showed two histories",
-                body.size, key.name
-            )),
-            Some(point) => {
-                for cosignature in &record.cosigned {
-                    if !point.cosigned.contains(cosignature) {
-                        point.cosigned.push(cosignature.clone());
-                    }
-                }
-            }
-            None => {
-                signed.insert(
-                    body.size,
-                    SignedPoint {
-                        root: body.root,
-                        kept_at: candidate.time.clone(),
-                        cosigned: record.cosigned.clone(),
-                    },
-                );
-            }
-        }
+        problems.extend(take_point(
+            &mut signed,
+            &mut cosigned,
+            &record,
+            &candidate.time,
+            &key.name,
+        ));
     }
     let tree = TreeFile::open_existing(&tree::path_of(&live)).ok();
     let sizes: BTreeSet<u64> = signed.keys().copied().collect();
@@ -195,6 +175,49 @@ pub fn check_signed_with(
         retention,
         problems,
     }
+}
+
+/// Adds a verified checkpoint of this chain to `signed` (and its witnesses to `cosigned`, the
+/// largest size each cosigned); a second checkpoint of the same size with another root is the
+/// fork it returns.
+fn take_point(
+    signed: &mut BTreeMap<u64, SignedPoint>,
+    cosigned: &mut BTreeMap<String, u64>,
+    record: &checkpoints::SignedRecord,
+    kept_at: &str,
+    key_name: &str,
+) -> Option<String> {
+    let body = &record.checkpoint;
+    for (name, _) in &record.cosigned {
+        let best = cosigned.entry(name.clone()).or_insert(0);
+        *best = (*best).max(body.size);
+    }
+    match signed.get_mut(&body.size) {
+        Some(point) if point.root != body.root => {
+            return Some(format!(
+                "a fork: two checkpoints of {} lines signed by {key_name} hold different roots; the log showed two histories",
+                body.size
+            ));
+        }
+        Some(point) => {
+            for cosignature in &record.cosigned {
+                if !point.cosigned.contains(cosignature) {
+                    point.cosigned.push(cosignature.clone());
+                }
+            }
+        }
+        None => {
+            signed.insert(
+                body.size,
+                SignedPoint {
+                    root: body.root,
+                    kept_at: kept_at.to_string(),
+                    cosigned: record.cosigned.clone(),
+                },
+            );
+        }
+    }
+    None
 }
 
 /// An origin the copies hold checkpoints of, signed by the key, with no chain in the folder.

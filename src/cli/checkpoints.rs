@@ -70,24 +70,8 @@ pub fn verify_signed(
         .iter()
         .map(|k| VerifierKey::parse(k).context("--witness-key"))
         .collect::<anyhow::Result<_>>()?;
-    let mut kept = Vec::new();
-    for copy in copies {
-        kept.extend(
-            crate::audit::checkpoints::read(copy)
-                .with_context(|| format!("cannot read the checkpoints in {}", copy.display()))?,
-        );
-    }
-    let chains = match paths {
-        [folder] if folder.is_dir() => chain::chains(folder)
-            .with_context(|| format!("cannot read the audit folder {}", folder.display()))?,
-        files => vec![chain::Chain {
-            name: files
-                .last()
-                .map(|f| f.display().to_string())
-                .unwrap_or_default(),
-            files: files.to_vec(),
-        }],
-    };
+    let kept = read_copies(copies)?;
+    let chains = chains_of(paths)?;
     if chains.is_empty() {
         anyhow::bail!("no audit chain (<name>.jsonl) under the paths given");
     }
@@ -130,22 +114,57 @@ pub fn verify_signed(
         print_signed(chain, check);
     }
     for gone in &missing {
-        match &gone.retired {
-            Some(retired) => println!(
-                "  {}: retired, {} lines signed: {retired}",
-                gone.origin, gone.size
-            ),
-            None => println!(
-                "  {}: broken: the copies hold checkpoints of it up to {} lines, but the folder holds no chain of it and no signed retention line records retiring it: it was deleted by hand",
-                gone.origin, gone.size
-            ),
-        }
+        print_gone(gone);
     }
     Ok(if broken == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The checkpoint records of the copies kept elsewhere (`--checkpoints`).
+fn read_copies(
+    copies: &[PathBuf],
+) -> anyhow::Result<Vec<crate::audit::checkpoints::StoredCheckpoint>> {
+    let mut kept = Vec::new();
+    for copy in copies {
+        kept.extend(
+            crate::audit::checkpoints::read(copy)
+                .with_context(|| format!("cannot read the checkpoints in {}", copy.display()))?,
+        );
+    }
+    Ok(kept)
+}
+
+/// The chains of a folder given alone, or the one chain the files given make.
+fn chains_of(paths: &[PathBuf]) -> anyhow::Result<Vec<chain::Chain>> {
+    Ok(match paths {
+        [folder] if folder.is_dir() => chain::chains(folder)
+            .with_context(|| format!("cannot read the audit folder {}", folder.display()))?,
+        files => vec![chain::Chain {
+            name: files
+                .last()
+                .map(|f| f.display().to_string())
+                .unwrap_or_default(),
+            files: files.to_vec(),
+        }],
+    })
+}
+
+/// One origin of the copies with no chain in the folder: retired by a signed retention line,
+/// or deleted by hand.
+fn print_gone(gone: &proof::MissingChain) {
+    match &gone.retired {
+        Some(retired) => println!(
+            "  {}: retired, {} lines signed: {retired}",
+            gone.origin, gone.size
+        ),
+        None => println!(
+            "  {}: broken: the copies hold checkpoints of it up to {} lines, but the folder holds no chain of it and no signed retention line records retiring it: it was deleted by hand",
+            gone.origin, gone.size
+        ),
+    }
 }
 
 /// One chain's verdict against its checkpoints. Times kept beside a note are not signed and

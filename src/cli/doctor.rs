@@ -227,45 +227,52 @@ fn audit_checks(checks: &mut Checks, config: &Config) {
         signed_chain_checks(checks, config, &chains, key, witnesses);
     }
     for chain in chains {
-        let Some(live) = chain.files.last() else {
-            continue;
+        witness_lines(checks, &chain);
+    }
+}
+
+/// What the witnesses answered to `chain`'s last kept checkpoint, as its record says (the
+/// answers are not signed, and are shown as such).
+fn witness_lines(checks: &mut Checks, chain: &crate::audit::chain::Chain) {
+    use crate::audit::checkpoints;
+    let Some(live) = chain.files.last() else {
+        return;
+    };
+    let Some(last) = checkpoints::read(&checkpoints::path_of(live))
+        .ok()
+        .and_then(|kept| kept.into_iter().last())
+    else {
+        return;
+    };
+    let body = crate::audit::note::Note::parse(&last.checkpoint)
+        .map_err(|e| e.to_string())
+        .and_then(|note| checkpoints::note_body(&last, &note));
+    let Ok((body, _)) = body else {
+        return;
+    };
+    for answer in &last.witnesses {
+        let ok = match answer.outcome.as_str() {
+            "cosigned" => Some(true),
+            "unreachable" => None,
+            _ => Some(false),
         };
-        let Some(last) = checkpoints::read(&checkpoints::path_of(live))
-            .ok()
-            .and_then(|kept| kept.into_iter().last())
-        else {
-            continue;
-        };
-        let body = crate::audit::note::Note::parse(&last.checkpoint)
-            .map_err(|e| e.to_string())
-            .and_then(|note| checkpoints::note_body(&last, &note));
-        let Ok((body, _)) = body else {
-            continue;
-        };
-        for answer in &last.witnesses {
-            let ok = match answer.outcome.as_str() {
-                "cosigned" => Some(true),
-                "unreachable" => None,
-                _ => Some(false),
-            };
-            checks.line(
-                ok,
-                "witness",
-                format!(
-                    "{} {} the checkpoint of {} lines of {} (as the record kept at {} says; neither is signed){}",
-                    answer.name,
-                    answer.outcome,
-                    body.size,
-                    body.origin,
-                    last.time,
-                    answer
-                        .detail
-                        .as_deref()
-                        .map(|d| format!(": {d}"))
-                        .unwrap_or_default()
-                ),
-            );
-        }
+        checks.line(
+            ok,
+            "witness",
+            format!(
+                "{} {} the checkpoint of {} lines of {} (as the record kept at {} says; neither is signed){}",
+                answer.name,
+                answer.outcome,
+                body.size,
+                body.origin,
+                last.time,
+                answer
+                    .detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            ),
+        );
     }
 }
 
