@@ -714,6 +714,6 @@ mod tests {
             named.problems
         );
         let refused = verify_record(&foreign, &key().verifier(), &[]).unwrap_err();
-        assert!(refused.contains("does not verify"), "{refused}");
+        assert!(refused.contains("is not signed by"), "{refused}");
     }
 }
