@@ -5,7 +5,7 @@
 //!
 //! Each line carries `prev`, the SHA-256 of the line before it (64 zeros for the first line
 //! ever), so that a line changed, removed or inserted breaks the chain at that point:
-//! [`verify`] proves a file untouched or names the first broken line. Rotation renames the
+//! [`verify()`] proves a file untouched or names the first broken line. Rotation renames the
 //! full file and goes on in a new one whose first line points at the old file's last line, so
 //! the chain runs on across files (verify them in order). The chain shows tampering with the
 //! file's contents; it cannot stop someone who can rewrite the whole file from rewriting it
@@ -25,6 +25,26 @@
 //! room for a line before its attempt starts, and while it cannot, the trail is unavailable
 //! ([`availability`]); the first line written once it works again says for how long it was,
 //! and what that cost.
+//!
+//! The trail itself lives in five private files, whose items this module re-exports (every
+//! path is `audit::<item>`):
+//! - `record.rs`: the line's format ([`Record`], [`CallInfo`], [`FileDigest`], [`ToolMark`])
+//!   and the hashing all the others share ([`hash_line`], [`sha256_hex`], [`sha256_file`], and
+//!   `without_line_break`, the one rule for a line's bytes). It neither writes nor reads a file.
+//! - `store.rs`: the names of a chain's files (live, lock, rotated, the files beside it),
+//!   taking the lock, cutting a file back, and finding the chain's head at start-up. No state,
+//!   no line written.
+//! - `writer.rs`: [`AuditLog`], the one writer of a chain, with its in-memory state (the head,
+//!   the tree and its frontier), the start-up check of a signed chain, rotation, and
+//!   [`AuditError`]. It does not read a trail back for a reviewer.
+//! - `verify.rs`: [`verify()`] and its variants, the one verifier of a chain's lines, its crash
+//!   traces and the roots it gives. It writes nothing, repairs nothing and checks no signature
+//!   ([`proof`] does).
+//! - `describe.rs`: [`describe()`], a record as a few lines for a terminal, every chosen value
+//!   made printable. It reads no file and checks nothing.
+//!
+//! The other parts are public modules of their own, and name the trail's items through this
+//! module, never through the five files.
 
 pub mod availability;
 pub mod chain;
