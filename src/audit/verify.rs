@@ -1,0 +1,332 @@
+//! Reading a chain back and checking it: every line whole, parsed, and pointing at the line
+//! before ([`verify`]), the crash traces it holds ([`CrashTrace`]), the first broken line
+//! ([`Broken`]), and the tree roots at given sizes for the signed checkpoints
+//! ([`verify_with_roots`]). The one verifier for `audit verify`, the reports and the start-up
+//! check. It does not write or repair anything, and does not check signatures
+//! ([`super::proof`] does).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use super::{GENESIS, Record, hash_line, merkle, recovery, tree, without_line_break};
+
+/// What [`verify`] found.
+#[derive(Debug, PartialEq)]
+pub struct Verified {
+    /// Lines checked.
+    pub lines: u64,
+    /// `prev` of the first line when it is not the genesis: the files continue a chain whose
+    /// earlier part was not given.
+    pub continues_from: Option<String>,
+    /// The hash of the last line (the value the next line will carry).
+    pub head: String,
+    /// The Merkle roots asked of [`verify_with_roots`], by size.
+    pub roots: std::collections::BTreeMap<u64, merkle::Hash>,
+    /// The `seq` of the first line read (1 unless retention deleted the first files).
+    pub first_seq: u64,
+    /// The tree of every line read (the lines before the first stood in for by the tree file),
+    /// when [`verify_with_roots`] computed it: its size, right edge and root.
+    pub frontier: Option<merkle::Frontier>,
+    /// What crashes left, in order: lines that record an unfinished line cut at start-up,
+    /// and unfinished lines not cut yet. Not tampering: none of them was ever acknowledged.
+    pub crash_traces: Vec<CrashTrace>,
+}
+
+/// A crash's trace in a chain that verifies.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CrashTrace {
+    /// A `recovered` line: start-up cut an unfinished line and said so.
+    Recovered {
+        /// The file holding the `recovered` line.
+        file: String,
+        /// Its 1-based line number.
+        line: u64,
+        /// What was cut.
+        cut: recovery::Recovered,
+    },
+    /// A file that ends in an unfinished line (no newline): a crash or a failed write while
+    /// it was written, and no server has started on the chain since to cut it. It is not
+    /// part of the chain.
+    Unfinished {
+        /// The file.
+        file: String,
+        /// The unfinished line's 1-based number.
+        line: u64,
+        /// Its length.
+        bytes: u64,
+    },
+}
+
+impl std::fmt::Display for CrashTrace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CrashTrace::Recovered { file, line, cut } => write!(
+                f,
+                "{file}, line {line}: recovered after a crash or a failed write: {cut}; it was never acknowledged"
+            ),
+            CrashTrace::Unfinished { file, line, bytes } => write!(
+                f,
+                "{file}, line {line}: unfinished ({bytes} bytes, no newline): a write cut short by a crash or a full disk, never acknowledged and not part of the chain; the server cuts it and records that when it next starts"
+            ),
+        }
+    }
+}
+
+/// Where the chain breaks.
+#[derive(Debug, Error, PartialEq)]
+#[error("{file}, line {line}: {problem}")]
+pub struct Broken {
+    /// The file.
+    pub file: String,
+    /// The 1-based line number in that file.
+    pub line: u64,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Checks the chain across `files`, in order: every line parses, its `prev` is the hash of the
+/// line before, and `seq` counts up by one. A file's unfinished last line (no newline) is no
+/// line of the chain: it is reported among the [`CrashTrace`]s, as are `recovered` lines.
+pub fn verify(files: &[PathBuf]) -> Result<Verified, Broken> {
+    verify_each(files, |_| {})
+}
+
+/// [`verify`], handing every line that parses to `visit` on the way, those after a break too
+/// (the verdict names the first break), so that one read both checks and uses the chain.
+pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<Verified, Broken> {
+    let mut verifier = Verifier::default();
+    for path in files {
+        verifier.read_file(path, &mut visit);
+    }
+    verifier.verdict()
+}
+
+/// [`verify_each`], also computing the Merkle root of the chain's first `n` lines for each
+/// `n` in `sizes` (up to its first break), found in [`Verified::roots`]. When the files start
+/// after line 1 (retention deleted the first ones), the chain's tree file `tree` stands in for
+/// the lines that are gone; without it no root is computed.
+pub fn verify_with_roots(
+    files: &[PathBuf],
+    sizes: std::collections::BTreeSet<u64>,
+    tree: Option<&tree::TreeFile>,
+    mut visit: impl FnMut(Record),
+) -> Result<Verified, Broken> {
+    let mut verifier = Verifier {
+        roots: Some(Roots {
+            sizes,
+            frontier: None,
+            found: Default::default(),
+            unavailable: false,
+        }),
+        ..Verifier::default()
+    };
+    for path in files {
+        verifier.read_file_with(path, &mut visit, tree);
+    }
+    verifier.verdict()
+}
+
+/// The roots [`verify_with_roots`] computes as it reads.
+#[derive(Debug, Default)]
+struct Roots {
+    /// The sizes asked for.
+    sizes: std::collections::BTreeSet<u64>,
+    /// The tree of the lines so far.
+    frontier: Option<merkle::Frontier>,
+    /// The roots found.
+    found: std::collections::BTreeMap<u64, merkle::Hash>,
+    /// The lines before the first one read are gone and no tree stands in for them.
+    unavailable: bool,
+}
+
+/// What reading one line of a chain file gave.
+enum LineRead<'a> {
+    /// The end of the file.
+    End,
+    /// A last line without its newline, of this many bytes.
+    Unfinished(u64),
+    /// An error reading, or a line that is not UTF-8.
+    Unreadable(String),
+    /// A line, without its line break.
+    Line(&'a str),
+}
+
+/// Reads the next line of `reader` into `bytes`.
+fn read_line<'a>(reader: &mut impl BufRead, bytes: &'a mut Vec<u8>) -> LineRead<'a> {
+    bytes.clear();
+    match reader.read_until(b'\n', bytes) {
+        Ok(0) => return LineRead::End,
+        Ok(_) => {}
+        Err(e) => return LineRead::Unreadable(e.to_string()),
+    }
+    if bytes.last() != Some(&b'\n') {
+        // At the end of the file, as nothing follows a read without its newline.
+        return LineRead::Unfinished(bytes.len() as u64);
+    }
+    let length = without_line_break(bytes).len();
+    bytes.truncate(length);
+    match std::str::from_utf8(bytes) {
+        Ok(line) => LineRead::Line(line),
+        Err(e) => LineRead::Unreadable(e.to_string()),
+    }
+}
+
+/// What [`verify_each`] knows so far, line after line.
+#[derive(Debug, Default)]
+struct Verifier {
+    /// The hash and `seq` of the last line checked.
+    previous: Option<(String, u64)>,
+    continues_from: Option<String>,
+    lines: u64,
+    crash_traces: Vec<CrashTrace>,
+    /// Once set, lines are still read and visited but no longer checked.
+    first_break: Option<Broken>,
+    /// The roots to compute, when asked.
+    roots: Option<Roots>,
+    /// The `seq` of the first line checked.
+    first_seq: u64,
+}
+
+impl Verifier {
+    /// Reads the lines of one file of the chain, up to its end or a line that cannot be read.
+    fn read_file(&mut self, path: &Path, visit: &mut impl FnMut(Record)) {
+        self.read_file_with(path, visit, None);
+    }
+
+    /// [`Self::read_file`], with the chain's tree standing in for lines before the first one.
+    fn read_file_with(
+        &mut self,
+        path: &Path,
+        visit: &mut impl FnMut(Record),
+        tree: Option<&tree::TreeFile>,
+    ) {
+        let file_name = path.display().to_string();
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(e) => return self.break_at(&file_name, 0, format!("cannot be read: {e}")),
+        };
+        let mut reader = BufReader::new(file);
+        let mut bytes = Vec::new();
+        for number in 1.. {
+            let line = match read_line(&mut reader, &mut bytes) {
+                LineRead::End => break,
+                LineRead::Unfinished(length) => {
+                    self.crash_traces.push(CrashTrace::Unfinished {
+                        file: file_name.clone(),
+                        line: number,
+                        bytes: length,
+                    });
+                    break;
+                }
+                LineRead::Unreadable(problem) => {
+                    self.break_at(&file_name, number, format!("cannot be read: {problem}"));
+                    break;
+                }
+                LineRead::Line(line) => line,
+            };
+            match serde_json::from_str::<Record>(line) {
+                Ok(record) => {
+                    if self.first_break.is_none() {
+                        self.check(&record, line, &file_name, number);
+                        if self.first_break.is_none() {
+                            self.grow(&record, line, tree);
+                        }
+                    }
+                    visit(record);
+                }
+                Err(e) => {
+                    self.break_at(&file_name, number, format!("is not an audit record ({e})"));
+                }
+            }
+        }
+    }
+
+    /// Adds a checked line to the roots being computed, when asked.
+    fn grow(&mut self, record: &Record, line: &str, tree: Option<&tree::TreeFile>) {
+        if self.first_seq == 0 {
+            self.first_seq = record.seq;
+        }
+        let Some(roots) = self.roots.as_mut() else {
+            return;
+        };
+        if roots.frontier.is_none() && !roots.unavailable {
+            let before = record.seq.saturating_sub(1);
+            roots.frontier = match (before, tree) {
+                (0, _) => Some(merkle::Frontier::default()),
+                (before, Some(tree)) if tree.size() >= before => {
+                    merkle::Frontier::of_stored(before, tree).ok()
+                }
+                _ => None,
+            };
+            roots.unavailable = roots.frontier.is_none();
+        }
+        if let Some(frontier) = roots.frontier.as_mut() {
+            frontier.push(merkle::leaf_hash(line.as_bytes()));
+            if roots.sizes.contains(&frontier.size()) {
+                roots.found.insert(frontier.size(), frontier.root());
+            }
+        }
+    }
+
+    /// Keeps the break at line `line` of `file` when it is the first.
+    fn break_at(&mut self, file: &str, line: u64, problem: String) {
+        self.first_break.get_or_insert(Broken {
+            file: file.to_string(),
+            line,
+            problem,
+        });
+    }
+
+    /// Checks line `number` of `file` (`record`, parsed from `line`) against the one before.
+    fn check(&mut self, record: &Record, line: &str, file: &str, number: u64) {
+        let problem = match &self.previous {
+            None if record.prev != GENESIS => {
+                self.continues_from = Some(record.prev.clone());
+                None
+            }
+            None => None,
+            Some((hash, _)) if &record.prev != hash => Some(
+                "its prev is not the hash of the line before: that line, or this one, was changed, removed or inserted".to_string(),
+            ),
+            Some((_, seq)) if record.seq != seq + 1 => Some(format!(
+                "its seq is {} where {} was due",
+                record.seq,
+                seq + 1
+            )),
+            Some(_) => None,
+        };
+        if let Some(problem) = problem {
+            return self.break_at(file, number, problem);
+        }
+        self.previous = Some((hash_line(line), record.seq));
+        self.lines += 1;
+        if let Some(cut) = &record.recovered {
+            self.crash_traces.push(CrashTrace::Recovered {
+                file: file.to_string(),
+                line: number,
+                cut: cut.clone(),
+            });
+        }
+    }
+
+    /// The verdict once every file is read: the first break, or the chain's head.
+    fn verdict(self) -> Result<Verified, Broken> {
+        match self.first_break {
+            Some(broken) => Err(broken),
+            None => Ok(Verified {
+                lines: self.lines,
+                continues_from: self.continues_from,
+                head: self
+                    .previous
+                    .map_or_else(|| GENESIS.to_string(), |(hash, _)| hash),
+                crash_traces: self.crash_traces,
+                frontier: self.roots.as_ref().and_then(|roots| roots.frontier.clone()),
+                roots: self.roots.map(|roots| roots.found).unwrap_or_default(),
+                first_seq: self.first_seq,
+            }),
+        }
+    }
+}
