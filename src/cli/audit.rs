@@ -257,10 +257,7 @@ pub fn verify_receipt(
     origin: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let key = verifier_key(key)?;
-    let witnesses: Vec<VerifierKey> = witnesses
-        .iter()
-        .map(|w| VerifierKey::parse(w).context("--witness-key"))
-        .collect::<anyhow::Result<_>>()?;
+    let witnesses = super::checkpoints::witness_keys(witnesses)?;
     let text = read_bounded(file, receipt::MAX_RECEIPT_FILE_BYTES)?;
     let value: serde_json::Value = serde_json::from_str(&text).with_context(|| {
         format!(
@@ -276,12 +273,9 @@ pub fn verify_receipt(
             entries.len()
         ),
         Some(path) => {
-            let mut bytes = std::fs::read(path)
-                .with_context(|| format!("cannot read --line {}", path.display()))?;
-            if bytes.last() == Some(&b'\n') {
-                bytes.pop();
-            }
-            Some(bytes)
+            // The line as the trail reads one: its bytes less the line break (`\n` or `\r\n`).
+            let text = read_bounded(path, receipt::MAX_RECEIPT_FILE_BYTES).context("--line")?;
+            Some(audit::without_line_break(text.as_bytes()).to_vec())
         }
         None => None,
     };

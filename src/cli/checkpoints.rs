@@ -61,15 +61,12 @@ pub fn prove(
 pub fn verify_signed(
     paths: &[PathBuf],
     key: &str,
-    witness_keys: &[String],
+    witness_keys_given: &[String],
     copies: &[PathBuf],
     origin: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let key = VerifierKey::parse(key).context("--key")?;
-    let witnesses: Vec<VerifierKey> = witness_keys
-        .iter()
-        .map(|k| VerifierKey::parse(k).context("--witness-key"))
-        .collect::<anyhow::Result<_>>()?;
+    let witnesses = witness_keys(witness_keys_given)?;
     let kept = read_copies(copies)?;
     let chains = chains_of(paths)?;
     if chains.is_empty() {
@@ -121,6 +118,14 @@ pub fn verify_signed(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `--witness-key`, each given: the witnesses' verifier keys.
+pub(super) fn witness_keys(given: &[String]) -> anyhow::Result<Vec<VerifierKey>> {
+    given
+        .iter()
+        .map(|k| VerifierKey::parse(k).context("--witness-key"))
+        .collect()
 }
 
 /// The checkpoint records of the copies kept elsewhere (`--checkpoints`).

@@ -102,6 +102,11 @@ async fn a_receipt_saved_from_a_real_call_verifies_offline_and_a_rewritten_line_
     let (code, said) =
         verify_receipt(&saved, &vkey, &["--line", line_file.to_str().unwrap()]).await;
     assert_eq!(code, 0, "{said}");
+    // The same line saved with a CRLF line end reads as the trail reads its lines.
+    std::fs::write(&line_file, format!("{}\r\n", lines[index])).unwrap();
+    let (code, said) =
+        verify_receipt(&saved, &vkey, &["--line", line_file.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{said}");
     let checked = python_verifier(
         &["receipt", "--key", &vkey, "--witness-key", &witness.vkey()],
         &meta.to_string(),
