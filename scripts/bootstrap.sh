@@ -5,9 +5,9 @@
 #      the image's wheels with --target, which Debian's externally-managed Python allows);
 #   3. gVisor (Debian's runsc), registered with the engine as the runtime `runsc`, for
 #      SANDBOX_RUNTIME=runsc;
-#   4. the sandbox image this checkout expects (built only if its tag is missing), by the
-#      release binary: the main job's `cargo run --release` then finds it built and compiles
-#      nothing more.
+#   4. the release binary, and beside its compile the sandbox image this checkout expects
+#      (built only if its tag is missing): the main job's `cargo run --release` then finds both
+#      built and compiles nothing more.
 # Usage: scripts/bootstrap.sh [--no-image]. What only the tests need (nextest, the Python venvs,
 # poppler-utils) is in scripts/test-setup.sh, which runs this with --no-image and builds the
 # image with the tests' own build of file-agent, so that nothing is compiled twice.
@@ -81,7 +81,12 @@ PY
   has_runsc || { echo "bootstrap: the engine did not pick up runsc from $daemon_json (restart dockerd?)" >&2; exit 1; }
 fi
 
+# The release binary, and the image beside it (start_image_build in scripts/lib.sh); then the
+# binary checks the image's tag and builds it itself if the one beside the compile could not be.
 # cargo run (not ./target/...) so a CARGO_TARGET_DIR elsewhere works too.
 if [ "$image" = yes ]; then
+  start_image_build
+  cargo build --release
+  finish_image_build
   cargo run --quiet --release -- image build
 fi

@@ -28,3 +28,41 @@ fresh_venv() {
 
 # Stamps the venv at $1 as made for the requirements $2 (see venv_current).
 venv_stamp() { echo "$2" >"$1/requirement"; }
+
+# Work done beside the compile, which keeps both cores busy for minutes while this work mostly
+# waits on downloads. `start_beside CMD...` starts CMD in the background, in a session of its
+# own so that an early exit of the script stops it and its children (debootstrap, docker
+# import, pip) too; `finish_beside PID WHAT` waits for it and says WHAT failed if it did.
+beside=()
+trap 'for job in "${beside[@]}"; do [ -z "$job" ] || kill -TERM -- "-$job" 2>/dev/null \
+  || kill -TERM "$job" 2>/dev/null || true; done' EXIT
+start_beside() { setsid "$@" & beside+=("$!"); }
+finish_beside() {
+  local status=0
+  wait "$1" || status=$?
+  beside=("${beside[@]/#$1}")
+  [ "$status" = 0 ] || echo "$2 failed (its output is above)" >&2
+  return "$status"
+}
+
+# The sandbox image beside the compile: `start_image_build` starts sandbox-image/build-rootfs.sh
+# under the tag scripts/image_tag.py computes, when that tag is not on the engine and this host
+# builds images that way (root and debootstrap, as `file-agent image build` chooses);
+# `finish_image_build` waits for it. The binary's `image build` afterwards then finds the image
+# built, or builds it itself if anything differed.
+image_job=
+start_image_build() {
+  local tag
+  tag=$(python3 scripts/image_tag.py)
+  if docker image inspect "$tag" >/dev/null 2>&1 || [ "$(id -u)" != 0 ] \
+     || ! { [ -x /usr/sbin/debootstrap ] || command -v debootstrap >/dev/null 2>&1; }; then
+    return 0
+  fi
+  echo "building the sandbox image $tag beside the compile" >&2
+  start_beside sh sandbox-image/build-rootfs.sh sandbox-image "$tag"
+  image_job=$!
+}
+finish_image_build() {
+  [ -n "$image_job" ] || return 0
+  finish_beside "$image_job" "the sandbox image's build"
+}

@@ -9,15 +9,17 @@
 #   4. docker-compose (Debian's), unless the engine's `docker compose` plugin is there: one test
 #      runs `docker compose config` on compose.yaml;
 #   5. cargo-nextest;
-#   6. the tests' build (`cargo nextest run --no-run`), which `cargo nextest run` then finds done,
-#      and the sandbox image, built by the file-agent binary of that same build: a separate
-#      `cargo run` would compile file-agent and every crate whose features the tests' dependencies
-#      change (axum's `ws`, ...) a second time;
-#   7. the image's Python libraries in a venv, for the tests' local runner (the fast tier,
-#      scripts/sandbox-python.sh);
-#   8. the official MCP Python SDK in a venv of its own, for one test (scripts/test-python.sh);
-#   9. Open WebUI 0.12.4's own MCP client in a venv of its own, for the long-call tests
-#      (scripts/test-openwebui.sh).
+#   6. the tests' build (`cargo nextest run --cargo-profile bench --no-run`, on top of the
+#      release build when scripts/bootstrap.sh made one: Cargo.toml's [profile.bench] says why),
+#      which the README's `cargo nextest run --cargo-profile bench` then finds done;
+#   7. beside that compile (it keeps both cores busy; these mostly wait on downloads): the
+#      sandbox image (start_image_build in scripts/lib.sh), and three venvs:
+#      - the image's Python libraries, for the tests' local runner (the fast tier,
+#        scripts/sandbox-python.sh);
+#      - the official MCP Python SDK, for one test (scripts/test-python.sh);
+#      - Open WebUI 0.12.4's own MCP client, for the long-call tests (scripts/test-openwebui.sh);
+#   8. the image checked, or built if it could not be beside the compile, by the file-agent
+#      binary of the tests' build (a `cargo run --release` here would compile file-agent again).
 # Nothing here is pip-installed into the system's Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,11 +66,13 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-cargo nextest run --no-run
+start_image_build
+# The three venvs one after another, beside the compile.
+start_beside sh -c 'scripts/sandbox-python.sh && scripts/test-python.sh && scripts/test-openwebui.sh'
+venvs=$!
+cargo nextest run --cargo-profile bench --no-run
+finish_image_build
+finish_beside "$venvs" "test-setup: making the venvs"
 target_dir=$(cargo metadata --format-version 1 --no-deps \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-"$target_dir/debug/file-agent" image build
-
-scripts/sandbox-python.sh
-scripts/test-python.sh
-scripts/test-openwebui.sh
+"$target_dir/release/file-agent" image build

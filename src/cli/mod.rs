@@ -785,14 +785,32 @@ pub(crate) fn shutdown_token() -> CancellationToken {
     token
 }
 
+/// What an unoptimised build says of itself. The tests' build (the bench profile) leaves its
+/// binary at `target/release/file-agent` until the next `cargo build --release`, so `--version`
+/// and `serve` say which build it is.
+pub const UNOPTIMISED: Option<&str> = if cfg!(debug_assertions) {
+    Some(
+        "unoptimised build (the tests' or a debug build): `cargo build --release` builds the \
+         server",
+    )
+} else {
+    None
+};
+
 /// The command line, with `--version` naming the sandbox image this build makes and runs:
-/// `file-agent 0.1.0 (sandbox image file-agent-sandbox:<hash>)`.
+/// `file-agent 0.1.0 (sandbox image file-agent-sandbox:<hash>)`, and `; unoptimised build`
+/// inside the brackets for a build without optimisation.
 fn parse_cli() -> Cli {
     use clap::{CommandFactory, FromArgMatches};
     let version = format!(
-        "{} (sandbox image {})",
+        "{} (sandbox image {}{})",
         env!("CARGO_PKG_VERSION"),
-        crate::sandbox::image::default_tag()
+        crate::sandbox::image::default_tag(),
+        if UNOPTIMISED.is_some() {
+            "; unoptimised build"
+        } else {
+            ""
+        }
     );
     // Once per process: clap keeps the version for the life of the command.
     let version: &'static str = Box::leak(version.into_boxed_str());

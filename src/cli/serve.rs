@@ -19,6 +19,9 @@ pub async fn serve(listen: Option<SocketAddr>, stdio: bool) -> anyhow::Result<Ex
     for unknown in crate::config::names::unknown_in_env() {
         tracing::warn!("{unknown}");
     }
+    if let Some(unoptimised) = super::UNOPTIMISED {
+        tracing::warn!("{unoptimised}");
+    }
     // Everything the server creates from here on is its user's only.
     server::private::restrict_new_files();
     if !stdio {

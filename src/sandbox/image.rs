@@ -237,6 +237,22 @@ mod tests {
         assert_eq!(on_disk, compiled, "add new files to image::CONTEXT, sorted");
     }
 
+    /// The set-up scripts start the image build before the binary exists, under the tag
+    /// `scripts/image_tag.py` computes: it must be the binary's, or the build is wasted.
+    #[test]
+    fn the_tag_script_names_the_binarys_tag() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let output = std::process::Command::new("python3")
+            .arg(root.join("scripts/image_tag.py"))
+            .output()
+            .expect("python3 runs scripts/image_tag.py");
+        assert!(output.status.success(), "{output:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            default_tag()
+        );
+    }
+
     #[test]
     fn the_tag_is_a_stable_hash_of_the_context() {
         let tag = default_tag();

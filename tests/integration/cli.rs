@@ -396,10 +396,17 @@ async fn a_placeholder_as_a_token_or_secret_refuses_the_start() {
 async fn the_version_names_the_release_and_its_sandbox_image() {
     let version = run_cli(&["--version"], &[]).await;
     assert_eq!(version.code, Some(0));
+    // The tests' build is unoptimised (Cargo.toml's [profile.bench]) and says so; the binary
+    // and this test are one package, built alike.
     let expected = format!(
-        "file-agent {} (sandbox image {})",
+        "file-agent {} (sandbox image {}{})",
         env!("CARGO_PKG_VERSION"),
-        file_agent::sandbox::image::default_tag()
+        file_agent::sandbox::image::default_tag(),
+        if cfg!(debug_assertions) {
+            "; unoptimised build"
+        } else {
+            ""
+        }
     );
     assert_eq!(version.stdout.trim(), expected);
 }

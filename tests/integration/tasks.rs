@@ -438,7 +438,10 @@ async fn a_research_call_runs_as_a_task_by_default_with_its_report_and_sources()
         Poll::Completed,
     ])
     .await;
-    let server = crate::research::server_for(&llm, &[]).await;
+    // Polled every 0.5 s, the run lasts about 1.5 s: long enough for the client, which polls
+    // every 0.2 s, to see it working on a loaded machine (at 0.05 s the run could end before
+    // the client's first poll, and the test failed at six tests at once).
+    let server = crate::research::server_for(&llm, &[("FILE_AGENT_RESEARCH_POLL", "0.5")]).await;
     let arguments = json!({"instructions": "When was async/await stabilised in Rust?"}).to_string();
     let mut client = SdkClient::start(
         &server.url,
