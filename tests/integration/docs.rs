@@ -4,7 +4,8 @@
 //! exactly the variables the code knows (`config::names::KNOWN`, which `serve` and `doctor`
 //! check the environment against), so a new setting cannot go undocumented nor a removed one
 //! stay. `CHANGELOG.md`'s newest release is `Cargo.toml`'s version, so a bump cannot go out
-//! without its section. Plain file reads: no Docker, no server.
+//! without its section. CI (`.ci/run`) runs the README's test command word for word. Plain file
+//! reads: no Docker, no server.
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -490,4 +491,30 @@ fn a_release_heading_needs_its_version_and_date() {
     ] {
         assert_eq!(release_heading(line), None, "{line}");
     }
+}
+
+/// The README's command for the tests, the line under `# the tests` in its first code block.
+fn readme_test_command(readme: &str) -> Option<String> {
+    let mut lines = readme.lines().skip_while(|line| !line.starts_with("# the tests"));
+    lines.next()?;
+    lines.next().map(|line| line.trim().to_string())
+}
+
+/// Issue 56: CI runs the README's test command, word for word, so a newcomer's run and CI's
+/// build and run the same tests in the same profile (the README's command is what CI proves).
+#[test]
+fn ci_runs_the_readmes_test_command() {
+    let root = Path::new(ROOT);
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let command = readme_test_command(&readme).expect("a `# the tests` line and a command");
+    assert!(command.contains("cargo nextest run"), "{command}");
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|line| line.starts_with(&format!("{command} ||"))),
+        "`.ci/run` does not run the README's test command `{command}`"
+    );
+    // The check can fail: a command CI does not run is refused.
+    let other = readme.replace(&command, "cargo nextest run --release");
+    let other = readme_test_command(&other).unwrap();
+    assert!(!ci.lines().any(|line| line.starts_with(&format!("{other} ||"))));
 }
