@@ -495,7 +495,9 @@ fn a_release_heading_needs_its_version_and_date() {
 
 /// The README's command for the tests, the line under `# the tests` in its first code block.
 fn readme_test_command(readme: &str) -> Option<String> {
-    let mut lines = readme.lines().skip_while(|line| !line.starts_with("# the tests"));
+    let mut lines = readme
+        .lines()
+        .skip_while(|line| !line.starts_with("# the tests"));
     lines.next()?;
     lines.next().map(|line| line.trim().to_string())
 }
@@ -510,11 +512,15 @@ fn ci_runs_the_readmes_test_command() {
     assert!(command.contains("cargo nextest run"), "{command}");
     let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
     assert!(
-        ci.lines().any(|line| line.starts_with(&format!("{command} ||"))),
+        ci.lines()
+            .any(|line| line.starts_with(&format!("{command} ||"))),
         "`.ci/run` does not run the README's test command `{command}`"
     );
     // The check can fail: a command CI does not run is refused.
     let other = readme.replace(&command, "cargo nextest run --release");
     let other = readme_test_command(&other).unwrap();
-    assert!(!ci.lines().any(|line| line.starts_with(&format!("{other} ||"))));
+    assert!(
+        !ci.lines()
+            .any(|line| line.starts_with(&format!("{other} ||")))
+    );
 }
