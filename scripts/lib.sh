@@ -34,13 +34,23 @@ venv_stamp() { echo "$2" >"$1/requirement"; }
 # own so that an early exit of the script stops it and its children (debootstrap, docker
 # import, pip) too; `finish_beside PID WHAT` waits for it and says WHAT failed if it did.
 beside=()
-trap 'for job in "${beside[@]}"; do [ -z "$job" ] || kill -TERM -- "-$job" 2>/dev/null \
-  || kill -TERM "$job" 2>/dev/null || true; done' EXIT
-start_beside() { setsid "$@" & beside+=("$!"); }
+stop_beside() {
+  local job
+  for job in "${beside[@]}"; do
+    # The group, or the process itself if it has not made its session yet.
+    kill -TERM -- "-$job" 2>/dev/null || kill -TERM "$job" 2>/dev/null || true
+  done
+}
+start_beside() {
+  setsid "$@" &
+  beside+=("$!")
+  trap stop_beside EXIT
+}
 finish_beside() {
-  local status=0
+  local status=0 job kept=()
   wait "$1" || status=$?
-  beside=("${beside[@]/#$1}")
+  for job in "${beside[@]}"; do [ "$job" = "$1" ] || kept+=("$job"); done
+  beside=("${kept[@]}")
   [ "$status" = 0 ] || echo "$2 failed (its output is above)" >&2
   return "$status"
 }
