@@ -187,6 +187,21 @@ pub fn unique_instance(prefix: &str, hex_chars: usize) -> String {
     )
 }
 
+/// The venv a set-up script made for the tests: the folder `$variable` names (relative to the
+/// checkout, or absolute), else `default` under the checkout. The scripts and their variables:
+/// `scripts/test-python.sh` (`FILE_AGENT_TEST_SDK_ENV`, `target/test-python`),
+/// `scripts/test-openwebui.sh` (`FILE_AGENT_TEST_OPENWEBUI_ENV`, `target/test-openwebui`) and
+/// `scripts/sandbox-python.sh` (`FILE_AGENT_TEST_PYTHON_ENV`, `target/sandbox-python`).
+pub fn test_venv(variable: &str, default: &str) -> PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::env::var_os(variable).map_or_else(|| root.join(default), |dir| root.join(dir))
+}
+
+/// The official MCP Python SDK's venv (`scripts/test-python.sh`).
+pub fn sdk_venv() -> PathBuf {
+    test_venv("FILE_AGENT_TEST_SDK_ENV", "target/test-python")
+}
+
 pub fn fixture_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/scripts")

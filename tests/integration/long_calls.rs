@@ -76,8 +76,7 @@ async fn openwebui_call(
     limit: Duration,
 ) -> Value {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = std::env::var_os("FILE_AGENT_TEST_OPENWEBUI_ENV")
-        .map_or_else(|| root.join("target/test-openwebui"), |dir| root.join(dir));
+    let venv = crate::common::test_venv("FILE_AGENT_TEST_OPENWEBUI_ENV", "target/test-openwebui");
     let mut command = tokio::process::Command::new(venv.join("bin/python3"));
     command
         .arg(root.join("tests/sdk/openwebui_client.py"))

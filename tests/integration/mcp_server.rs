@@ -997,8 +997,7 @@ pub async fn sdk_script(
     args: &[impl AsRef<std::ffi::OsStr>],
 ) -> std::process::Output {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
-        .map_or_else(|| root.join("target/test-python"), |dir| root.join(dir));
+    let venv = crate::common::sdk_venv();
     with_timeout(
         tokio::process::Command::new(venv.join("bin/python3"))
             .arg(root.join("tests/sdk").join(script))

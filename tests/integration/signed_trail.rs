@@ -166,8 +166,7 @@ pub(crate) async fn until_signed(live: &Path, lines: usize) -> Value {
 pub(crate) async fn python_verifier(args: &[&str], input: &str) -> Value {
     use tokio::io::AsyncWriteExt;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
-        .map_or_else(|| root.join("target/test-python"), |dir| root.join(dir));
+    let venv = crate::common::sdk_venv();
     let mut child = tokio::process::Command::new(venv.join("bin/python3"))
         .arg(root.join("tests/sdk/tlog_verify.py"))
         .args(args)

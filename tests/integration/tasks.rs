@@ -45,8 +45,7 @@ impl SdkClient {
     /// Starts the script on `endpoint` (a URL, or `stdio:COMMAND`).
     fn start_on(endpoint: &str, headers: &[&str], args: &[&str]) -> Self {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
-            .map_or_else(|| root.join("target/test-python"), |dir| root.join(dir));
+        let venv = crate::common::sdk_venv();
         let mut command = tokio::process::Command::new(venv.join("bin/python3"));
         command
             .arg(root.join("tests/sdk/tasks_client.py"))

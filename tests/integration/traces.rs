@@ -36,8 +36,7 @@ struct Receiver {
 impl Receiver {
     async fn start() -> Self {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let venv = std::env::var_os("FILE_AGENT_TEST_SDK_ENV")
-            .map_or_else(|| root.join("target/test-python"), |dir| root.join(dir));
+        let venv = crate::common::sdk_venv();
         let dir = tempfile::tempdir().unwrap();
         let mut child = tokio::process::Command::new(venv.join("bin/python3"))
             .arg(root.join("tests/sdk/otlp_receiver.py"))

@@ -67,16 +67,7 @@ impl LocalRunner {
 
 /// The venv with the image's wheels.
 fn python_env() -> PathBuf {
-    std::env::var_os("FILE_AGENT_TEST_PYTHON_ENV")
-        .map(PathBuf::from)
-        .map(|path| {
-            if path.is_absolute() {
-                path
-            } else {
-                Path::new(ROOT).join(path)
-            }
-        })
-        .unwrap_or_else(|| Path::new(ROOT).join("target/sandbox-python"))
+    crate::common::test_venv("FILE_AGENT_TEST_PYTHON_ENV", "target/sandbox-python")
 }
 
 /// `job` with the container's paths moved to `work` and `sandbox-image/`.
