@@ -14,8 +14,9 @@
 //! user ([`crate::identity`] lists the sources and what each proves) and puts the [`Identity`]
 //! in the request, where `mcp` finds it.
 //!
-//! A refusal is a 401 (a 403 for a missing OAuth scope) whose `WWW-Authenticate` points at
-//! the protected-resource metadata when OAuth is on, so that an MCP client finds the issuer.
+//! A refusal is a 401 (a 403 for a missing OAuth scope) whose `WWW-Authenticate`, when OAuth is
+//! on, names the scope to ask for and points at the protected-resource metadata, so that an MCP
+//! client finds the issuer and signs in with the scope it needs.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -340,9 +341,9 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// 401 (403 for a missing scope) with a `WWW-Authenticate` challenge that points at the
-    /// protected-resource metadata when OAuth is on (`metadata_url`), and a JSON body whose
-    /// `error` says what to fix.
+    /// 401 (403 for a missing scope) with a `WWW-Authenticate` challenge that, when OAuth is
+    /// on (`metadata_url`), names the scope every call needs and points at the
+    /// protected-resource metadata, and a JSON body whose `error` says what to fix.
     pub fn response(&self, metadata_url: Option<&str>) -> Response {
         let mut challenge = CHALLENGE.to_string();
         let (status, message) = match self {
@@ -378,6 +379,11 @@ impl Refusal {
             }
         };
         if let Some(url) = metadata_url {
+            // The scope every call needs (RFC 6750 §3; MCP's "Scope Selection Strategy": a
+            // client asks for what the challenge names before the metadata's whole list).
+            if !matches!(self, Refusal::Scope(_)) {
+                challenge.push_str(&format!(", scope=\"{SCOPE_RUN}\""));
+            }
             challenge.push_str(&format!(", resource_metadata=\"{}\"", quotable(url)));
         }
         refusal(status, &challenge, &message)
@@ -459,7 +465,16 @@ mod tests {
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(
             response.headers()[header::WWW_AUTHENTICATE],
-            format!("Bearer realm=\"file-agent\", resource_metadata=\"{url}\"").as_str()
+            format!(
+                "Bearer realm=\"file-agent\", scope=\"file-agent.run\", resource_metadata=\"{url}\""
+            )
+            .as_str()
+        );
+        // Without OAuth (access tokens only) no scope is named: there are none.
+        let response = Refusal::Missing.response(None);
+        assert_eq!(
+            response.headers()[header::WWW_AUTHENTICATE],
+            "Bearer realm=\"file-agent\""
         );
         let response = Refusal::Scope(SCOPE_RUN).response(Some(url));
         assert_eq!(response.status(), StatusCode::FORBIDDEN);
@@ -472,6 +487,7 @@ mod tests {
                 && challenge.contains("scope=\"file-agent.run\""),
             "{challenge}"
         );
+        assert_eq!(challenge.matches("scope=").count(), 1, "{challenge}");
         let response = Refusal::OAuth(OAuthRefusal::Expired).response(None);
         let challenge = response.headers()[header::WWW_AUTHENTICATE]
             .to_str()

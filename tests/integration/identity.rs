@@ -346,13 +346,15 @@ async fn oauth_tokens_are_verified_and_every_hostile_one_is_refused() {
         );
     }
 
-    // No token: 401, pointing at the metadata.
+    // No token: 401, naming the scope every call needs and pointing at the metadata.
     let (status, challenge, _) =
         raw_call(&server, &[], "run_python", json!({"code": "print(1)"})).await;
     assert_eq!(status, 401);
     assert_eq!(
         challenge,
-        format!("Bearer realm=\"file-agent\", resource_metadata=\"{metadata_url}\"")
+        format!(
+            "Bearer realm=\"file-agent\", scope=\"file-agent.run\", resource_metadata=\"{metadata_url}\""
+        )
     );
 
     // A good token of each algorithm.
@@ -513,7 +515,8 @@ async fn oauth_tokens_are_verified_and_every_hostile_one_is_refused() {
             "{case}: {challenge}"
         );
         assert!(
-            challenge.contains(&format!("resource_metadata=\"{metadata_url}\"")),
+            challenge.contains(&format!("resource_metadata=\"{metadata_url}\""))
+                && challenge.contains("scope=\"file-agent.run\""),
             "{case}: {challenge}"
         );
         assert!(body.contains(reason), "{case}: {body}");
