@@ -10,10 +10,12 @@
 //! person can act on (the caller's model reads it); infrastructure faults are also logged with
 //! their whole chain. Nothing here returns a JSON-RPC error for a tool's own failure.
 
+mod annotations;
 mod cancel;
 mod files;
 mod icons;
 mod phases;
+mod server_info;
 mod span;
 mod structured;
 mod tasks;
@@ -31,9 +33,11 @@ use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-    ContentBlock, GetTaskParams, GetTaskResult, Implementation, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig, UpdateTaskParams,
+    CompleteRequestMethod, CompleteRequestParams, CompleteResult, ContentBlock, GetTaskParams,
+    GetTaskResult, ListPromptsRequestMethod, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig,
+    UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
@@ -469,7 +473,7 @@ impl ServerHandler for FileAgentServer {
         Ok(ListToolsResult {
             result_type: Some(ResultType::COMPLETE),
             tools,
-            meta: None,
+            meta: server_info::meta(),
             next_cursor: None,
             ttl_ms: hints.then_some(0),
             cache_scope: hints.then_some(CacheScope::Private),
@@ -482,7 +486,9 @@ impl ServerHandler for FileAgentServer {
         mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if self.answers_with_task(&request.name, &context) {
-            return Ok(self.start_task(request, context));
+            let mut task = self.start_task(request, context);
+            server_info::add_to_call(&mut task);
+            return Ok(task);
         }
         // The call's own token: rmcp's (the client gone; over stdio, its cancel) or a
         // `notifications/cancelled` that names it over HTTP.
@@ -505,9 +511,11 @@ impl ServerHandler for FileAgentServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        task_request("tasks/get", &context, |owner| {
+        let mut got = task_request("tasks/get", &context, |owner| {
             self.tasks.get(owner, &request.task_id)
-        })
+        })?;
+        server_info::add(&mut got.meta);
+        Ok(got)
     }
 
     async fn cancel_task(
@@ -537,7 +545,20 @@ impl ServerHandler for FileAgentServer {
     ) -> Result<ListResourcesResult, ErrorData> {
         let span = span::other("resources/list", &context);
         let _entered = span.enter();
-        Ok(files::list(self.tools.storage(), &caller_of(&context)))
+        let mut listed = files::list(self.tools.storage(), &caller_of(&context));
+        server_info::add(&mut listed.meta);
+        Ok(listed)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult {
+            meta: server_info::meta(),
+            ..ListResourceTemplatesResult::default()
+        })
     }
 
     async fn read_resource(
@@ -553,7 +574,29 @@ impl ServerHandler for FileAgentServer {
         if let Err(error) = &read {
             span::record_protocol_error(&span, error);
         }
-        read.map(Into::into)
+        read.map(|mut read| {
+            server_info::add(&mut read.meta);
+            read.into()
+        })
+    }
+
+    // No prompts (nor completions) are offered, so none is declared and the methods are not
+    // served: -32601, over HTTP with 404 (rmcp's defaults answer an empty list, and an empty
+    // completion, for a capability the server never declared).
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Err(ErrorData::method_not_found::<ListPromptsRequestMethod>())
+    }
+
+    async fn complete(
+        &self,
+        _request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        Err(ErrorData::method_not_found::<CompleteRequestMethod>())
     }
 
     fn get_info(&self) -> ServerConfig {
@@ -578,8 +621,12 @@ impl ServerHandler for FileAgentServer {
                     Default::default(),
                 );
         }
-        ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new("file-agent", env!("CARGO_PKG_VERSION")))
+        let mut config = ServerConfig::new(capabilities);
+        // `initialize`'s result, and through rmcp `server/discover`'s, name the server in
+        // their `_meta` too.
+        config.meta = server_info::meta();
+        config
+            .with_server_info(server_info::implementation())
             .with_instructions(
                 "Makes Excel, Word, PowerPoint and PDF files from plain-language instructions \
                  (generate_file) and changed copies of Office files with a report of what \
@@ -623,10 +670,13 @@ impl FileAgentServer {
     ) -> Result<CallToolResponse, ErrorData> {
         use tracing::Instrument as _;
         let span = span::tools_call(&request, &context);
-        let response = self
+        let mut response = self
             .call_tool_in_span(request, context)
             .instrument(span.clone())
             .await;
+        if let Ok(response) = &mut response {
+            server_info::add_to_call(response);
+        }
         match &response {
             Ok(CallToolResponse::Complete(result)) => span::record_result(&span, result),
             Ok(_) => {}
@@ -829,7 +879,10 @@ impl FileAgentServer {
         drop(phases);
         let _ = tokio::time::timeout(PROGRESS_FLUSH, shown).await;
         let mut answered = answer(tool, &id, &request, started, result, &outputs);
-        answered.meta = receipts_meta(self.tools.receipts(receipts.taken()).await);
+        add_receipts(
+            &mut answered.meta,
+            self.tools.receipts(receipts.taken()).await,
+        );
         answered
     }
 
@@ -934,17 +987,22 @@ fn answer(
 /// The key of a result's `_meta` that carries the receipts of its audit lines.
 pub const RECEIPTS_META: &str = crate::audit::receipt::META_KEY;
 
-/// The `_meta` of a result whose call wrote lines: their receipts (`audit::receipt::Entry`:
-/// each line's origin, leaf index and leaf hash, for `file-agent audit prove --index`; with
-/// signed receipts, the line, its proof and the signed checkpoint); none without lines.
-fn receipts_meta(receipts: Vec<crate::audit::receipt::Entry>) -> Option<rmcp::model::MetaObject> {
+/// Adds to a result's `_meta` the receipts of the lines its call wrote
+/// (`audit::receipt::Entry`: each line's origin, leaf index and leaf hash, for `file-agent
+/// audit prove --index`; with signed receipts, the line, its proof and the signed
+/// checkpoint), beside what it holds; nothing without lines.
+fn add_receipts(
+    meta: &mut Option<rmcp::model::MetaObject>,
+    receipts: Vec<crate::audit::receipt::Entry>,
+) {
     if receipts.is_empty() {
-        return None;
+        return;
     }
-    let list = serde_json::to_value(receipts).ok()?;
-    let mut meta = serde_json::Map::new();
-    meta.insert(RECEIPTS_META.into(), list);
-    Some(rmcp::model::MetaObject(meta))
+    let Ok(list) = serde_json::to_value(receipts) else {
+        return;
+    };
+    meta.get_or_insert_with(Default::default)
+        .insert(RECEIPTS_META.into(), list);
 }
 
 /// The longest an answer waits for the progress notifications queued before it.

@@ -34,21 +34,24 @@ pub fn output_schema(tool: Tool) -> Arc<JsonObject> {
     }
 }
 
-/// Gives each route of `router` that [`Tool`] knows its output schema and its icon.
+/// Gives each route of `router` that [`Tool`] knows its output schema, its icon and its
+/// annotations ([`super::annotations`]).
 pub fn annotate<S>(router: &mut ToolRouter<S>) {
     for tool in Tool::ALL {
         if let Some(route) = router.map.get_mut(tool.name()) {
             route.attr.output_schema = Some(output_schema(tool));
             route.attr.icons = Some(super::icons::of(tool));
+            route.attr.annotations = Some(super::annotations::of(tool));
         }
     }
 }
 
-/// The `tools/list` entry of a saved tool: its output schema when it declared one, and the
-/// saved tools' icon.
+/// The `tools/list` entry of a saved tool: its output schema when it declared one, the saved
+/// tools' icon and their annotations.
 pub fn saved_tool(mut listed: rmcp::model::Tool, output: Option<JsonObject>) -> rmcp::model::Tool {
     listed.output_schema = output.map(Arc::new);
     listed.icons = Some(super::icons::of_saved_tool());
+    listed.annotations = Some(super::annotations::of_saved_tool());
     listed
 }
 

@@ -34,6 +34,7 @@ mod office;
 mod operator;
 mod pool;
 mod production;
+mod protocol_surface;
 mod reap;
 mod research;
 mod retention;

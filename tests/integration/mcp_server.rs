@@ -940,6 +940,13 @@ async fn the_stdio_transport_initializes_lists_and_calls() {
     assert_eq!(info.server_info.as_ref().unwrap().name, "file-agent");
     let tools = with_timeout(client.list_all_tools()).await.unwrap();
     assert_eq!(tools.len(), 10);
+    // Every result names the server over stdio too.
+    let listed = with_timeout(client.list_tools(None)).await.unwrap();
+    let named = listed
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.get("io.modelcontextprotocol/serverInfo"));
+    assert_eq!(named.unwrap()["name"], "file-agent", "{listed:?}");
     let (is_error, text) = call(&client, "run_python", json!({"code": "print(6 * 7)"})).await;
     assert!(!is_error, "{text}");
     assert!(text.contains("42"), "{text}");

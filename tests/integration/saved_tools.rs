@@ -58,6 +58,17 @@ async fn each_open_webui_user_lists_and_calls_only_their_own_tools_which_outlive
     assert_eq!(listed.description.as_deref(), Some("Doubles a number."));
     assert_eq!(listed.input_schema["required"], json!(["x"]));
     assert_eq!(listed.input_schema["properties"]["x"]["type"], "number");
+    // Like run_python: it may store what it writes, replaces nothing, reaches no network.
+    let hints = listed.annotations.clone().unwrap();
+    assert_eq!(
+        (
+            hints.read_only_hint,
+            hints.destructive_hint,
+            hints.idempotent_hint,
+            hints.open_world_hint
+        ),
+        (Some(false), Some(false), Some(false), Some(false))
+    );
     assert!(!names(&bob).await.contains(&"my_double".to_string()));
 
     let (is_error, text) = call(&alice, "my_double", json!({"x": 4})).await;
