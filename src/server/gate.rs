@@ -15,8 +15,8 @@
 //! in the request, where `mcp` finds it.
 //!
 //! A refusal is a 401 (a 403 for a missing OAuth scope) whose `WWW-Authenticate`, when OAuth is
-//! on, names the scope to ask for and points at the protected-resource metadata, so that an MCP
-//! client finds the issuer and signs in with the scope it needs.
+//! on, names the scopes to ask for and points at the protected-resource metadata, so that an
+//! MCP client finds the issuer and signs in with the scopes the tools need.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -29,7 +29,7 @@ use super::auth::{
 };
 use crate::identity::oauth::{OAuth, OAuthRefusal};
 use crate::identity::openwebui::{JwtRefusal, OpenWebUiJwt};
-use crate::identity::{Identity, SCOPE_RUN, Source, User, capped};
+use crate::identity::{Identity, SCOPE_RUN, SCOPES, Source, User, capped};
 use crate::storage::OpenWebUi;
 
 /// The path of the protected-resource metadata of `/mcp` (RFC 9728 §3.1).
@@ -342,7 +342,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// 401 (403 for a missing scope) with a `WWW-Authenticate` challenge that, when OAuth is
-    /// on (`metadata_url`), names the scope every call needs and points at the
+    /// on (`metadata_url`), names the scopes to sign in with and points at the
     /// protected-resource metadata, and a JSON body whose `error` says what to fix.
     pub fn response(&self, metadata_url: Option<&str>) -> Response {
         let mut challenge = CHALLENGE.to_string();
@@ -379,10 +379,12 @@ impl Refusal {
             }
         };
         if let Some(url) = metadata_url {
-            // The scope every call needs (RFC 6750 §3; MCP's "Scope Selection Strategy": a
-            // client asks for what the challenge names before the metadata's whole list).
+            // The scopes to sign in with (RFC 6750 §3; MCP's "Scope Selection Strategy": a
+            // client asks for what the challenge names, else for the metadata's whole list).
+            // Both, as the metadata lists them: a token without the saved-tools scope never
+            // sees the tools that need it, so a client has nothing to step up from.
             if !matches!(self, Refusal::Scope(_)) {
-                challenge.push_str(&format!(", scope=\"{SCOPE_RUN}\""));
+                challenge.push_str(&format!(", scope=\"{}\"", SCOPES.join(" ")));
             }
             challenge.push_str(&format!(", resource_metadata=\"{}\"", quotable(url)));
         }
@@ -466,7 +468,7 @@ mod tests {
         assert_eq!(
             response.headers()[header::WWW_AUTHENTICATE],
             format!(
-                "Bearer realm=\"file-agent\", scope=\"file-agent.run\", resource_metadata=\"{url}\""
+                "Bearer realm=\"file-agent\", scope=\"file-agent.run file-agent.saved-tools\", resource_metadata=\"{url}\""
             )
             .as_str()
         );

@@ -346,14 +346,14 @@ async fn oauth_tokens_are_verified_and_every_hostile_one_is_refused() {
         );
     }
 
-    // No token: 401, naming the scope every call needs and pointing at the metadata.
+    // No token: 401, naming the scopes to sign in with and pointing at the metadata.
     let (status, challenge, _) =
         raw_call(&server, &[], "run_python", json!({"code": "print(1)"})).await;
     assert_eq!(status, 401);
     assert_eq!(
         challenge,
         format!(
-            "Bearer realm=\"file-agent\", scope=\"file-agent.run\", resource_metadata=\"{metadata_url}\""
+            "Bearer realm=\"file-agent\", scope=\"file-agent.run file-agent.saved-tools\", resource_metadata=\"{metadata_url}\""
         )
     );
 
@@ -516,7 +516,7 @@ async fn oauth_tokens_are_verified_and_every_hostile_one_is_refused() {
         );
         assert!(
             challenge.contains(&format!("resource_metadata=\"{metadata_url}\""))
-                && challenge.contains("scope=\"file-agent.run\""),
+                && challenge.contains("scope=\"file-agent.run file-agent.saved-tools\""),
             "{case}: {challenge}"
         );
         assert!(body.contains(reason), "{case}: {body}");
@@ -725,8 +725,8 @@ async fn an_mcp_client_signs_in_at_a_real_issuer_and_becomes_its_user() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(stdout.contains("result: 42"), "{stdout}");
-    // The SDK asks for every scope the metadata lists (the 401 names none), so its token may
-    // change saved tools too, and those tools are listed.
+    // The SDK asks for the scopes the 401 names, both, so its token may change saved tools
+    // too, and those tools are listed.
     assert!(
         stdout.contains("run_python") && stdout.contains("create_tool"),
         "{stdout}"
