@@ -47,9 +47,9 @@ fn json_rpc(body: &str) -> Value {
         return value;
     }
     body.lines()
+        .rev()
         .filter_map(|line| line.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .last()
+        .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
         .unwrap_or_else(|| panic!("no JSON-RPC answer in {body}"))
 }
 
