@@ -48,7 +48,9 @@ trap cleanup EXIT
 start() {
   local data
   data=$(mktemp -d "$WORK/data.XXXX")
-  env FILE_AGENT_DATA_DIR="$data" FILE_AGENT_LISTEN="127.0.0.1:$PORT" \
+  # Each mode's credentials are the ones given here, whatever this shell has set.
+  env -u FILE_AGENT_ACCESS_TOKENS -u FILE_AGENT_OAUTH_ISSUER -u FILE_AGENT_OAUTH_AUDIENCE \
+    FILE_AGENT_DATA_DIR="$data" FILE_AGENT_LISTEN="127.0.0.1:$PORT" \
     FILE_AGENT_PUBLIC_URL="http://127.0.0.1:$PORT" SANDBOX_WARM=0 "$@" \
     "$BIN" serve >"$data/log" 2>&1 &
   SERVER=$!
