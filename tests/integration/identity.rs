@@ -885,11 +885,19 @@ fn form_encoded(fields: &[(&str, &str)]) -> String {
 
 impl Drop for Glewlwyd {
     fn drop(&mut self) {
-        // SIGTERM, which the script forwards to glewlwyd; kill_on_drop is the fallback.
+        // SIGTERM, which the script forwards to glewlwyd; kill_on_drop is the fallback. Wait
+        // for the script to end first: a SIGKILL right behind the SIGTERM kills it before it
+        // forwards the signal, and leaves glewlwyd running.
         if let Some(pid) = self.child.id() {
             let _ = std::process::Command::new("kill")
                 .args(["-TERM", &pid.to_string()])
                 .status();
+            for _ in 0..50 {
+                if !matches!(self.child.try_wait(), Ok(None)) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
         }
     }
 }
