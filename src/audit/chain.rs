@@ -51,7 +51,8 @@ pub struct RetiredFile {
     pub dropped: DroppedFile,
     /// The chain holding the retention line (its name, as [`Chain::name`]).
     pub chain: String,
-    /// The retention line's `seq` in that chain.
+    /// The retention line's position in that chain, as the verifier accepted it (never the
+    /// `seq` it claims).
     pub seq: u64,
     /// The retention line's time.
     pub time: String,
@@ -68,45 +69,21 @@ impl std::fmt::Display for RetiredFile {
 }
 
 impl Retired {
-    /// Notes what `record`, a line of `chain`, records deleting, if it is a retention line.
-    pub fn note(&mut self, chain: &Chain, record: &Record) {
+    /// Notes what `record`, a line of `chain` at `position` in it, records deleting, if it is
+    /// a retention line. The caller vouches for the line: only a line the verifier accepted
+    /// at that position (and, with a key, one a signed checkpoint covers there) is evidence.
+    pub fn note(&mut self, chain: &Chain, record: &Record, position: u64) {
         for dropped in record.pruned.iter().flat_map(|p| &p.audit_files) {
             self.by_last_hash.insert(
                 dropped.last_hash.clone(),
                 RetiredFile {
                     dropped: dropped.clone(),
                     chain: chain.name.clone(),
-                    seq: record.seq,
+                    seq: position,
                     time: record.time.clone(),
                 },
             );
         }
-    }
-
-    /// The retention lines of `chains`, read line by line (only lines that name the retention
-    /// status are parsed). Files that cannot be read are skipped: their chain's own check
-    /// names them.
-    pub fn gather(chains: &[Chain]) -> Self {
-        use std::io::BufRead;
-        let mut retired = Self::default();
-        let marker = format!("\"status\":\"{}\"", super::pruned::RETENTION_STATUS);
-        for chain in chains {
-            for file in &chain.files {
-                let Ok(opened) = std::fs::File::open(file) else {
-                    continue;
-                };
-                for line in std::io::BufReader::new(opened).split(b'\n') {
-                    let Ok(line) = line else { break };
-                    if !line.windows(marker.len()).any(|w| w == marker.as_bytes()) {
-                        continue;
-                    }
-                    if let Ok(record) = serde_json::from_slice::<Record>(&line) {
-                        retired.note(chain, &record);
-                    }
-                }
-            }
-        }
-        retired
     }
 
     /// Why the lines before `verified`'s first line of `chain` are gone: `Ok(None)` when none
@@ -146,13 +123,20 @@ impl Retired {
     }
 
     /// The retention record of the chain `name`'s live file, `<name>.jsonl`, deleted whole
-    /// (the chain retired), if there is one.
-    pub fn whole(&self, name: &str) -> Option<&RetiredFile> {
+    /// (the chain retired) after retention checked it against its signed checkpoint of `size`
+    /// lines and root `root` (base64): the record must name that very root, so that a record
+    /// of another chain, or of another history of this one, retires nothing.
+    pub fn whole(&self, name: &str, size: u64, root: &str) -> Option<&RetiredFile> {
         let live = format!("{name}{CHAIN_SUFFIX}");
-        self.by_last_hash
-            .values()
-            .filter(|retired| retired.dropped.file == live)
-            .max_by_key(|retired| retired.dropped.last_seq)
+        self.by_last_hash.values().find(|retired| {
+            retired.dropped.file == live
+                && retired
+                    .dropped
+                    .signed
+                    .as_ref()
+                    .is_some_and(|signed| signed.size == size && signed.root == root)
+                && retired.dropped.last_seq >= size
+        })
     }
 }
 
@@ -190,10 +174,9 @@ pub fn chains(path: &Path) -> std::io::Result<Vec<Chain>> {
 fn chains_in(folder: &Path, prefix: &str) -> std::io::Result<Vec<Chain>> {
     let mut by_name: std::collections::BTreeMap<String, Vec<(u64, PathBuf)>> = Default::default();
     for entry in std::fs::read_dir(folder)? {
+        // Whatever bears a chain file's name is one, a link, a FIFO or a folder too: the door
+        // refuses to read it, and the chain's verdict names it, instead of it going unseen.
         let entry = entry?;
-        if !entry.file_type()?.is_file() {
-            continue;
-        }
         let file_name = entry.file_name().to_string_lossy().into_owned();
         let Some((name, order)) = chain_part(&file_name) else {
             continue;
@@ -270,13 +253,19 @@ pub fn newest_rotated(live: &Path) -> std::io::Result<Option<PathBuf>> {
 
 /// Verifies every chain on its own, and accounts for every chain whose first lines are gone
 /// with the retention lines of all of them ([`Retired::account`]): one that no retention
-/// line accounts for is broken, at its first line.
+/// line accounts for is broken, at its first line. Without a key only lines the verifier
+/// accepted count (whole, chained, before any break): they are as trustworthy as the folder,
+/// which is why `audit verify --key` counts only what a signed checkpoint covers.
 pub fn verify_all(chains: Vec<Chain>) -> Vec<ChainCheck> {
     let mut retired = Retired::default();
     let results: Vec<(Chain, Result<Verified, Broken>)> = chains
         .into_iter()
         .map(|chain| {
-            let result = super::verify_each(&chain.files, |record| retired.note(&chain, &record));
+            let result = super::verify_each(&chain.files, |record, position| {
+                if let Some(position) = position {
+                    retired.note(&chain, &record, position);
+                }
+            });
             (chain, result)
         })
         .collect();
@@ -391,17 +380,18 @@ mod tests {
                     last_seq,
                     last_hash: "ab".repeat(32),
                     last_time: "t".into(),
+                    signed: None,
                 }],
                 ..Default::default()
             }),
             ..Record::default()
         };
         // Another chain's file, or sequence numbers that do not meet: not proof.
-        retired.note(&chain, &line("a.jsonl.000000000004", 4));
+        retired.note(&chain, &line("a.jsonl.000000000004", 4), 9);
         assert!(retired.account(&chain, &verified).is_err());
-        retired.note(&chain, &line("b.jsonl.000000000003", 3));
+        retired.note(&chain, &line("b.jsonl.000000000003", 3), 9);
         assert!(retired.account(&chain, &verified).is_err());
-        retired.note(&chain, &line("b.jsonl.000000000004", 4));
+        retired.note(&chain, &line("b.jsonl.000000000004", 4), 9);
         let proved = retired.account(&chain, &verified).unwrap().unwrap();
         assert!(proved.contains("deleted by retention"), "{proved}");
     }

@@ -12,7 +12,7 @@
 //! sign a checkpoint of the rewritten trail without the key, and the checkpoints already out
 //! (shipped logs, a witness, a reviewer's copy) then contradict it: `audit verify --key`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -68,24 +68,17 @@ pub fn path_of(live: &Path) -> PathBuf {
 /// The checkpoints in `path` (a checkpoints file, or shipped JSON logs), in file order; lines
 /// that hold none are skipped, as is a record longer than [`MAX_RECORD_BYTES`].
 pub fn read(path: &Path) -> std::io::Result<Vec<StoredCheckpoint>> {
-    let mut reader = BufReader::new(std::fs::File::open(path)?);
+    // Opened and read through the audit folder's door: a regular file only, no link, never
+    // blocking, a record at most MAX_RECORD_BYTES.
+    let file = super::door::open_read(path)?;
+    let mut lines = super::door::Lines::new(file, MAX_RECORD_BYTES as usize);
     let mut found = Vec::new();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let read = (&mut reader)
-            .take(MAX_RECORD_BYTES)
-            .read_until(b'\n', &mut line)?;
-        if read == 0 {
-            break;
-        }
-        if line.last() != Some(&b'\n') && read as u64 == MAX_RECORD_BYTES {
-            // Too long: skip the rest of it.
-            let mut rest = Vec::new();
-            reader.read_until(b'\n', &mut rest)?;
-            continue;
-        }
-        if let Some(checkpoint) = from_line(&line) {
+    while let Some(line) = lines.next_line() {
+        let line = match line? {
+            super::door::Line::Whole(line) | super::door::Line::Unfinished(line) => line,
+            super::door::Line::TooLong => continue,
+        };
+        if let Some(checkpoint) = from_line(line) {
             found.push(checkpoint);
         }
     }
@@ -295,7 +288,23 @@ impl Signing {
             witnessed: vec![0; witnesses.len()],
             ..State::default()
         };
-        for record in read(&store).unwrap_or_default() {
+        let kept = match read(&store) {
+            Ok(kept) => kept,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => {
+                // Not a file the server can read (a FIFO, a link, a folder put in its place):
+                // what was signed before is unknown, so nothing is signed until an operator
+                // looks.
+                let alarm = format!(
+                    "the checkpoints kept beside the chain cannot be read ({error}): what was signed before is unknown"
+                );
+                tracing::error!(origin = %origin, "audit trail alarm: {alarm}");
+                crate::metrics::metrics().audit_alarm();
+                state.alarm = Some(alarm);
+                Vec::new()
+            }
+        };
+        for record in kept {
             let signed = match verify_record(&record, &verifier, &witness_keys) {
                 Ok(signed) if signed.checkpoint.origin == origin => signed,
                 Ok(signed) => {
@@ -429,10 +438,7 @@ impl Signing {
     /// Keeps `stored` beside the chain (appended and synced) and logs it as an event.
     pub fn keep(&self, stored: StoredCheckpoint) -> std::io::Result<()> {
         let line = serde_json::to_string(&stored).map_err(std::io::Error::other)?;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.store)?;
+        let mut file = super::door::open_append(&self.store)?;
         file.write_all(format!("{line}\n").as_bytes())?;
         file.sync_data()?;
         let cosigned: Vec<&str> = stored

@@ -49,6 +49,7 @@
 pub mod availability;
 pub mod chain;
 pub mod checkpoints;
+pub mod door;
 pub mod merkle;
 pub mod note;
 pub mod proof;

@@ -1,12 +1,14 @@
-//! What a reviewer runs against the signed checkpoints, without the server: a chain checked
-//! against every checkpoint signed by the log's key ([`check_signed`], for `audit verify
-//! --key`), and proofs for a receipt ([`inclusion`], [`consistency`], for `audit prove`).
+//! What a reviewer runs against the signed checkpoints, without the server: a folder's chains
+//! checked against every checkpoint signed by the log's key ([`check_signed_chains`], for
+//! `audit verify --key`, `doctor` and the server's start-up), and proofs for a receipt
+//! ([`inclusion`], [`consistency`], for `audit prove`).
 //!
-//! [`check_signed`] trusts nothing in the audit folder but the lines it reads: each
+//! [`check_signed_chains`] trusts nothing in the audit folder but the lines it reads: each
 //! checkpoint's signature is checked with the key the reviewer gives, and its root is
 //! recomputed from the trail's first lines; a checkpoint the trail does not reach, or whose
 //! root the lines do not give, names the lines at fault. Lines retention deleted are stood in
-//! for by the chain's tree file, which a signed root then vouches for.
+//! for by the chain's tree file, which a signed root then vouches for. Evidence (a retention
+//! line) is only a line a signed checkpoint covers, at the position the verifier read it at.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -50,6 +52,17 @@ pub struct SignedCheck {
     /// What contradicts the trail, the first (smallest) checkpoint first; empty when the trail
     /// matches every checkpoint.
     pub problems: Vec<String>,
+    /// The largest size whose signed root the trail's lines give: every line up to it is
+    /// covered, at its position, by a signed checkpoint. Only those lines are evidence (of a
+    /// retention, of an age).
+    pub covered: u64,
+    /// The lines after [`Self::covered`], when there are any: no signed checkpoint covers
+    /// them, so they prove nothing (named, not a failure: a running server signs its newest
+    /// lines within its checkpoint interval).
+    pub unsigned: Option<(u64, u64)>,
+    /// The retention lines the verifier accepted, with their positions: evidence once
+    /// [`Self::covered`] reaches them.
+    retention_lines: Vec<(u64, super::Record)>,
 }
 
 impl SignedCheck {
@@ -69,45 +82,127 @@ pub fn origin_of(chain: &Chain, key: &VerifierKey, origin: Option<&str>) -> Stri
     )
 }
 
-/// Checks `chain` against the checkpoints kept beside it and `copies` (from elsewhere), all
-/// of its origin, `<key's name>/<chain>` unless `origin` names it: each must be signed by
-/// `key`, its cosignatures by `witnesses` must verify, two of one size must agree, and each
-/// must be the root of the trail's first lines. Missing first lines are accounted for by the
-/// retention lines of the chain's own folder.
-pub fn check_signed(
-    chain: &Chain,
-    origin: Option<&str>,
+/// Checks each of `chains` (the chains of one folder) against the checkpoints kept beside it
+/// and `copies` (from elsewhere), all of its origin, `<key's name>/<chain>` unless `origin_of`
+/// names it: each must be signed by `key`, its cosignatures by `witnesses` must verify, two of
+/// one size must agree, and each must be the root of the trail's first lines. A chain's
+/// missing first lines are accounted for by the retention lines of the folder that a signed
+/// checkpoint of their own chain covers, at their real position (never by what a line claims
+/// of itself, never by an unfinished line or one after the last signed checkpoint): those
+/// retention lines are returned too, for [`missing_chains`].
+pub fn check_signed_chains(
+    chains: &[Chain],
+    origin_of: impl Fn(&Chain) -> Option<String>,
     key: &VerifierKey,
     witnesses: &[VerifierKey],
     copies: &[StoredCheckpoint],
-) -> SignedCheck {
-    let folder = chain
-        .files
-        .last()
-        .and_then(|live| live.parent())
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let siblings = super::chain::chains(&folder).unwrap_or_default();
-    let retired = super::chain::Retired::gather(&siblings);
-    check_signed_with(chain, origin, key, witnesses, copies, &retired)
+) -> (Vec<SignedCheck>, super::chain::Retired) {
+    let checks: Vec<SignedCheck> = chains
+        .iter()
+        .map(|chain| check_one(chain, origin_of(chain).as_deref(), key, witnesses, copies))
+        .collect();
+    let mut retired = super::chain::Retired::default();
+    for (chain, check) in chains.iter().zip(&checks) {
+        for (position, record) in &check.retention_lines {
+            if *position <= check.covered {
+                retired.note(chain, record, *position);
+            }
+        }
+    }
+    let checks = chains
+        .iter()
+        .zip(checks)
+        .map(|(chain, mut check)| {
+            let (verdict, retention) = super::chain::accounted(chain, check.chain, &retired);
+            check.chain = verdict;
+            check.retention = retention;
+            check
+        })
+        .collect();
+    (checks, retired)
 }
 
-/// [`check_signed`], with the retention lines of the folder read already (`retired`). Only a
-/// note's signed body is believed: its origin binds it to a chain, its size and root are what
-/// is checked; a record kept beside the chain whose note is of another origin, or whose JSON
-/// disagrees with its note, is named.
-pub fn check_signed_with(
+/// One chain against its checkpoints, before its missing first lines are accounted for. Only
+/// a note's signed body is believed: its origin binds it to a chain, its size and root are
+/// what is checked; a record kept beside the chain whose note is of another origin, or whose
+/// JSON disagrees with its note, is named.
+fn check_one(
     chain: &Chain,
     origin: Option<&str>,
     key: &VerifierKey,
     witnesses: &[VerifierKey],
     copies: &[StoredCheckpoint],
-    retired: &super::chain::Retired,
 ) -> SignedCheck {
     let live = chain.files.last().cloned().unwrap_or_default();
     let origin = origin_of(chain, key, origin);
     let mut problems = Vec::new();
-    let stored = checkpoints::read(&checkpoints::path_of(&live)).unwrap_or_default();
+    let stored = match checkpoints::read(&checkpoints::path_of(&live)) {
+        Ok(stored) => stored,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => {
+            problems.push(format!("its checkpoints file cannot be read: {error}"));
+            Vec::new()
+        }
+    };
+    let (signed, cosigned) = signed_points(&stored, copies, &origin, key, witnesses, &mut problems);
+    let tree = match TreeFile::open_existing(&tree::path_of(&live)) {
+        Ok(tree) => Some(tree),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => {
+            problems.push(format!("its tree file cannot be read: {error}"));
+            None
+        }
+    };
+    let sizes: BTreeSet<u64> = signed.keys().copied().collect();
+    let mut retention_lines = Vec::new();
+    let verdict = super::verify_with_roots(&chain.files, sizes, tree.as_ref(), |record, at| {
+        if let Some(at) = at
+            && record.pruned.is_some()
+        {
+            retention_lines.push((at, record));
+        }
+    });
+    let (mut covered, mut unsigned) = (0, None);
+    if let Ok(verified) = &verdict {
+        let (contradicted, matched) = contradictions(&signed, verified, tree.as_ref());
+        problems.extend(contradicted);
+        covered = matched;
+        let lines = verified.first_seq.saturating_sub(1) + verified.lines;
+        if lines > covered {
+            unsigned = Some((covered + 1, lines));
+        }
+        if signed.is_empty() {
+            problems.push(format!(
+                "no checkpoint of {origin} signed by {} was found: the server signs one within FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL of a line; give the copies kept elsewhere with --checkpoints",
+                key.name
+            ));
+        }
+    }
+    SignedCheck {
+        chain: verdict,
+        origin,
+        checkpoints: signed,
+        cosigned,
+        retention: None,
+        problems,
+        covered,
+        unsigned,
+        retention_lines,
+    }
+}
+
+/// The checkpoints of `origin` among `stored` (kept beside the chain) and `copies` that `key`
+/// signed, by size, as their notes sign them, and the largest size each of `witnesses`
+/// cosigned; what is wrong with the others, when they sit beside the chain or claim it, goes
+/// to `problems`.
+fn signed_points(
+    stored: &[StoredCheckpoint],
+    copies: &[StoredCheckpoint],
+    origin: &str,
+    key: &VerifierKey,
+    witnesses: &[VerifierKey],
+    problems: &mut Vec<String>,
+) -> (BTreeMap<u64, SignedPoint>, BTreeMap<String, u64>) {
     let mut signed: BTreeMap<u64, SignedPoint> = BTreeMap::new();
     let mut cosigned = BTreeMap::new();
     let candidates = stored
@@ -117,7 +212,7 @@ pub fn check_signed_with(
     for (candidate, beside) in candidates {
         let record = match checkpoints::verify_record(candidate, key, witnesses) {
             Ok(record) => record,
-            Err(problem) if beside || candidate.origin == origin => {
+            Err(problem) if beside || candidate.origin == *origin => {
                 problems.push(format!(
                     "the checkpoint record of {} lines kept at {} (an unsigned time): {problem}",
                     candidate.size, candidate.time
@@ -130,7 +225,7 @@ pub fn check_signed_with(
         if body.origin != origin {
             // A copy of another chain's checkpoint is none of this chain's business, unless
             // it sits beside this chain or its JSON claims this chain.
-            if beside || candidate.origin == origin {
+            if beside || candidate.origin == *origin {
                 problems.push(format!(
                     "a checkpoint record kept {} at {} (an unsigned time) is not of {origin}: its signed note says {}",
                     if beside { "beside this chain" } else { "in the copies" },
@@ -154,27 +249,7 @@ pub fn check_signed_with(
             &key.name,
         ));
     }
-    let tree = TreeFile::open_existing(&tree::path_of(&live)).ok();
-    let sizes: BTreeSet<u64> = signed.keys().copied().collect();
-    let verdict = super::verify_with_roots(&chain.files, sizes, tree.as_ref(), |_| {});
-    let (verdict, retention) = super::chain::accounted(chain, verdict, retired);
-    if let Ok(verified) = &verdict {
-        problems.extend(contradictions(&signed, verified, tree.as_ref()));
-        if signed.is_empty() {
-            problems.push(format!(
-                "no checkpoint of {origin} signed by {} was found: the server signs one within FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL of a line; give the copies kept elsewhere with --checkpoints",
-                key.name
-            ));
-        }
-    }
-    SignedCheck {
-        chain: verdict,
-        origin,
-        checkpoints: signed,
-        cosigned,
-        retention,
-        problems,
-    }
+    (signed, cosigned)
 }
 
 /// Adds a verified checkpoint of this chain to `signed` (and its witnesses to `cosigned`, the
@@ -239,40 +314,42 @@ impl MissingChain {
     }
 }
 
-/// Every origin of `copies` signed by `key` that none of `checked` is, and whether a retention
-/// line of the folder (`retired`) records retiring its chain (`<origin's last part>.jsonl`
-/// deleted whole, up to at least the largest size signed of it), in a chain whose signed
-/// checkpoints cover that line (`checks`).
+/// Every origin of `copies` signed by `key` that none of `checks` is, and whether a retention
+/// line of the folder (`retired`, as [`check_signed_chains`] gathered it: only lines a signed
+/// checkpoint of their own chain covers) records retiring its chain: `<origin's last
+/// part>.jsonl` deleted whole after retention checked it against the very checkpoint the copies
+/// hold as the largest signed of it (same origin, size and root).
 pub fn missing_chains(
     copies: &[StoredCheckpoint],
     key: &VerifierKey,
-    checks: &[(&Chain, SignedCheck)],
+    checks: &[SignedCheck],
     retired: &super::chain::Retired,
 ) -> Vec<MissingChain> {
-    let mut signed: BTreeMap<String, u64> = BTreeMap::new();
+    let mut signed: BTreeMap<String, (u64, Hash)> = BTreeMap::new();
     for copy in copies {
         if let Ok(record) = checkpoints::verify_record(copy, key, &[]) {
-            let size = signed.entry(record.checkpoint.origin).or_insert(0);
-            *size = (*size).max(record.checkpoint.size);
+            let body = record.checkpoint;
+            let largest = signed.entry(body.origin).or_insert((0, body.root));
+            if body.size >= largest.0 {
+                *largest = (body.size, body.root);
+            }
         }
     }
     signed
         .into_iter()
-        .filter(|(origin, _)| !checks.iter().any(|(_, check)| &check.origin == origin))
-        .map(|(origin, size)| {
+        .filter(|(origin, _)| !checks.iter().any(|check| &check.origin == origin))
+        .map(|(origin, (size, root))| {
             let name = origin.rsplit('/').next().unwrap_or(&origin);
-            let retired = retired.whole(name).and_then(|record| {
-                if record.dropped.last_seq < size {
-                    return None;
-                }
-                // The retention line must be signed: covered by a checkpoint of its chain.
-                let covered = checks
-                    .iter()
-                    .find(|(chain, _)| chain.name == record.chain)
-                    .and_then(|(_, check)| check.checkpoints.last_key_value())
-                    .is_some_and(|(&largest, _)| largest >= record.seq);
-                covered.then(|| record.to_string())
-            });
+            let retired = retired
+                .whole(name, size, &BASE64.encode(root))
+                .filter(|record| {
+                    record
+                        .dropped
+                        .signed
+                        .as_ref()
+                        .is_some_and(|signed| signed.origin == origin)
+                })
+                .map(|record| record.to_string());
             MissingChain {
                 origin,
                 size,
@@ -289,9 +366,10 @@ fn contradictions(
     signed: &BTreeMap<u64, SignedPoint>,
     verified: &Verified,
     tree: Option<&TreeFile>,
-) -> Vec<String> {
+) -> (Vec<String>, u64) {
     let lines = verified.first_seq.saturating_sub(1) + verified.lines;
     let mut matched = 0;
+    let mut covered = 0;
     let mut problems = Vec::new();
     for (&size, point) in signed {
         let time = format!("kept at {}, an unsigned time", point.kept_at);
@@ -310,6 +388,7 @@ fn contradictions(
             match ours {
                 Some(ours) if ours == point.root => {
                     matched = size;
+                    covered = covered.max(size);
                     continue;
                 }
                 Some(_) => format!(
@@ -323,7 +402,7 @@ fn contradictions(
         };
         problems.push(problem);
     }
-    problems
+    (problems, covered)
 }
 
 /// `audit prove --index`: the inclusion proof of line `index + 1` of `chain` against the latest

@@ -19,6 +19,22 @@ pub struct DroppedFile {
     pub last_hash: String,
     /// The time of its last line.
     pub last_time: String,
+    /// The signed checkpoint of its chain that retention checked the chain against before
+    /// deleting the file (with a signing key): `audit verify --key --checkpoints` compares it
+    /// with the copies shipped elsewhere. Absent without a key, and in lines from before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed: Option<SignedRoot>,
+}
+
+/// A signed checkpoint's size and root, as a retention line records what it checked.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SignedRoot {
+    /// The chain's origin, as the note signs it.
+    pub origin: String,
+    /// Lines covered.
+    pub size: u64,
+    /// Their root, base64.
+    pub root: String,
 }
 
 /// What one pruning deleted: the `pruned` field of its line in the trail.

@@ -63,18 +63,32 @@ impl std::fmt::Display for Recovered {
 /// Blocks in which a file is read backwards, looking for a newline.
 const BLOCK: u64 = 64 * 1024;
 
-/// The offset of the last `\n` before `end` in `file`, reading backwards.
+/// The offset of the last `\n` before `end` in `file`, reading backwards no further than a
+/// line's bound ([`MAX_LINE_BYTES`](super::door::MAX_LINE_BYTES)) plus its newline: `None`
+/// when the file starts first; an error, naming the finding, when no newline lies within the
+/// bound (no line a server wrote is that long).
 fn newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
     let mut block = vec![0; BLOCK as usize];
+    let floor = end.saturating_sub(super::door::MAX_LINE_BYTES as u64 + 1);
     let mut end = end;
-    while end > 0 {
-        let start = end.saturating_sub(BLOCK);
+    while end > floor {
+        let start = end.saturating_sub(BLOCK).max(floor);
         let part = &mut block[..(end - start) as usize];
         file.read_exact_at(part, start)?;
         if let Some(at) = part.iter().rposition(|&b| b == b'\n') {
             return Ok(Some(start + at as u64));
         }
         end = start;
+    }
+    if end > 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "no line break within the {} bytes before byte {}: a line longer than any a server writes (the file was written by hand, or is damaged)",
+                super::door::MAX_LINE_BYTES,
+                end + super::door::MAX_LINE_BYTES as u64 + 1
+            ),
+        ));
     }
     Ok(None)
 }
@@ -87,11 +101,19 @@ fn whole_lines_end(file: &File) -> std::io::Result<u64> {
 }
 
 /// The last whole, non-blank line of `file` (without its newline), read back to the newline
-/// before it however long it is; an unfinished tail is not a line.
+/// before it, within [`MAX_LINE_BYTES`](super::door::MAX_LINE_BYTES); an unfinished tail is
+/// not a line. Blank lines are skipped for as many bytes as one line's bound, no more.
 pub fn last_line(file: &File) -> std::io::Result<Option<Vec<u8>>> {
     let mut end = whole_lines_end(file)?;
+    let floor = end.saturating_sub(super::door::MAX_LINE_BYTES as u64);
     // `end` is just past a newline; the line is what lies between the one before and it.
     while end > 0 {
+        if end < floor {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "only blank lines end the file: not a chain a server wrote",
+            ));
+        }
         let newline = end - 1;
         let start = newline_before(file, newline)?.map_or(0, |at| at + 1);
         let mut line = vec![0; (newline - start) as usize];
@@ -207,7 +229,7 @@ fn new_side_file(path: &Path, seq: u64) -> std::io::Result<(PathBuf, File)> {
     // this name: never overwrite evidence, take the next free name.
     for attempt in 0..100 {
         let side = side_file_name(path, seq, attempt);
-        match File::create_new(&side) {
+        match super::door::create_new(&side) {
             Ok(file) => return Ok((side, file)),
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(error) => return Err(error),
@@ -267,6 +289,19 @@ mod tests {
         assert_eq!(last_line(&file).unwrap(), None);
         let (_dir, _, file) = file_with(b"");
         assert_eq!(last_line(&file).unwrap(), None);
+    }
+
+    #[test]
+    fn no_more_than_a_line_s_bound_is_read_back() {
+        let (_dir, _, file) = file_with(b"{}\n");
+        file.set_len(3 + super::super::door::MAX_LINE_BYTES as u64 + 10)
+            .unwrap();
+        let error = last_line(&file).unwrap_err().to_string();
+        assert!(error.contains("no line break within"), "{error}");
+        let error = cut_unfinished(&file, Path::new("c.jsonl"), 2)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("no line break within"), "{error}");
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub(super) fn lock_chain(path: &Path) -> Result<File, AuditError> {
         action: "locked",
         source,
     };
-    let lock = File::create(&lock_path).map_err(error)?;
+    let lock = super::door::open_lock(&lock_path, true).map_err(error)?;
     match lock.try_lock() {
         Ok(()) => Ok(lock),
         Err(std::fs::TryLockError::WouldBlock) => Err(error(std::io::Error::other(
@@ -73,7 +73,7 @@ pub(super) fn chain_head(
     if line.is_none()
         && let Some(rotated) = chain::newest_rotated(path)?
     {
-        line = recovery::last_line(&File::open(rotated)?)?;
+        line = recovery::last_line(&super::door::open_read(&rotated)?)?;
     }
     Ok(match line {
         None => (GENESIS.to_string(), 0, None),

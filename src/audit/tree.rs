@@ -12,11 +12,12 @@
 //!
 //! Reads are `pread`s of single records: a proof at a million lines reads about 40 of them.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::fs::File;
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use super::door::{Line, Lines};
 use super::merkle::{self, Hash, HashReader};
 
 /// The bytes of one stored hash.
@@ -62,11 +63,7 @@ fn leaves_in(records: u64) -> u64 {
 impl TreeFile {
     /// Opens (creating) the tree file at `path`, cutting a torn record off its end.
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)?;
+        let file = super::door::open_append(path)?;
         let records = file.metadata()?.len() / RECORD;
         let size = leaves_in(records);
         let whole = merkle::stored_hash_count(size) * RECORD;
@@ -83,7 +80,7 @@ impl TreeFile {
     /// Opens the tree file at `path` to read it only (a reviewer's tools, while a server may
     /// be appending to it): its size is the leaves it holds whole.
     pub fn open_existing(path: &Path) -> std::io::Result<Self> {
-        let file = File::open(path)?;
+        let file = super::door::open_read(path)?;
         let size = leaves_in(file.metadata()?.len() / RECORD);
         Ok(Self {
             file,
@@ -224,15 +221,12 @@ fn for_lines_from(
             _ => {}
         }
     }
-    let mut bytes = Vec::new();
     for file in &files[start..] {
-        let mut reader = BufReader::new(File::open(file)?);
-        loop {
-            bytes.clear();
-            if reader.read_until(b'\n', &mut bytes)? == 0 || bytes.last() != Some(&b'\n') {
+        let mut lines = Lines::open(file)?;
+        while let Some(line) = lines.next_line() {
+            let Line::Whole(line) = line? else {
                 break;
-            }
-            let line = super::without_line_break(&bytes);
+            };
             match seq_of(line) {
                 Some(seq) if seq >= first => visit(seq, line)?,
                 _ => {}
@@ -244,10 +238,11 @@ fn for_lines_from(
 
 /// The `seq` of the first line of `file`.
 fn first_seq(file: &Path) -> std::io::Result<Option<u64>> {
-    let mut reader = BufReader::new(File::open(file)?);
-    let mut bytes = Vec::new();
-    reader.read_until(b'\n', &mut bytes)?;
-    Ok(seq_of(&bytes))
+    let mut lines = Lines::open(file)?;
+    Ok(match lines.next_line().transpose()? {
+        Some(Line::Whole(line)) => seq_of(line),
+        _ => None,
+    })
 }
 
 /// The `seq` of a line, when it parses as a record.
@@ -303,7 +298,7 @@ mod tests {
         // A torn record at the end (a crash mid-append) is cut; the lost leaf comes back.
         drop(tree);
         let full = std::fs::metadata(&path).unwrap().len();
-        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(full - 40).unwrap();
         let mut tree = TreeFile::open(&path).unwrap();
         assert_eq!(tree.size(), 9);

@@ -5,13 +5,12 @@
 //! check. It does not write or repair anything, and does not check signatures
 //! ([`super::proof`] does).
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::{GENESIS, Record, hash_line, merkle, recovery, tree, without_line_break};
+use super::door::{Line, Lines, MAX_LINE_BYTES};
+use super::{GENESIS, Record, hash_line, merkle, recovery, tree};
 
 /// What [`verify`] found.
 #[derive(Debug, PartialEq)]
@@ -91,12 +90,19 @@ pub struct Broken {
 /// line before, and `seq` counts up by one. A file's unfinished last line (no newline) is no
 /// line of the chain: it is reported among the [`CrashTrace`]s, as are `recovered` lines.
 pub fn verify(files: &[PathBuf]) -> Result<Verified, Broken> {
-    verify_each(files, |_| {})
+    verify_each(files, |_, _| {})
 }
 
 /// [`verify`], handing every line that parses to `visit` on the way, those after a break too
-/// (the verdict names the first break), so that one read both checks and uses the chain.
-pub fn verify_each(files: &[PathBuf], mut visit: impl FnMut(Record)) -> Result<Verified, Broken> {
+/// (the verdict names the first break), so that one read both checks and uses the chain. With
+/// each line comes its position in the chain when the verifier accepted it (whole, chained to
+/// the line before, at that place: with [`verify_with_roots`], its leaf in the tree the roots
+/// are of), `None` for a line after the first break. Only an accepted line is evidence, and
+/// with a key only one a signed root covers at that position (`proof`).
+pub fn verify_each(
+    files: &[PathBuf],
+    mut visit: impl FnMut(Record, Option<u64>),
+) -> Result<Verified, Broken> {
     let mut verifier = Verifier::default();
     for path in files {
         verifier.read_file(path, &mut visit);
@@ -112,7 +118,7 @@ pub fn verify_with_roots(
     files: &[PathBuf],
     sizes: std::collections::BTreeSet<u64>,
     tree: Option<&tree::TreeFile>,
-    mut visit: impl FnMut(Record),
+    mut visit: impl FnMut(Record, Option<u64>),
 ) -> Result<Verified, Broken> {
     let mut verifier = Verifier {
         roots: Some(Roots {
@@ -142,38 +148,6 @@ struct Roots {
     unavailable: bool,
 }
 
-/// What reading one line of a chain file gave.
-enum LineRead<'a> {
-    /// The end of the file.
-    End,
-    /// A last line without its newline, of this many bytes.
-    Unfinished(u64),
-    /// An error reading, or a line that is not UTF-8.
-    Unreadable(String),
-    /// A line, without its line break.
-    Line(&'a str),
-}
-
-/// Reads the next line of `reader` into `bytes`.
-fn read_line<'a>(reader: &mut impl BufRead, bytes: &'a mut Vec<u8>) -> LineRead<'a> {
-    bytes.clear();
-    match reader.read_until(b'\n', bytes) {
-        Ok(0) => return LineRead::End,
-        Ok(_) => {}
-        Err(e) => return LineRead::Unreadable(e.to_string()),
-    }
-    if bytes.last() != Some(&b'\n') {
-        // At the end of the file, as nothing follows a read without its newline.
-        return LineRead::Unfinished(bytes.len() as u64);
-    }
-    let length = without_line_break(bytes).len();
-    bytes.truncate(length);
-    match std::str::from_utf8(bytes) {
-        Ok(line) => LineRead::Line(line),
-        Err(e) => LineRead::Unreadable(e.to_string()),
-    }
-}
-
 /// What [`verify_each`] knows so far, line after line.
 #[derive(Debug, Default)]
 struct Verifier {
@@ -192,7 +166,7 @@ struct Verifier {
 
 impl Verifier {
     /// Reads the lines of one file of the chain, up to its end or a line that cannot be read.
-    fn read_file(&mut self, path: &Path, visit: &mut impl FnMut(Record)) {
+    fn read_file(&mut self, path: &Path, visit: &mut impl FnMut(Record, Option<u64>)) {
         self.read_file_with(path, visit, None);
     }
 
@@ -200,42 +174,60 @@ impl Verifier {
     fn read_file_with(
         &mut self,
         path: &Path,
-        visit: &mut impl FnMut(Record),
+        visit: &mut impl FnMut(Record, Option<u64>),
         tree: Option<&tree::TreeFile>,
     ) {
         let file_name = path.display().to_string();
-        let file = match File::open(path) {
-            Ok(file) => file,
+        let mut lines = match Lines::open(path) {
+            Ok(lines) => lines,
             Err(e) => return self.break_at(&file_name, 0, format!("cannot be read: {e}")),
         };
-        let mut reader = BufReader::new(file);
-        let mut bytes = Vec::new();
-        for number in 1.. {
-            let line = match read_line(&mut reader, &mut bytes) {
-                LineRead::End => break,
-                LineRead::Unfinished(length) => {
+        let mut number = 0;
+        while let Some(read) = lines.next_line() {
+            number += 1;
+            let bytes = match read {
+                Ok(Line::Whole(bytes)) => bytes,
+                Ok(Line::Unfinished(tail)) => {
                     self.crash_traces.push(CrashTrace::Unfinished {
                         file: file_name.clone(),
                         line: number,
-                        bytes: length,
+                        bytes: tail.len() as u64,
                     });
                     break;
                 }
-                LineRead::Unreadable(problem) => {
-                    self.break_at(&file_name, number, format!("cannot be read: {problem}"));
+                Ok(Line::TooLong) => {
+                    self.break_at(
+                        &file_name,
+                        number,
+                        format!(
+                            "is longer than {} bytes without a line break: no line a server writes (the file was written by hand, or is damaged); not read further",
+                            MAX_LINE_BYTES
+                        ),
+                    );
                     break;
                 }
-                LineRead::Line(line) => line,
+                Err(e) => {
+                    self.break_at(&file_name, number, format!("cannot be read: {e}"));
+                    break;
+                }
+            };
+            let line = match std::str::from_utf8(bytes) {
+                Ok(line) => line,
+                Err(e) => {
+                    self.break_at(&file_name, number, format!("cannot be read: {e}"));
+                    break;
+                }
             };
             match serde_json::from_str::<Record>(line) {
                 Ok(record) => {
+                    let mut position = None;
                     if self.first_break.is_none() {
                         self.check(&record, line, &file_name, number);
                         if self.first_break.is_none() {
-                            self.grow(&record, line, tree);
+                            position = Some(self.grow(&record, line, tree));
                         }
                     }
-                    visit(record);
+                    visit(record, position);
                 }
                 Err(e) => {
                     self.break_at(&file_name, number, format!("is not an audit record ({e})"));
@@ -244,13 +236,15 @@ impl Verifier {
         }
     }
 
-    /// Adds a checked line to the roots being computed, when asked.
-    fn grow(&mut self, record: &Record, line: &str, tree: Option<&tree::TreeFile>) {
+    /// Adds a checked line to the roots being computed, when asked; its position in the
+    /// chain: its leaf's when a tree is computed, else its place after the first line.
+    fn grow(&mut self, record: &Record, line: &str, tree: Option<&tree::TreeFile>) -> u64 {
         if self.first_seq == 0 {
             self.first_seq = record.seq;
         }
+        let counted = self.first_seq.saturating_sub(1) + self.lines;
         let Some(roots) = self.roots.as_mut() else {
-            return;
+            return counted;
         };
         if roots.frontier.is_none() && !roots.unavailable {
             let before = record.seq.saturating_sub(1);
@@ -263,11 +257,15 @@ impl Verifier {
             };
             roots.unavailable = roots.frontier.is_none();
         }
-        if let Some(frontier) = roots.frontier.as_mut() {
-            frontier.push(merkle::leaf_hash(line.as_bytes()));
-            if roots.sizes.contains(&frontier.size()) {
-                roots.found.insert(frontier.size(), frontier.root());
+        match roots.frontier.as_mut() {
+            Some(frontier) => {
+                frontier.push(merkle::leaf_hash(line.as_bytes()));
+                if roots.sizes.contains(&frontier.size()) {
+                    roots.found.insert(frontier.size(), frontier.root());
+                }
+                frontier.size()
             }
+            None => counted,
         }
     }
 

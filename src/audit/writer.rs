@@ -4,7 +4,7 @@
 //! the file when it is full. It does not read a trail back for a reviewer (`verify.rs`
 //! does) nor say where a chain's files are named (`store.rs`).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -123,6 +123,8 @@ pub struct AuditLog {
     origin: String,
     /// The key and the witnesses, when checkpoints are signed.
     signing: Option<checkpoints::Signing>,
+    /// Lines start-up found after the last signed checkpoint, in words (shown until stopped).
+    unsigned_at_start: Mutex<Option<String>>,
 }
 
 /// Where an attempt's line is in its chain's tree: what the tool result carries in `_meta`,
@@ -170,12 +172,7 @@ impl AuditLog {
             std::fs::create_dir_all(parent).map_err(error("created"))?;
         }
         let lock = lock_chain(path)?;
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(path)
-            .map_err(error("opened"))?;
+        let file = super::door::open_append(path).map_err(error("opened"))?;
         // A file just created must still be there after a crash of the machine.
         recovery::sync_folder(path).map_err(error("opened"))?;
         let (last_hash, seq, last_line) = chain_head(&file, path).map_err(error("read"))?;
@@ -198,6 +195,7 @@ impl AuditLog {
             _lock: lock,
             origin,
             signing: None,
+            unsigned_at_start: Mutex::new(None),
         };
         if let Some((recovered, problem)) = cut {
             log.append_recovered(recovered, problem)?;
@@ -220,26 +218,74 @@ impl AuditLog {
                     "the chain has no tree to sign (see the error above: its first lines were deleted before it had one); give this server a chain of its own to start afresh (SANDBOX_INSTANCE, or POD_NAME under Kubernetes)",
                 )));
             };
-            let last = signing.last_signed();
-            match start_up_check(&self.path, tree, writer.seq, last.as_ref()) {
-                Ok(frontier) => {
-                    if last.is_none() && frontier.size() > 0 {
-                        signing.name_first_signing(format!(
-                            "lines 1..{} of {} are covered by no checkpoint this key signed (none kept beside the chain verifies with it): the next checkpoint signs them for the first time. If this chain was signed before, its checkpoints were deleted: check it against the copies shipped elsewhere (audit verify --key --checkpoints)",
-                            frontier.size(),
-                            signing.origin()
-                        ));
-                    }
-                    writer.frontier = Some(frontier);
-                }
-                Err(alarm) => signing.raise(format!(
-                    "{alarm}; nothing is signed until an operator acts (docs/OPERATING.md, \"The audit alarm\")"
-                )),
+            if signing.alarm().is_none() {
+                // Else raised already (what was signed before cannot be read): nothing is
+                // signed.
+                let start = start_up_check(&self.path, tree, writer.seq, &signing);
+                self.start_signing(&mut writer, start, &signing);
             }
         }
         self.origin = signing.origin().to_string();
         self.signing = Some(signing);
         Ok(self)
+    }
+
+    /// What the start-up check `start` found, kept: the frontier to sign from, with the lines
+    /// no checkpoint this key signed named; or the alarm.
+    fn start_signing(
+        &self,
+        writer: &mut Writer,
+        start: Result<merkle::Frontier, String>,
+        signing: &checkpoints::Signing,
+    ) {
+        let signed = signing
+            .last_signed()
+            .map_or(0, |kept| kept.signed.checkpoint.size);
+        match start {
+            Ok(frontier) if frontier.size() > signed && signed == 0 => {
+                signing.name_first_signing(format!(
+                    "lines 1..{} of {} are covered by no checkpoint this key signed (none kept beside the chain verifies with it): the next checkpoint signs them for the first time. If this chain was signed before, its checkpoints were deleted: check it against the copies shipped elsewhere (audit verify --key --checkpoints)",
+                    frontier.size(),
+                    signing.origin()
+                ));
+                writer.frontier = Some(frontier);
+            }
+            Ok(frontier) => {
+                if frontier.size() > signed {
+                    self.name_unsigned_at_start(signed, frontier.size(), signing.origin());
+                }
+                writer.frontier = Some(frontier);
+            }
+            Err(alarm) => signing.raise(format!(
+                "{alarm}; nothing is signed until an operator acts (docs/OPERATING.md, \"The audit alarm\")"
+            )),
+        }
+    }
+
+    /// Names lines `signed + 1..=lines`, found at start-up after the last checkpoint this key
+    /// signed: a crash between a line and its checkpoint leaves such lines, and so does
+    /// someone who appended well-chained lines while no server ran. They are signed by the
+    /// next checkpoint all the same (refusing would stop the signing after every crash, and a
+    /// chain can only be added to), but never silently: a warning now, `/health`
+    /// (`unsigned_at_start`) until this server stops, and `doctor`.
+    fn name_unsigned_at_start(&self, signed: u64, lines: u64, origin: &str) {
+        let note = format!(
+            "lines {}..{lines} of {origin} were found at start-up after the last checkpoint this key signed (of {signed} lines): this server did not sign them, and the next checkpoint will. A crash between a line and its checkpoint leaves such lines; so does someone who appended lines while no server ran: read them (audit show --tail {}) before they are signed",
+            signed + 1,
+            lines - signed
+        );
+        tracing::warn!(origin = %origin, "audit trail: {note}");
+        if let Ok(mut unsigned) = self.unsigned_at_start.lock() {
+            *unsigned = Some(note);
+        }
+    }
+
+    /// What start-up found after the last signed checkpoint, when it found lines there
+    /// ([`Self::name_unsigned_at_start`]).
+    pub fn unsigned_at_start(&self) -> Option<String> {
+        self.unsigned_at_start
+            .lock()
+            .map_or(None, |unsigned| unsigned.clone())
     }
 
     /// The signing, when checkpoints are signed.
@@ -353,6 +399,15 @@ impl AuditLog {
             action: "written",
             source: std::io::Error::other(e),
         })?;
+        if line.len() >= super::door::MAX_LINE_BYTES {
+            return Err(failed(&self.path, "written")(std::io::Error::other(
+                format!(
+                    "the line is {} bytes, past the {} bytes every reader of the trail takes as a line",
+                    line.len(),
+                    super::door::MAX_LINE_BYTES
+                ),
+            )));
+        }
         if writer.unclean {
             let size = writer.size;
             cut_back(&writer.file, size).map_err(error("written"))?;
@@ -464,11 +519,7 @@ impl AuditLog {
                 rotated
             }
         };
-        let created = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&self.path);
+        let created = super::door::open_append(&self.path);
         let file = match created {
             Ok(file) => file,
             Err(source) => {
@@ -522,13 +573,18 @@ fn start_up_check(
     path: &Path,
     tree: &tree::TreeFile,
     lines: u64,
-    last: Option<&checkpoints::KeptCheckpoint>,
+    signing: &checkpoints::Signing,
 ) -> Result<merkle::Frontier, String> {
+    let last = signing.last_signed();
+    let last = last.as_ref();
     let files = chain::files_of(path).map_err(|e| format!("the chain cannot be read: {e}"))?;
     let signed = last.map(|kept| &kept.signed.checkpoint);
     let sizes = signed.iter().map(|c| c.size).chain([lines]).collect();
-    let verified = verify_with_roots(&files, sizes, Some(tree), |_| {})
+    let verified = verify_with_roots(&files, sizes, Some(tree), |_, _| {})
         .map_err(|broken| format!("the chain is broken: {broken}"))?;
+    if verified.continues_from.is_some() {
+        prefix_accounted(path, signing)?;
+    }
     let held = verified.first_seq.saturating_sub(1) + verified.lines;
     if held != lines {
         return Err(format!(
@@ -578,4 +634,38 @@ fn start_up_check(
         ));
     }
     Ok(frontier)
+}
+
+/// The start-up check of a chain whose first lines are gone: as `audit verify --key` holds
+/// it, a retention line in the folder, covered by a signed checkpoint of its own chain, must
+/// record deleting them; else they were deleted by hand, and the trail is in doubt.
+fn prefix_accounted(path: &Path, signing: &checkpoints::Signing) -> Result<(), String> {
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let folder = folder.unwrap_or_else(|| Path::new("."));
+    let chains =
+        chain::chains(folder).map_err(|e| format!("the audit folder cannot be read: {e}"))?;
+    let origin = signing.origin();
+    let prefix = origin.rsplit_once('/').map_or(origin, |(prefix, _)| prefix);
+    let origin_of = |chain: &chain::Chain| {
+        let live = chain.files.last().cloned().unwrap_or_default();
+        Some(format!("{prefix}/{}", chain_name(&live)))
+    };
+    let (checks, _) =
+        super::proof::check_signed_chains(&chains, origin_of, &signing.verifier(), &[], &[]);
+    let own = chain_name(path);
+    let check = chains
+        .iter()
+        .zip(&checks)
+        .find(|(chain, _)| {
+            chain
+                .files
+                .last()
+                .is_some_and(|live| chain_name(live) == own)
+        })
+        .map(|(_, check)| check);
+    match check.map(|check| &check.chain) {
+        Some(Err(broken)) => Err(format!("the chain is broken: {broken}")),
+        Some(Ok(_)) => Ok(()),
+        None => Err("the chain is not in its folder".into()),
+    }
 }

@@ -3,7 +3,6 @@
 //! audit folder (every chain in it, rotated files included) or, as before, files. And
 //! `audit verify-receipt`: a receipt a user saved, checked against the log's key alone.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -137,13 +136,16 @@ fn newest_lines(
     for (index, chain) in chains.iter().enumerate() {
         let mut number = 0;
         for file in &chain.files {
-            let reader = std::io::BufReader::new(
-                std::fs::File::open(file)
-                    .with_context(|| format!("cannot read {}", file.display()))?,
-            );
-            for line in reader.lines() {
-                let line = line.with_context(|| format!("cannot read {}", file.display()))?;
+            let mut lines = audit::door::Lines::open(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            while let Some(read) = lines.next_line() {
+                let read = read.with_context(|| format!("cannot read {}", file.display()))?;
                 number += 1;
+                let line = match read {
+                    audit::door::Line::Whole(line) => String::from_utf8_lossy(line).into_owned(),
+                    // Not lines of the chain (`audit verify` names them): not shown.
+                    audit::door::Line::Unfinished(_) | audit::door::Line::TooLong => continue,
+                };
                 if line.trim().is_empty() {
                     continue;
                 }

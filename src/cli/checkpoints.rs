@@ -78,24 +78,9 @@ pub fn verify_signed(
             format!("{prefix}/{}", crate::audit::chain_name(&live))
         })
     };
-    let retired = chain::Retired::gather(&chains);
-    let checks: Vec<(&chain::Chain, proof::SignedCheck)> = chains
-        .iter()
-        .map(|chain| {
-            let origin = origin_of(chain);
-            let check = proof::check_signed_with(
-                chain,
-                origin.as_deref(),
-                &key,
-                &witnesses,
-                &kept,
-                &retired,
-            );
-            (chain, check)
-        })
-        .collect();
+    let (checks, retired) = proof::check_signed_chains(&chains, origin_of, &key, &witnesses, &kept);
     let missing = proof::missing_chains(&kept, &key, &checks, &retired);
-    let broken = checks.iter().filter(|(_, check)| !check.ok()).count()
+    let broken = checks.iter().filter(|check| !check.ok()).count()
         + missing.iter().filter(|m| !m.ok()).count();
     let total = checks.len() + missing.len();
     if broken == 0 {
@@ -107,7 +92,7 @@ pub fn verify_signed(
             "broken: {broken} of {total} chains contradict the checkpoints signed by {key}, or are gone"
         );
     }
-    for (chain, check) in &checks {
+    for (chain, check) in chains.iter().zip(&checks) {
         print_signed(chain, check);
     }
     for gone in &missing {
@@ -225,5 +210,13 @@ fn print_signed(chain: &chain::Chain, check: &proof::SignedCheck) {
     }
     if let Some(retention) = &check.retention {
         println!("    {retention}");
+    }
+    if let Some((first, last)) = check.unsigned {
+        println!(
+            "    note: lines {first}..{last} are covered by no signed checkpoint: they prove nothing (no retention, no age); a running server signs its newest lines within FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL, a stopped one never will: then they were written after its last checkpoint, or by hand"
+        );
+    }
+    for trace in &verified.crash_traces {
+        println!("    crash: {trace}");
     }
 }

@@ -15,7 +15,6 @@ pub mod diff;
 pub mod html;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -543,14 +542,17 @@ fn versions_folder(source: &Path) -> Option<PathBuf> {
 /// Calls every record of `chain`, with its line number; a line that does not parse is
 /// skipped (the integrity section already names it).
 fn each_record(chain: &Chain, mut visit: impl FnMut(Record, &str)) {
+    use crate::audit::door::{Line, Lines};
     for path in &chain.files {
-        let Ok(file) = std::fs::File::open(path) else {
+        let Ok(mut lines) = Lines::open(path) else {
             continue;
         };
-        for line in std::io::BufReader::new(file).lines() {
-            let Ok(line) = line else { break };
-            if let Ok(record) = serde_json::from_str::<Record>(&line) {
-                visit(record, &line);
+        while let Some(Ok(Line::Whole(line))) = lines.next_line() {
+            let Ok(line) = std::str::from_utf8(line) else {
+                break;
+            };
+            if let Ok(record) = serde_json::from_str::<Record>(line) {
+                visit(record, line);
             }
         }
     }
@@ -599,10 +601,14 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
                 crate::audit::tree::TreeFile::open_existing(&crate::audit::tree::path_of(&live))
                     .ok();
             let sizes = kept.iter().map(|c| c.size).collect();
-            let verdict =
-                crate::audit::verify_with_roots(&chain.files, sizes, tree.as_ref(), |record| {
-                    first.add(index, chain, filter, record);
-                });
+            let verdict = crate::audit::verify_with_roots(
+                &chain.files,
+                sizes,
+                tree.as_ref(),
+                |record, position| {
+                    first.add(index, chain, filter, record, position);
+                },
+            );
             (verdict, kept)
         })
         .collect();
@@ -685,9 +691,19 @@ impl FirstPass {
         (self.summary.bucket, self.summary.chart) = chart(std::mem::take(&mut self.hourly));
     }
 
-    /// Counts one line of chain number `index`.
-    fn add(&mut self, index: usize, chain: &Chain, filter: &Filter, record: Record) {
-        self.retired.note(chain, &record);
+    /// Counts one line of chain number `index`; only a line the verifier accepted (at
+    /// `position`) may account for lines retention deleted.
+    fn add(
+        &mut self,
+        index: usize,
+        chain: &Chain,
+        filter: &Filter,
+        record: Record,
+        position: Option<u64>,
+    ) {
+        if let Some(position) = position {
+            self.retired.note(chain, &record, position);
+        }
         if !filter.admits(&record) {
             return;
         }

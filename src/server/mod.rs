@@ -877,6 +877,7 @@ fn audit_health(tools: &Tools) -> Option<(bool, serde_json::Value)> {
         alarmed = alarm.is_some();
         value["alarm"] = json!(alarm);
         value["first_signing"] = json!(signing.first_signing());
+        value["unsigned_at_start"] = json!(audit.unsigned_at_start());
     }
     Some((refusing || alarmed, value))
 }

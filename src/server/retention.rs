@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::Record;
-use crate::audit::retention::{self, MAX_LISTED_IDS, Pruned, RETENTION_STATUS};
+use crate::audit::retention::{self, MAX_LISTED_IDS, Pruned, RETENTION_STATUS, SignedBy};
 use crate::config::{AuditPlace, Config, RETENTION_INTERVAL, RetentionConfig};
 use crate::sandbox::Runner;
 use crate::tools::Tools;
@@ -59,12 +59,18 @@ pub fn prune_once<R: Runner>(
     let now = SystemTime::now();
     let cutoff = |age| now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH);
     let own = tools.audit_log().map(|log| log.path().to_path_buf());
+    // With a key, a chain goes only once checked against its signed checkpoints.
+    let signed = tools
+        .audit_log()
+        .and_then(|log| log.signing())
+        .map(|signing| SignedBy::of(signing.verifier(), signing.origin()));
     let mut pruned = Pruned::default();
     if let Some(age) = retention.audit {
-        pruned.audit_before = Some(crate::time::format_rfc3339(cutoff(age)));
+        let (before, signed) = (cutoff(age), signed.as_ref());
+        pruned.audit_before = Some(crate::time::format_rfc3339(before));
         pruned.audit_files = match place {
-            AuditPlace::Folder(folder) => retention::prune(folder, own.as_deref(), cutoff(age)),
-            AuditPlace::File(path) => retention::prune_single(path, cutoff(age)),
+            AuditPlace::Folder(folder) => retention::prune(folder, own.as_deref(), before, signed),
+            AuditPlace::File(path) => retention::prune_single(path, before, signed),
             AuditPlace::Off => Vec::new(),
         };
     }

@@ -50,4 +50,5 @@ mod tasks;
 mod tenants;
 mod traces;
 mod trail_gaps;
+mod untrusted_folder;
 mod url_policy;

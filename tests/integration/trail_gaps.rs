@@ -18,21 +18,21 @@ use crate::signed_trail::{
 };
 
 /// A signing key, a witness and a data folder, for servers and `audit verify` runs over it.
-struct Signed {
+pub(crate) struct Signed {
     /// The data folder the servers write their chains to.
-    data: tempfile::TempDir,
+    pub(crate) data: tempfile::TempDir,
     /// The folder of the key (never the data folder), and of the shipped logs.
-    keys: tempfile::TempDir,
+    pub(crate) keys: tempfile::TempDir,
     /// The private key's file.
-    key: PathBuf,
+    pub(crate) key: PathBuf,
     /// Its verifier key.
-    vkey: String,
+    pub(crate) vkey: String,
     /// The witness that cosigns each checkpoint.
-    witness: FakeWitness,
+    pub(crate) witness: FakeWitness,
 }
 
 impl Signed {
-    async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         let keys = tempfile::tempdir().unwrap();
         let data = tempfile::tempdir().unwrap();
         let (key, vkey) = keygen(keys.path(), LOG_NAME).await;
@@ -48,7 +48,7 @@ impl Signed {
     }
 
     /// A new folder with one chain of `lines` calls, all signed, its server stopped.
-    async fn with_chain(name: &str, lines: u64) -> (Self, String) {
+    pub(crate) async fn with_chain(name: &str, lines: u64) -> (Self, String) {
         let signed = Self::new().await;
         let instance = crate::common::unique_instance(name, 8);
         let server = signed.serve(&instance).await;
@@ -62,22 +62,22 @@ impl Signed {
     }
 
     /// A server of `instance` over the folder, once `/health` answers 200.
-    async fn serve(&self, instance: &str) -> crate::front_door::Served {
+    pub(crate) async fn serve(&self, instance: &str) -> crate::front_door::Served {
         serve(self.data.path(), instance, &self.key, &self.witness).await
     }
 
     /// A server of `instance` over the folder, once `/health` answers at all.
-    async fn serve_unready(&self, instance: &str) -> crate::front_door::Served {
+    pub(crate) async fn serve_unready(&self, instance: &str) -> crate::front_door::Served {
         serve_as(self.data.path(), instance, &self.key, &self.witness, false).await
     }
 
     /// The chain file of `instance` and its lines.
-    fn chain(&self, instance: &str) -> (PathBuf, Vec<String>) {
+    pub(crate) fn chain(&self, instance: &str) -> (PathBuf, Vec<String>) {
         chain(self.data.path(), instance)
     }
 
     /// `audit verify <folder> --key <vkey> <more>`: (exit code, what it printed).
-    async fn verify(&self, more: &[&str]) -> (i32, String) {
+    pub(crate) async fn verify(&self, more: &[&str]) -> (i32, String) {
         verify(self.data.path(), &self.vkey, more).await
     }
 }
@@ -109,7 +109,7 @@ fn largest_signed(live: &Path) -> u64 {
 }
 
 /// `/health`'s status and body.
-async fn health(url: &str) -> (u16, Value) {
+pub(crate) async fn health(url: &str) -> (u16, Value) {
     let response = reqwest::get(format!("{url}/health")).await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap())
