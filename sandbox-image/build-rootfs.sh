@@ -5,6 +5,11 @@
 #
 #   sudo sandbox-image/build-rootfs.sh sandbox-image file-agent-sandbox:<hash>
 #
+# The operator's extra packages (SANDBOX_EXTRA_PACKAGES) come in the context as
+# extra-packages.txt and its wheels beside it (*.whl, which `file-agent image build` downloaded
+# and checked on this host); EXTRA_LIST_NAME is the list's path as the operator named it, for the
+# manifest. Without them the image has the base set only.
+#
 # Needs root, debootstrap, python3 with pip (only to download and unpack wheels on this host) and
 # a Docker engine. Set DEBIAN_MIRROR to use a mirror other than debootstrap's default.
 #
@@ -73,6 +78,17 @@ echo "build-rootfs: wheels of wheels.txt" >&2
 # shebang names this host's Python, and the sandbox runs none of them), data files in share/
 # (a man page) and direct_url.json (this host's download folder). Test suites (pandas' alone is
 # tens of MB) are never imported.
+# The operator's extra packages: the wheels already downloaded and checked on this host,
+# installed from that folder only (no index), each checked against its hash again.
+if [ -f "$context/extra-packages.txt" ]; then
+  echo "build-rootfs: wheels of the extra list (${EXTRA_LIST_NAME:-extra-packages.txt})" >&2
+  # shellcheck disable=SC2086
+  python3 -m pip install --disable-pip-version-check --no-deps --no-index --no-compile \
+    --only-binary=:all: --require-hashes $target --find-links "$context" \
+    --target "$scratch/extra-site" -r "$context/extra-packages.txt" >>"$log" 2>&1 ||
+    fail "pip install of the extra list's wheels"
+  cp -a "$scratch/extra-site/." "$staging/"
+fi
 rm -rf "$staging/bin" "$staging/share" "$staging"/*.dist-info/direct_url.json
 find "$staging" -depth -type d -name tests -exec rm -rf {} +
 mkdir -p "$root$site"
@@ -88,6 +104,10 @@ mkdir -p "$root/work/in" "$root/work/out" "$root/opt/file-agent"
 chown 10001:10001 "$root/work/out"
 install -m 0644 "$context/runner.py" "$root/opt/file-agent/runner.py"
 install -m 0644 "$context/model_tool.py" "$root/opt/file-agent/model_tool.py"
+install -m 0644 "$context/manifest.py" "$root/opt/file-agent/manifest.py"
+if [ -f "$context/extra-packages.txt" ]; then
+  install -m 0644 "$context/extra-packages.txt" "$root/opt/file-agent/extra-packages.txt"
+fi
 # The table inspection and the change report are packages (a module per file type), run with
 # runpy.run_module once their jobs have appended /opt/file-agent to sys.path.
 install -d -m 0755 "$root/opt/file-agent/inspect_table" "$root/opt/file-agent/change_report"
@@ -100,6 +120,12 @@ install -m 0644 "$context"/change_report/*.py "$root/opt/file-agent/change_repor
 # measured here, they load no faster than timestamp ones, and no slower.
 chroot "$root" /usr/bin/python3 -m compileall -q -f --invalidation-mode unchecked-hash \
   "$site" "/usr/lib/python$pyver" /opt/file-agent >>"$log" 2>&1 || fail compileall
+# The manifest: every distribution an attempt can import, the extra list's marked, written by
+# the image's own interpreter (file-agent tells the model from it what it can import).
+extra_in_image=""
+[ -f "$root/opt/file-agent/extra-packages.txt" ] && extra_in_image=/opt/file-agent/extra-packages.txt
+chroot "$root" /usr/bin/python3 -I /opt/file-agent/manifest.py "$site" "$extra_in_image" \
+  "${EXTRA_LIST_NAME:-}" >"$root/opt/file-agent/packages.json" 2>>"$log" || fail manifest
 # matplotlib's font list, built once here instead of in every attempt; the runner copies it.
 chroot "$root" /usr/bin/env MPLCONFIGDIR=/opt/file-agent/matplotlib HOME=/tmp \
   /usr/bin/python3 -c "import matplotlib.font_manager" >/dev/null
@@ -112,11 +138,20 @@ rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/var/log/* \
   "$root"/usr/share/lintian "$root"/usr/share/locale/* \
   "$root"/usr/bin/apt* "$root"/usr/lib/apt "$root"/etc/apt "$root"/var/lib/apt "$root"/usr/share/bug \
   "$root"/usr/share/X11/locale
-# A build stamp for `file-agent doctor`.
-echo "$tag" >"$root/opt/file-agent/IMAGE"
+# A build stamp for `file-agent doctor`: the tag, or the one IMAGE_STAMP names (`image build`
+# builds under a tag of its own until the image is labelled).
+echo "${IMAGE_STAMP:-$tag}" >"$root/opt/file-agent/IMAGE"
+
+# The manifest as a label too, readable with an image inspect (a Dockerfile build gets it from
+# `file-agent image build`): one JSON string, quoted for the Dockerfile syntax of --change.
+manifest_label=$(python3 -c 'import json, sys
+with open(sys.argv[1], encoding="utf-8") as f:
+    text = json.dumps(json.load(f), separators=(",", ":"), ensure_ascii=False)
+print(json.dumps(text, ensure_ascii=False))' "$root/opt/file-agent/packages.json") || fail "reading the manifest"
 
 echo "build-rootfs: importing $tag" >&2
 tar --numeric-owner -C "$root" -c . | docker import \
+  --change "LABEL io.file-agent.manifest=$manifest_label" \
   --change 'USER 10001:10001' \
   --change 'WORKDIR /work' \
   --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin MPLBACKEND=Agg MPLCONFIGDIR=/tmp/matplotlib HOME=/tmp LANG=C.UTF-8' \

@@ -520,6 +520,121 @@ def _refuse_network(event, args):
         raise OSError(errno.ENETUNREACH, NO_NETWORK)
 
 
+# ---------------------------------------------------------------------------------------------
+# Packages the image lacks. The sandbox's packages are the image's (the base set and the
+# operator's hash-pinned list); nothing is installed while an attempt runs, and there is no
+# network to install from. A script that runs pip, or imports a module no package of the image
+# provides, ends with one sentence that says so (file-agent's tools look for ``NOT_IN_IMAGE``
+# and do not spend their retries on installs).
+
+NOT_IN_IMAGE = "the package is not in the sandbox image"
+PACKAGES_HELP = (
+    "attempts have no network, and the operator adds packages to the image with a hash-pinned "
+    'list (SANDBOX_EXTRA_PACKAGES; see docs/SANDBOX.md, "Adding packages")'
+)
+_INSTALL_EVENTS = frozenset(("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"))
+_installer = None
+
+
+class PackageInstallError(RuntimeError):
+    """Raised where a script starts pip: the sandbox installs nothing."""
+
+
+def _install_sentence(packages):
+    return f"file-agent: installing {packages} failed: {NOT_IN_IMAGE}, {PACKAGES_HELP}."
+
+
+def _import_sentence(module):
+    return f"file-agent: importing {module} failed: {NOT_IN_IMAGE}, {PACKAGES_HELP}."
+
+
+def _command_words(event, args):
+    """The command line an exec-like audit event starts, as one string."""
+    if event == "os.system":
+        command = args[0] if args else ""
+    elif event == "subprocess.Popen":
+        command = args[1] if len(args) > 1 else ""
+    elif event == "os.spawn":
+        command = args[2] if len(args) > 2 else ""
+    else:
+        command = args[1] if len(args) > 1 else ""
+    if isinstance(command, (bytes, bytearray)):
+        command = command.decode("utf-8", "replace")
+    if isinstance(command, (list, tuple)):
+        command = " ".join(
+            part.decode("utf-8", "replace") if isinstance(part, (bytes, bytearray)) else str(part)
+            for part in command
+        )
+    return str(command)
+
+
+def _installed_by(command):
+    """What ``command`` asks pip to install (its words after ``install``), or None when it does
+    not run pip (``pip``, ``pip3``, ``python -m pip``, any path or version of them)."""
+    global _installer
+    if _installer is None:
+        import re
+
+        _installer = re.compile(
+            r"(?:^|[\s;&|(`'\"/])(?:pip(?:3(?:\.\d+)?)?|python(?:3(?:\.\d+)?)?(?:\s+-\S+)*\s+-m\s+pip)"
+            r"(?:\s+-\S+)*\s+(?P<verb>\S+)(?P<rest>[^;&|\n]*)"
+        )
+    match = _installer.search(command)
+    if match is None:
+        return None
+    words = [w.strip("'\"`()") for w in match.group("rest").split() if not w.startswith("-")]
+    return " ".join(words[:5]) or "packages"
+
+
+def _refuse_installs(event, args):
+    """The audit hook of the worker: starting pip raises ``PackageInstallError`` at once,
+    with the sentence, instead of a wait on a network that is not there."""
+    if event not in _INSTALL_EVENTS:
+        return
+    packages = _installed_by(_command_words(event, args))
+    if packages is not None:
+        raise PackageInstallError(_install_sentence(packages))
+
+
+def _missing_module(error):
+    """The top-level module a ``ModuleNotFoundError`` in ``error``'s chain could not find, when
+    no package of the image provides it; None otherwise (a failed import inside a package that
+    is there is that package's own error)."""
+    import importlib.util
+
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, ModuleNotFoundError) and error.name:
+            top = error.name.split(".")[0]
+            try:
+                found = importlib.util.find_spec(top) is not None
+            except (ImportError, ValueError):
+                found = False
+            return None if found else top
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return None
+
+
+def _explain_missing_package(error=None, source=b""):
+    """After a failed script: the sentence when it failed on a module the image lacks, or
+    (``source``, on a syntax error) on a notebook's ``!pip install`` line."""
+    if isinstance(error, PackageInstallError):
+        print(str(error), file=sys.stderr)
+        return
+    module = _missing_module(error) if error is not None else None
+    if module is not None:
+        print(_import_sentence(module), file=sys.stderr)
+        return
+    for line in source.decode("utf-8", "replace").splitlines():
+        stripped = line.strip()
+        if stripped[:1] in ("!", "%"):
+            packages = _installed_by(stripped[1:].strip())
+            if packages is not None:
+                print(_install_sentence(packages), file=sys.stderr)
+                return
+
+
 def _run(script, names):
     """Runs the script in this process; returns its exit code."""
     import ast
@@ -531,6 +646,7 @@ def _run(script, names):
         tree = ast.parse(source, filename=script)
     except SyntaxError:
         traceback.print_exc(limit=0)
+        _explain_missing_package(source=source)
         return 1
 
     tree, dropped = _without_reassignments(tree)
@@ -547,6 +663,7 @@ def _run(script, names):
     namespace.update(names)
     code = compile(tree, script, "exec")
     sys.addaudithook(_refuse_network)
+    sys.addaudithook(_refuse_installs)
     try:
         exec(code, namespace)
     except SystemExit as exit:
@@ -555,6 +672,7 @@ def _run(script, names):
         # Show the user's frames only: the first frame is this runner's exec call.
         etype, value, tb = sys.exc_info()
         traceback.print_exception(etype, value, tb.tb_next if tb is not None else None)
+        _explain_missing_package(value)
         return 1
     finally:
         # Drop the script's objects so files it left open are flushed and closed before

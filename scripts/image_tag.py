@@ -4,6 +4,8 @@ names it (`config::image::default_tag`): `file-agent-sandbox:` and the first 12 
 SHA-256 over each file of sandbox-image/ in sorted order, as the length of its path (8 bytes,
 little-endian), the path, the length of its bytes and the bytes. Names starting with `.` and
 `__pycache__` folders are left out, as the unit test that checks the compiled-in list does.
+With SANDBOX_EXTRA_PACKAGES set, the bytes of the list it names follow, as `extra-packages.txt`
+(the binary's `config::image::tag` with an extra list).
 
 It lets scripts/bootstrap.sh and scripts/test-setup.sh start the image build while cargo still
 compiles the binary; the binary's `image build` afterwards confirms the tag (a unit test,
@@ -26,9 +28,12 @@ def files(folder, prefix=""):
             yield prefix + name, path
 
 
-def tag(folder):
+def tag(folder, extra_list=None):
+    entries = sorted(files(folder))
+    if extra_list:
+        entries.append(("extra-packages.txt", extra_list))
     digest = hashlib.sha256()
-    for name, path in sorted(files(folder)):
+    for name, path in entries:
         with open(path, "rb") as handle:
             content = handle.read()
         encoded = name.encode()
@@ -39,4 +44,5 @@ def tag(folder):
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
-    print(tag(sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "sandbox-image")))
+    folder = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "sandbox-image")
+    print(tag(folder, os.environ.get("SANDBOX_EXTRA_PACKAGES", "").strip() or None))

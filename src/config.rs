@@ -15,6 +15,7 @@ mod identity;
 pub mod image;
 mod kubernetes;
 pub mod names;
+pub mod packages;
 mod service;
 mod tasks;
 
@@ -261,6 +262,9 @@ pub struct SandboxConfig {
     pub warm_max_idle: Duration,
     /// `SANDBOX_BACKEND`: Docker (the default) or Kubernetes, with its settings.
     pub backend: Backend,
+    /// `SANDBOX_EXTRA_PACKAGES`: the operator's hash-pinned list, read and checked; the
+    /// default image's tag covers its bytes.
+    pub extra_packages: Option<std::sync::Arc<packages::ExtraPackages>>,
 }
 
 impl SandboxConfig {
@@ -276,7 +280,8 @@ impl SandboxConfig {
 
     pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<Self, ConfigError> {
         let limits = Limits::from_vars(vars)?;
-        let image = image_reference(vars)?;
+        let extra_packages = extra_packages(vars)?;
+        let image = image_reference(vars, extra_packages.as_deref())?;
         let runtime = parse_name(
             vars,
             "SANDBOX_RUNTIME",
@@ -309,6 +314,7 @@ impl SandboxConfig {
             warm,
             warm_max_idle,
             backend: Backend::from_vars(vars)?,
+            extra_packages,
         })
     }
 }
@@ -343,8 +349,32 @@ impl Limits {
     }
 }
 
-/// `SANDBOX_IMAGE`, else the tag of the image `file-agent image build` builds.
-fn image_reference(vars: &Vars<'_>) -> Result<String, ConfigError> {
+/// `SANDBOX_EXTRA_PACKAGES`: the list it names, read (the one file this module reads: the
+/// image's tag is a hash of its bytes) and checked line by line and against the base set.
+fn extra_packages(
+    vars: &Vars<'_>,
+) -> Result<Option<std::sync::Arc<packages::ExtraPackages>>, ConfigError> {
+    let Some(path) = vars.get("SANDBOX_EXTRA_PACKAGES") else {
+        return Ok(None);
+    };
+    packages::read_extra(std::path::Path::new(path.trim()))
+        .map(|list| Some(std::sync::Arc::new(list)))
+        .map_err(|error| ConfigError {
+            var: "SANDBOX_EXTRA_PACKAGES",
+            value: path,
+            expected: format!(
+                "a list of hash-pinned wheels ({}), but {error}",
+                packages::ADDING_PACKAGES_DOCS
+            ),
+        })
+}
+
+/// `SANDBOX_IMAGE`, else the tag of the image `file-agent image build` builds (with the
+/// extra list's packages when there is one).
+fn image_reference(
+    vars: &Vars<'_>,
+    extra: Option<&packages::ExtraPackages>,
+) -> Result<String, ConfigError> {
     Ok(match vars.get("SANDBOX_IMAGE") {
         Some(image) if image.chars().any(char::is_whitespace) => {
             return Err(ConfigError {
@@ -355,7 +385,7 @@ fn image_reference(vars: &Vars<'_>) -> Result<String, ConfigError> {
             });
         }
         Some(image) => image,
-        None => image::default_tag(),
+        None => image::tag(extra.map(|list| list.content.as_slice())),
     })
 }
 

@@ -86,8 +86,34 @@ const BUILT_IN: [(&str, &str); 26] = [
     ),
 ];
 
+/// The prompts that list the sandbox's packages (`{{packages}}`): those that make the model
+/// write code, and `run_python`'s description, read by the model that writes its code.
+const WITH_PACKAGES: [&str; 10] = [
+    "create_excel.md",
+    "modify_excel.md",
+    "create_docx.md",
+    "modify_docx.md",
+    "create_pptx.md",
+    "modify_pptx.md",
+    "create_pdf.md",
+    "analyze.md",
+    "create_tool.md",
+    "tools/run_python.md",
+];
+
 /// The placeholders each prompt may use (and the built-in uses all of); the others have none.
-pub const PLACEHOLDERS: [(&str, &[&str]); 4] = [
+/// `packages` is replaced once, when the prompts are loaded, by the image's packages.
+pub const PLACEHOLDERS: [(&str, &[&str]); 14] = [
+    ("create_excel.md", &["packages"]),
+    ("modify_excel.md", &["packages"]),
+    ("create_docx.md", &["packages"]),
+    ("modify_docx.md", &["packages"]),
+    ("create_pptx.md", &["packages"]),
+    ("modify_pptx.md", &["packages"]),
+    ("create_pdf.md", &["packages"]),
+    ("analyze.md", &["packages"]),
+    ("create_tool.md", &["packages"]),
+    ("tools/run_python.md", &["packages"]),
     ("retry.md", &["attempt", "max_attempts", "error"]),
     ("analysis_step.md", &["step", "max_steps", "output"]),
     (
@@ -169,35 +195,52 @@ pub struct Prompts {
 
 impl Default for Prompts {
     fn default() -> Self {
-        Self::resolve(|_| Ok(None)).unwrap_or_else(|_| unreachable!("built-ins never fail"))
+        Self::resolve(|_| Ok(None), &base_packages())
+            .unwrap_or_else(|_| unreachable!("built-ins never fail"))
     }
 }
 
+/// The base set's packages, as the prompts list them when nothing better is known.
+fn base_packages() -> String {
+    crate::config::packages::Manifest::from_lists(None).prompt_text()
+}
+
 impl Prompts {
-    /// The built-ins, each replaced by the file of the same name under `dir` if there is one.
+    /// The built-ins, each replaced by the file of the same name under `dir` if there is one,
+    /// listing the base set's packages.
     pub fn load(dir: Option<&Path>) -> Result<Self, PromptError> {
-        Self::resolve(|name| {
-            let Some(dir) = dir else { return Ok(None) };
-            let path = dir.join(name);
-            match std::fs::read_to_string(&path) {
-                Ok(text) => {
-                    check_placeholders(name, &text).map_err(|reason| PromptError {
+        Self::load_with(dir, &base_packages())
+    }
+
+    /// [`Self::load`], with `packages` (the image's manifest's
+    /// [`crate::config::packages::Manifest::prompt_text`]) in place of `{{packages}}`.
+    pub fn load_with(dir: Option<&Path>, packages: &str) -> Result<Self, PromptError> {
+        Self::resolve(
+            |name| {
+                let Some(dir) = dir else { return Ok(None) };
+                let path = dir.join(name);
+                match std::fs::read_to_string(&path) {
+                    Ok(text) => {
+                        check_placeholders(name, &text).map_err(|reason| PromptError {
+                            path: path.display().to_string(),
+                            reason,
+                        })?;
+                        Ok(Some(text))
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(error) => Err(PromptError {
                         path: path.display().to_string(),
-                        reason,
-                    })?;
-                    Ok(Some(text))
+                        reason: error.to_string(),
+                    }),
                 }
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(error) => Err(PromptError {
-                    path: path.display().to_string(),
-                    reason: error.to_string(),
-                }),
-            }
-        })
+            },
+            packages,
+        )
     }
 
     fn resolve(
         read: impl Fn(&str) -> Result<Option<String>, PromptError>,
+        packages: &str,
     ) -> Result<Self, PromptError> {
         let get = |name: &str| -> Result<String, PromptError> {
             let built_in = BUILT_IN
@@ -205,7 +248,12 @@ impl Prompts {
                 .find(|(n, _)| *n == name)
                 .map(|(_, text)| text.to_string())
                 .unwrap_or_default();
-            Ok(read(name)?.unwrap_or(built_in).trim().to_string())
+            let text = read(name)?.unwrap_or(built_in).trim().to_string();
+            Ok(if WITH_PACKAGES.contains(&name) {
+                render(&text, &[("packages", packages)])
+            } else {
+                text
+            })
         };
         Ok(Self {
             create_excel: get("create_excel.md")?,
@@ -305,6 +353,9 @@ mod tests {
         for (file, _) in PLACEHOLDERS {
             assert!(BUILT_IN.iter().any(|(name, _)| *name == file), "{file}");
         }
+        for name in WITH_PACKAGES {
+            assert!(allowed_placeholders(name).contains(&"packages"), "{name}");
+        }
         let retry = Prompts::default().retry;
         let rendered = render(
             &retry,
@@ -326,6 +377,27 @@ mod tests {
         assert!(prompts.create_pptx.contains("python-pptx"));
         assert!(prompts.modify_pptx.contains("input_file_path"));
         assert!(prompts.create_pdf.contains("reportlab"));
+    }
+
+    #[test]
+    fn the_code_writing_prompts_list_the_images_packages_with_versions() {
+        let prompts = Prompts::load_with(
+            None,
+            "numpy 2.3.5; added by this server's operator: scipy 1.16.3",
+        )
+        .unwrap();
+        for text in [
+            &prompts.create_excel,
+            &prompts.analyze,
+            &prompts.tool_run_python,
+            &prompts.create_tool,
+        ] {
+            assert!(text.contains("scipy 1.16.3"), "{text}");
+            assert!(!text.contains("{{"), "{text}");
+            assert!(text.contains("pip"), "{text}");
+        }
+        let default = Prompts::default();
+        assert!(default.analyze.contains("pandas 2."), "{}", default.analyze);
     }
 
     #[test]

@@ -95,6 +95,9 @@ async fn docker_checks(
         ),
     );
     image_check(checks, image, diagnosis.image.as_ref());
+    if diagnosis.image.is_some() {
+        package_check(checks, sandbox, image).await;
+    }
     let (ok, line) = runtime_line(runtime, &diagnosis.runtimes);
     checks.line(Some(ok), "runtime", line);
     Ok(())
@@ -124,6 +127,54 @@ fn image_check(checks: &mut Checks, image: &str, found: Option<&(String, i64)>) 
                 "{image} (SANDBOX_IMAGE) is missing; build or pull it, or unset SANDBOX_IMAGE to use the one `file-agent image build` builds"
             ),
         ),
+    }
+}
+
+/// What the image holds, from its manifest: how many packages, the extra ones (`name==version`)
+/// and the list they came from; a failure when the image was built from another extra list
+/// than `SANDBOX_EXTRA_PACKAGES` names (possible only with `SANDBOX_IMAGE` set).
+async fn package_check(checks: &mut Checks, sandbox: &Sandbox, image: &str) {
+    use crate::config::packages::Manifest;
+    let configured = sandbox.config().extra_packages.as_deref();
+    let (manifest, source) = match sandbox.image_manifest(image).await {
+        Ok(Some(manifest)) => (manifest, "the image's manifest"),
+        Ok(None) | Err(_) => (
+            Manifest::from_lists(configured),
+            "the lists (the image has no manifest label: rebuild it with `file-agent image build`)",
+        ),
+    };
+    let wanted = Manifest::from_lists(configured)
+        .extra_list
+        .map(|list| list.sha256);
+    let built = manifest.extra_list.as_ref().map(|list| list.sha256.clone());
+    let extras = match &manifest.extra_list {
+        Some(list) => format!(
+            "; extra packages from {}: {}",
+            list.name,
+            manifest.extras().join(", ")
+        ),
+        None => "; no extra packages".to_string(),
+    };
+    let line = format!(
+        "{} importable packages{}{extras} (from {source})",
+        manifest.packages.len(),
+        if manifest.python.is_empty() {
+            String::new()
+        } else {
+            format!(" for Python {}", manifest.python)
+        },
+    );
+    if wanted != built && source == "the image's manifest" {
+        checks.line(
+            Some(false),
+            "packages",
+            format!(
+                "{line}; but SANDBOX_EXTRA_PACKAGES names {}: build the image with that list (`file-agent image build`) or unset SANDBOX_IMAGE",
+                configured.map_or("no list".to_string(), |list| list.path.display().to_string())
+            ),
+        );
+    } else {
+        checks.line(Some(true), "packages", line);
     }
 }
 

@@ -741,24 +741,39 @@ async fn build_image(
     };
     let sandbox = Sandbox::connect(config).await?;
     let tag = sandbox.config().image.clone();
+    let extra = sandbox.config().extra_packages.clone();
     if !force && sandbox.image_present(&tag).await? {
-        println!("{tag} is already built (unchanged sandbox-image/); use --force to rebuild");
+        println!(
+            "{tag} is already built (unchanged sandbox-image/{}); use --force to rebuild",
+            if extra.is_some() {
+                " and extra list"
+            } else {
+                ""
+            }
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let method = method.unwrap_or_else(BuildMethod::detect);
     eprintln!("file-agent: building {tag} with {method:?}");
-    let built = image::build(method, &tag).await?;
+    // Built under a tag of its own, and tagged as asked only once finished and labelled with
+    // its manifest: a failed build leaves no image under `tag`.
+    let built = image::build(method, &tag, extra.as_deref()).await?;
+    let manifest = sandbox.label_manifest(&built.tag, &tag).await?;
     let size = sandbox
         .diagnose()
         .await?
         .image
         .map(|(_, size)| size)
         .context("the build finished but the image is not on the engine")?;
+    let extras = manifest.extras();
     println!(
-        "built {} ({:.0} MB) in {:.0} s",
-        built.tag,
+        "built {tag} ({:.0} MB) in {:.0} s{}",
         size as f64 / 1e6,
-        built.elapsed.as_secs_f64()
+        built.elapsed.as_secs_f64(),
+        match &manifest.extra_list {
+            Some(list) => format!("; extra packages from {}: {}", list.name, extras.join(", ")),
+            None => String::new(),
+        }
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -797,6 +812,27 @@ pub const UNOPTIMISED: Option<&str> = if cfg!(debug_assertions) {
     None
 };
 
+/// The sandbox image this build makes and runs, for `--version`: its tag, and with
+/// `SANDBOX_EXTRA_PACKAGES` set (in the environment: `.env` is read later), the extra packages
+/// and the list they come from, or why the list cannot be used.
+fn image_words() -> String {
+    let Some(path) = std::env::var_os("SANDBOX_EXTRA_PACKAGES").filter(|v| !v.is_empty()) else {
+        return crate::sandbox::image::default_tag();
+    };
+    match crate::config::packages::read_extra(std::path::Path::new(&path)) {
+        Ok(list) => format!(
+            "{}; extra packages from {}: {}",
+            crate::config::image::tag(Some(&list.content)),
+            list.path.display(),
+            list.specs(", ")
+        ),
+        Err(error) => format!(
+            "{}; SANDBOX_EXTRA_PACKAGES cannot be used: {error}",
+            crate::sandbox::image::default_tag()
+        ),
+    }
+}
+
 /// The command line, with `--version` naming the sandbox image this build makes and runs:
 /// `file-agent 0.1.0 (sandbox image file-agent-sandbox:<hash>)`, and `; unoptimised build`
 /// inside the brackets for a build without optimisation.
@@ -805,7 +841,7 @@ fn parse_cli() -> Cli {
     let version = format!(
         "{} (sandbox image {}{})",
         env!("CARGO_PKG_VERSION"),
-        crate::sandbox::image::default_tag(),
+        image_words(),
         if UNOPTIMISED.is_some() {
             "; unoptimised build"
         } else {

@@ -34,6 +34,7 @@ mod pool;
 pub mod request;
 mod started;
 pub mod stream;
+pub mod wheels;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -352,6 +352,7 @@ mod tests {
             warm: None,
             warm_max_idle: std::time::Duration::from_secs(300),
             backend: crate::config::Backend::Docker,
+            extra_packages: None,
         }
     }
 

@@ -88,6 +88,10 @@ pub enum StartError {
     /// The checkpoints cannot be signed as configured (the key, the witnesses).
     #[error("{0}")]
     Signing(String),
+    /// The sandbox image was built from another extra package list than
+    /// `SANDBOX_EXTRA_PACKAGES` names.
+    #[error("{0}")]
+    Packages(String),
 }
 
 /// Removes leftover containers: what belongs to no live server (stopped a while ago, or running
@@ -190,7 +194,7 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
     }
     let (sandbox_config, instance_lock) = with_instance(config);
     let instance = sandbox_config.instance.clone().unwrap_or_default();
-    let parts = ToolParts::load_as(config, &instance)?;
+    let mut parts = ToolParts::load_as(config, &instance)?;
     let sandbox = Sandbox::connect(sandbox_config)
         .await?
         .holding(instance_lock);
@@ -206,6 +210,12 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
             "the sandbox image is missing; build it with `file-agent image build` (tools fail until then)"
         );
     }
+    // The model is told what the image itself holds, when its manifest can be read; an image
+    // built from another extra list than the configured one runs nothing.
+    if let Ok(Some(manifest)) = sandbox.image_manifest(&config.sandbox.image).await {
+        check_extra_list(&config.sandbox, &manifest)?;
+        parts.prompts = Prompts::load_with(config.prompts_dir.as_deref(), &manifest.prompt_text())?;
+    }
     let warm = config
         .sandbox
         .warm
@@ -215,6 +225,34 @@ pub async fn build_tools(config: &Config) -> Result<Tools, StartError> {
         .with_network_canary()
         .await;
     Ok(parts.with_runner(config, Arc::new(sandbox)))
+}
+
+/// Refuses an image whose manifest names another extra list (by its bytes' hash) than
+/// `SANDBOX_EXTRA_PACKAGES`: possible only with `SANDBOX_IMAGE` set, since the default tag
+/// covers the list.
+fn check_extra_list(
+    config: &crate::config::SandboxConfig,
+    manifest: &crate::config::packages::Manifest,
+) -> Result<(), StartError> {
+    let wanted = crate::config::packages::Manifest::from_lists(config.extra_packages.as_deref());
+    let digest =
+        |m: &crate::config::packages::Manifest| m.extra_list.as_ref().map(|l| l.sha256.clone());
+    if digest(&wanted) == digest(manifest) {
+        return Ok(());
+    }
+    let name = |m: &crate::config::packages::Manifest| {
+        m.extra_list
+            .as_ref()
+            .map_or("no extra list".to_string(), |l| {
+                format!("the extra list {}", l.name)
+            })
+    };
+    Err(StartError::Packages(format!(
+        "the sandbox image {} was built with {}, but SANDBOX_EXTRA_PACKAGES names {}: build the image with this list (`file-agent image build`, then point SANDBOX_IMAGE at the tag it prints) or unset SANDBOX_IMAGE",
+        config.image,
+        name(manifest),
+        name(&wanted)
+    )))
 }
 
 /// The sandbox's settings with the instance this server is: the configured one; under
@@ -264,7 +302,10 @@ impl ToolParts {
     /// Loads the prompts, opens the store and the audit trail (in a shared audit folder, the
     /// chain of `POD_NAME`, else of `instance`), builds the model client and the URL fetcher.
     pub fn load_as(config: &Config, instance: &str) -> Result<Self, StartError> {
-        let prompts = Prompts::load(config.prompts_dir.as_deref())?;
+        // The packages as the lists say; `build_tools` puts the image's manifest's instead.
+        let packages =
+            crate::config::packages::Manifest::from_lists(config.sandbox.extra_packages.as_deref());
+        let prompts = Prompts::load_with(config.prompts_dir.as_deref(), &packages.prompt_text())?;
         let storage = Storage::new(&config.storage, config.transfer)?;
         let llm = Llm::new(config.llm.clone())?;
         let fetcher = UrlFetcher::new(config.url_fetch.clone(), config.transfer)?;
@@ -800,7 +841,7 @@ async fn health(
         "status": if draining { "draining" } else if ready { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
         "sandbox": {"backend": sandbox.backend(), "runtime": runtime},
-        "image": {"tag": sandbox.config().image, "present": if kubernetes { serde_json::Value::Null } else { image_present.into() }},
+        "image": {"tag": sandbox.config().image, "present": if kubernetes { serde_json::Value::Null } else { image_present.into() }, "extra_packages": extra_packages_json(sandbox.config())},
         "storage": tools.storage().kind(),
         "llm": {"configured": tools.llm().is_configured(), "model": tools.llm().model()},
         "containers_running": sandbox.live_containers(),
@@ -818,6 +859,18 @@ async fn health(
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body))
+}
+
+/// The operator's extra packages in `/health`: the list's path and its `name==version`s, or
+/// null without one.
+fn extra_packages_json(config: &crate::config::SandboxConfig) -> serde_json::Value {
+    match &config.extra_packages {
+        None => serde_json::Value::Null,
+        Some(list) => json!({
+            "list": list.path.display().to_string(),
+            "packages": list.pins.iter().map(crate::config::packages::Pin::spec).collect::<Vec<_>>(),
+        }),
+    }
 }
 
 /// The warm pool in `/health`.

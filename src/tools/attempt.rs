@@ -82,7 +82,7 @@ impl<R: Runner> Tools<R> {
                 }
             }
         };
-        let result = run.instrument(span.clone()).await;
+        let mut result = run.instrument(span.clone()).await;
         let status = status_word(&result);
         spans::record_attempt(&span, &status, result.as_ref().ok(), slot_at);
         count_attempt(&status, started.elapsed(), result.as_ref().ok());
@@ -100,8 +100,35 @@ impl<R: Runner> Tools<R> {
             }
             line.record = Some(record);
         }
+        // The model's script tried to install a package: no retry can succeed (the sandbox
+        // installs nothing), so the call ends with the runner's sentence. The line is written.
+        if author == Author::Model
+            && let Some(sentence) = result.as_ref().ok().and_then(install_refused)
+        {
+            result = Err(ToolError::ScriptFailed(sentence));
+        }
         result.map(|outcome| (outcome, line))
     }
+}
+
+/// What the runner says when a script starts pip (sandbox-image/runner.py, `_install_sentence`):
+/// the line starts with this, and holds [`NOT_IN_IMAGE`].
+const INSTALL_PREFIX: &str = "file-agent: installing ";
+/// The runner's words for a package the image lacks (`NOT_IN_IMAGE` there).
+pub(super) const NOT_IN_IMAGE: &str = "the package is not in the sandbox image";
+
+/// The runner's sentence, without its `file-agent: ` prefix, when the attempt failed because
+/// its script tried to install a package.
+fn install_refused(outcome: &Outcome) -> Option<String> {
+    if outcome.status != Status::Failed {
+        return None;
+    }
+    let stderr = outcome.stderr.text();
+    let line = stderr
+        .lines()
+        .rev()
+        .find(|line| line.starts_with(INSTALL_PREFIX) && line.contains(NOT_IN_IMAGE))?;
+    Some(line.trim_start_matches("file-agent: ").to_string())
 }
 
 /// The attempt's status in one word, for the metrics and the audit trail: the sandbox's

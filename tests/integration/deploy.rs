@@ -327,6 +327,8 @@ fn rootfs_opt_files(script: &str) -> Vec<String> {
         .filter_map(|line| line.split_whitespace().last())
         .filter_map(|target| target.strip_prefix("\"$root/opt/file-agent/"))
         .map(|name| name.trim_end_matches('"').trim_end_matches('/').to_string())
+        // The operator's extra list, not a script: the Dockerfile copies it from its wheels stage.
+        .filter(|name| name != "extra-packages.txt")
         .collect();
     files.sort();
     files
@@ -351,7 +353,8 @@ fn the_sandbox_image_dockerfile_copies_what_its_context_and_the_rootfs_build_hol
             if copy.flags.iter().any(|flag| flag.starts_with("--from=")) {
                 continue;
             }
-            for source in &copy.sources {
+            // Patterns (the extra list and its wheels) match what `image build` adds, or nothing.
+            for source in copy.sources.iter().filter(|s| !s.contains('*')) {
                 // A file of the context, or a folder of them.
                 let folder = format!("{}/", source.trim_end_matches('/'));
                 assert!(

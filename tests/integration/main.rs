@@ -32,6 +32,7 @@ mod mcp_files;
 mod mcp_server;
 mod office;
 mod operator;
+mod packages;
 mod pool;
 mod production;
 mod protocol_surface;

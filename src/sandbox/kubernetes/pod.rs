@@ -505,6 +505,7 @@ mod tests {
             warm: None,
             warm_max_idle: Duration::from_secs(300),
             backend: crate::config::Backend::Docker,
+            extra_packages: None,
         }
     }
 
