@@ -320,14 +320,11 @@ pub const TLOG_PROOF_HEADER: &str = "c2sp.org/tlog-proof@v1";
 /// Leaf `index`'s inclusion `proof` in the signed checkpoint `note` as a c2sp.org/tlog-proof@v1
 /// text: the header, `index N`, one base64 hash a line, a blank line, the note verbatim.
 pub fn tlog_proof(index: u64, proof: &[Hash], note: &str) -> String {
-    let mut text = format!("{TLOG_PROOF_HEADER}\nindex {index}\n");
-    for hash in proof {
-        text.push_str(&BASE64.encode(hash));
-        text.push('\n');
-    }
-    text.push('\n');
-    text.push_str(note);
-    text
+    super::note::hashes_then_note(
+        &format!("{TLOG_PROOF_HEADER}\nindex {index}\n"),
+        proof,
+        note,
+    )
 }
 
 /// A c2sp.org/tlog-proof@v1 text read as a receipt of `line` (the leaf data: the proof

@@ -208,14 +208,11 @@ fn request_body(log: &AuditLog, old: u64, size: u64, note: &str) -> std::io::Res
     } else {
         log.consistency_proof(old, size)?
     };
-    let mut body = format!("old {old}\n");
-    for hash in proof {
-        body.push_str(&BASE64.encode(hash));
-        body.push('\n');
-    }
-    body.push('\n');
-    body.push_str(note);
-    Ok(body)
+    Ok(super::note::hashes_then_note(
+        &format!("old {old}\n"),
+        &proof,
+        note,
+    ))
 }
 
 /// At most [`MAX_ANSWER_BYTES`] of an answer, as text.

@@ -6,61 +6,42 @@
 //! one here wrote; and `aics-witness` (PyPI), a C2SP witness by another author, cosigns the
 //! checkpoints and `audit verify --witness-key` accepts its cosignatures.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::common::{run_cli, with_timeout};
-use crate::fakes::witness::FakeWitness;
 use crate::front_door::{Served, free_port};
-use crate::signed_trail::{LOG_NAME, chain, keygen, run, serve_with, until_signed, verify};
+use crate::signed_trail::{LOG_NAME, chain, run, serve_with, until_signed, verify};
+use crate::trail_gaps::{Signed, health, metrics};
 
 /// Signed receipts, each answer waiting for its checkpoint.
-const SIGNED: (&str, &str) = ("FILE_AGENT_AUDIT_RECEIPTS", "signed");
+const SIGNED_RECEIPTS: (&str, &str) = ("FILE_AGENT_AUDIT_RECEIPTS", "signed");
 
-/// A key, a fake witness, a data folder, and a folder apart (the key's, the shipped logs').
-struct Setup {
-    data: tempfile::TempDir,
-    keys: tempfile::TempDir,
-    key: PathBuf,
-    vkey: String,
-    witness: FakeWitness,
+/// A server of `instance` over `setup`'s folder with `more` settings, once `/health` is 200.
+async fn serve(setup: &Signed, instance: &str, more: &[(&str, &str)]) -> Served {
+    serve_with(
+        setup.data.path(),
+        instance,
+        &setup.key,
+        &setup.witness,
+        more,
+    )
+    .await
 }
 
-impl Setup {
-    async fn new() -> Self {
-        let keys = tempfile::tempdir().unwrap();
-        let data = tempfile::tempdir().unwrap();
-        let (key, vkey) = keygen(keys.path(), LOG_NAME).await;
-        let witness =
-            FakeWitness::start("witness.test/w1", [9; 32], std::slice::from_ref(&vkey)).await;
-        Self {
-            data,
-            keys,
-            key,
-            vkey,
-            witness,
-        }
-    }
+/// `<chain>.jsonl.checkpoints` of `instance` under `data`.
+fn store(data: &Path, instance: &str) -> PathBuf {
+    let (live, _) = chain(data, instance);
+    PathBuf::from(format!("{}.checkpoints", live.display()))
+}
 
-    /// A server of `instance` over the folder with `more` settings, once `/health` is 200.
-    async fn serve(&self, instance: &str, more: &[(&str, &str)]) -> Served {
-        serve_with(self.data.path(), instance, &self.key, &self.witness, more).await
-    }
-
-    /// `<chain>.jsonl.checkpoints` of `instance`.
-    fn store(&self, instance: &str) -> PathBuf {
-        let (live, _) = chain(self.data.path(), instance);
-        PathBuf::from(format!("{}.checkpoints", live.display()))
-    }
-
-    /// Writes `text` to `name` in the folder apart; its path.
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.keys.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
+/// Writes `text` to `name` in the folder apart from the data (the key's); its path.
+fn write(setup: &Signed, name: &str, text: &str) -> PathBuf {
+    let path = setup.keys.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 /// The signed notes of the `audit checkpoint` events of a JSON log.
@@ -72,13 +53,6 @@ fn logged_checkpoints(log: &str) -> Vec<String> {
         .collect()
 }
 
-/// `/health`'s status and body.
-async fn health(url: &str) -> (u16, Value) {
-    let response = reqwest::get(format!("{url}/health")).await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
-}
-
 /// Item 4: `<chain>.jsonl.checkpoints` replaced by a folder under a running server. The
 /// checkpoint used to be written there first and logged only after, so it never reached the
 /// log while its receipt went out, with `/health` 200 and an ERROR saying it was in the log.
@@ -86,13 +60,16 @@ async fn health(url: &str) -> (u16, Value) {
 /// the alarm is raised: ERROR, metric, `/health` 503, `doctor` FAIL.
 #[tokio::test]
 async fn a_checkpoint_that_cannot_be_kept_is_in_the_log_before_its_receipt_and_raises_the_alarm() {
-    let setup = Setup::new().await;
+    let setup = Signed::new().await;
     let instance = crate::common::unique_instance("unkept", 8);
-    let server = setup
-        .serve(&instance, &[SIGNED, ("FILE_AGENT_LOG", "warn")])
-        .await;
+    let server = serve(
+        &setup,
+        &instance,
+        &[SIGNED_RECEIPTS, ("FILE_AGENT_LOG", "warn")],
+    )
+    .await;
     let first = run(&server, 1).await;
-    let store = setup.store(&instance);
+    let store = store(setup.data.path(), &instance);
     std::fs::remove_file(&store).unwrap();
     std::fs::create_dir(&store).unwrap();
     let second = run(&server, 2).await;
@@ -109,12 +86,7 @@ async fn a_checkpoint_that_cannot_be_kept_is_in_the_log_before_its_receipt_and_r
             && alarm.contains("Is a directory"),
         "{body}"
     );
-    let metrics = reqwest::get(format!("{}/metrics", server.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&server.url).await;
     assert!(
         metrics.contains("file_agent_audit_alarms_total 1"),
         "{metrics}"
@@ -158,11 +130,11 @@ async fn a_checkpoint_that_cannot_be_kept_is_in_the_log_before_its_receipt_and_r
 /// JSON lines only, so a saved `_meta` (pretty-printed) added nothing.
 #[tokio::test]
 async fn a_users_receipt_for_a_line_later_removed_is_a_fork_verify_finds() {
-    let setup = Setup::new().await;
+    let setup = Signed::new().await;
     let instance = crate::common::unique_instance("forked", 8);
-    let server = setup.serve(&instance, &[SIGNED]).await;
+    let server = serve(&setup, &instance, &[SIGNED_RECEIPTS]).await;
     run(&server, 1).await;
-    let store = setup.store(&instance);
+    let store = store(setup.data.path(), &instance);
     std::fs::remove_file(&store).unwrap();
     std::fs::create_dir(&store).unwrap();
     let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
@@ -180,11 +152,11 @@ async fn a_users_receipt_for_a_line_later_removed_is_a_fork_verify_finds() {
     std::fs::write(&live, format!("{}\n", lines[0])).unwrap();
     std::fs::remove_dir(&store).unwrap();
     std::fs::remove_file(format!("{}.tree", live.display())).unwrap();
-    let server = setup.serve(&instance, &[SIGNED]).await;
+    let server = serve(&setup, &instance, &[SIGNED_RECEIPTS]).await;
     let again = run(&server, 3).await;
     assert_eq!(again[0]["tree_size"], 2, "{again:?}");
     assert_ne!(again[0]["checkpoint"], entry["checkpoint"]);
-    let shipped = setup.write("shipped.jsonl", &server.stop().await);
+    let shipped = write(&setup, "shipped.jsonl", &server.stop().await);
     let shipped = shipped.to_str().unwrap();
     let (code, said) = verify(setup.data.path(), &setup.vkey, &["--checkpoints", shipped]).await;
     assert_eq!(code, 0, "the log shipped since sees no fork: {said}");
@@ -201,7 +173,7 @@ async fn a_users_receipt_for_a_line_later_removed_is_a_fork_verify_finds() {
         ("entry.jsonl", format!("{entry}\n")),
     ];
     for (name, text) in forms {
-        let receipt = setup.write(name, &text);
+        let receipt = write(&setup, name, &text);
         let copies = [
             "--checkpoints",
             shipped,
@@ -261,9 +233,9 @@ print(json.dumps({k: verdict.get(k) for k in ('ok', 'log_ok', 'witnesses_ok', 'i
 /// `audit verify-receipt` reads it as a receipt file, given the line.
 #[tokio::test]
 async fn a_receipts_tlog_proof_verifies_with_proofbundle_and_verify_receipt() {
-    let setup = Setup::new().await;
+    let setup = Signed::new().await;
     let instance = crate::common::unique_instance("tlogproof", 8);
-    let server = setup.serve(&instance, &[SIGNED]).await;
+    let server = serve(&setup, &instance, &[SIGNED_RECEIPTS]).await;
     run(&server, 1).await;
     let entry = run(&server, 2).await[0].clone();
     server.stop().await;
@@ -285,8 +257,8 @@ async fn a_receipts_tlog_proof_verifies_with_proofbundle_and_verify_receipt() {
         "{verdict}"
     );
 
-    let proof = setup.write("receipt.tlog-proof", text);
-    let line_file = setup.write("line.jsonl", &format!("{line}\n"));
+    let proof = write(&setup, "receipt.tlog-proof", text);
+    let line_file = write(&setup, "line.jsonl", &format!("{line}\n"));
     let proof = proof.to_str().unwrap();
     let args = ["audit", "verify-receipt", proof, "--key", &setup.vkey];
     let mut with_line = args.to_vec();
@@ -372,14 +344,17 @@ impl AicsWitness {
 /// counts its cosignatures.
 #[tokio::test]
 async fn a_third_party_c2sp_witness_cosigns_and_verify_accepts_its_cosignatures() {
-    let setup = Setup::new().await;
+    let setup = Signed::new().await;
     let instance = crate::common::unique_instance("aics", 8);
     let origin = format!("{LOG_NAME}/{instance}");
     let aics = AicsWitness::start("witness.test/aics", &origin, &setup.vkey).await;
     let witnesses = format!("{} {}", aics.url, aics.vkey);
-    let server = setup
-        .serve(&instance, &[("FILE_AGENT_AUDIT_WITNESSES", &witnesses)])
-        .await;
+    let server = serve(
+        &setup,
+        &instance,
+        &[("FILE_AGENT_AUDIT_WITNESSES", &witnesses)],
+    )
+    .await;
     run(&server, 1).await;
     run(&server, 2).await;
     let (live, _) = chain(setup.data.path(), &instance);

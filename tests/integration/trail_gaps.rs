@@ -18,21 +18,21 @@ use crate::signed_trail::{
 };
 
 /// A signing key, a witness and a data folder, for servers and `audit verify` runs over it.
-struct Signed {
+pub(crate) struct Signed {
     /// The data folder the servers write their chains to.
-    data: tempfile::TempDir,
+    pub(crate) data: tempfile::TempDir,
     /// The folder of the key (never the data folder), and of the shipped logs.
-    keys: tempfile::TempDir,
+    pub(crate) keys: tempfile::TempDir,
     /// The private key's file.
-    key: PathBuf,
+    pub(crate) key: PathBuf,
     /// Its verifier key.
-    vkey: String,
+    pub(crate) vkey: String,
     /// The witness that cosigns each checkpoint.
-    witness: FakeWitness,
+    pub(crate) witness: FakeWitness,
 }
 
 impl Signed {
-    async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         let keys = tempfile::tempdir().unwrap();
         let data = tempfile::tempdir().unwrap();
         let (key, vkey) = keygen(keys.path(), LOG_NAME).await;
@@ -109,14 +109,14 @@ fn largest_signed(live: &Path) -> u64 {
 }
 
 /// `/health`'s status and body.
-async fn health(url: &str) -> (u16, Value) {
+pub(crate) async fn health(url: &str) -> (u16, Value) {
     let response = reqwest::get(format!("{url}/health")).await.unwrap();
     let status = response.status().as_u16();
     (status, response.json().await.unwrap())
 }
 
 /// `/metrics` as text.
-async fn metrics(url: &str) -> String {
+pub(crate) async fn metrics(url: &str) -> String {
     let response = reqwest::get(format!("{url}/metrics")).await.unwrap();
     response.text().await.unwrap()
 }
