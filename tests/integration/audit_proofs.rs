@@ -188,6 +188,23 @@ async fn a_users_receipt_for_a_line_later_removed_is_a_fork_verify_finds() {
             "{name}: {said}"
         );
     }
+
+    // With no copy of the new history's checkpoint of 2 lines, only a larger one: the
+    // receipt's root is not a prefix of the checkpoint of 3 lines the trail matches.
+    let server = serve(&setup, &instance, &[SIGNED_RECEIPTS]).await;
+    assert_eq!(run(&server, 4).await[0]["tree_size"], 3);
+    server.stop().await;
+    let text = std::fs::read_to_string(&store).unwrap();
+    std::fs::write(&store, format!("{}\n", text.lines().last().unwrap())).unwrap();
+    let receipt = write(&setup, "meta.json", &meta.to_string());
+    let copies = ["--checkpoints", receipt.to_str().unwrap()];
+    let (code, said) = verify(setup.data.path(), &setup.vkey, &copies).await;
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains("rewritten: the checkpoint of 2 lines")
+            && said.contains("the checkpoint of 3 lines, signed too, matches it: a fork"),
+        "{said}"
+    );
     crate::mcp_server::assert_no_containers_of(instance).await;
 }
 
