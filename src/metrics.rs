@@ -244,12 +244,12 @@ impl Metrics {
             ),
             (
                 "file_agent_audit_checkpoints",
-                "Signed checkpoints of the audit trail kept (FILE_AGENT_AUDIT_SIGNING_KEY_FILE)",
+                "Signed checkpoints of the audit trail logged (FILE_AGENT_AUDIT_SIGNING_KEY_FILE)",
                 &self.audit_checkpoints,
             ),
             (
                 "file_agent_audit_alarms",
-                "Audit trail alarms: a witness refused a checkpoint as inconsistent with what it saw, or the trail no longer matched a checkpoint signed before",
+                "Audit trail alarms: a witness refused a checkpoint as inconsistent with what it saw, the trail no longer matched a checkpoint signed before, or a signed checkpoint could not be kept beside the chain",
                 &self.audit_alarms,
             ),
         ] {

@@ -65,29 +65,38 @@ pub fn path_of(live: &Path) -> PathBuf {
     super::beside(live, ".checkpoints")
 }
 
-/// The checkpoints in `path` (a checkpoints file, or shipped JSON logs), in file order; lines
-/// that hold none are skipped, as is a record longer than [`MAX_RECORD_BYTES`].
+/// The checkpoints in `path` (a checkpoints file, or shipped JSON logs), in file order.
 pub fn read(path: &Path) -> std::io::Result<Vec<StoredCheckpoint>> {
-    // Opened and read through the audit folder's door: a regular file only, no link, never
-    // blocking, a record at most MAX_RECORD_BYTES.
-    let file = super::door::open_read(path)?;
-    let mut lines = super::door::Lines::new(file, MAX_RECORD_BYTES as usize);
+    // Opened through the audit folder's door: a regular file only, no link, never blocking.
+    read_lines(super::door::open_read(path)?, |value| {
+        from_value(value).into_iter().collect()
+    })
+}
+
+/// The checkpoints `each` finds in the JSON values of `from`, one a line, in order, read
+/// through the door's bounded line reader; lines that hold none are skipped, as is a record
+/// longer than [`MAX_RECORD_BYTES`].
+pub fn read_lines(
+    from: impl Read,
+    each: impl Fn(serde_json::Value) -> Vec<StoredCheckpoint>,
+) -> std::io::Result<Vec<StoredCheckpoint>> {
+    let mut lines = super::door::Lines::new(from, MAX_RECORD_BYTES as usize);
     let mut found = Vec::new();
     while let Some(line) = lines.next_line() {
         let line = match line? {
             super::door::Line::Whole(line) | super::door::Line::Unfinished(line) => line,
             super::door::Line::TooLong => continue,
         };
-        if let Some(checkpoint) = from_line(line) {
-            found.push(checkpoint);
+        if let Ok(value) = serde_json::from_slice(line) {
+            found.extend(each(value));
         }
     }
     Ok(found)
 }
 
-/// A checkpoint from one JSON line: a stored record, or a log event carrying one.
-fn from_line(line: &[u8]) -> Option<StoredCheckpoint> {
-    let value: serde_json::Value = serde_json::from_slice(line).ok()?;
+/// A checkpoint from one JSON object: a stored record, a log event carrying one, or a signed
+/// receipt (its `checkpoint`, the time unknown).
+pub fn from_value(value: serde_json::Value) -> Option<StoredCheckpoint> {
     if let Ok(stored) = serde_json::from_value::<StoredCheckpoint>(value.clone()) {
         return Some(stored);
     }
@@ -97,12 +106,13 @@ fn from_line(line: &[u8]) -> Option<StoredCheckpoint> {
         .as_str()?;
     let parsed = super::note::Note::parse(note).ok()?;
     let body = Checkpoint::parse(&parsed.text).ok()?;
+    let time = match value.get("timestamp").and_then(|t| t.as_str()) {
+        Some(time) => time.to_string(),
+        None if value.get("leaf_index").is_some() => "unknown (a receipt)".to_string(),
+        None => String::new(),
+    };
     Some(StoredCheckpoint {
-        time: value
-            .get("timestamp")
-            .and_then(|t| t.as_str())
-            .unwrap_or_default()
-            .to_string(),
+        time,
         origin: body.origin,
         size: body.size,
         root: BASE64.encode(body.root),
@@ -435,12 +445,12 @@ impl Signing {
         }
     }
 
-    /// Keeps `stored` beside the chain (appended and synced) and logs it as an event.
+    /// Logs `stored` as an event (`audit checkpoint`, [`LOG_TARGET`], which the log filter
+    /// never drops), first, so that whatever ships the logs holds every checkpoint whose
+    /// receipts go out; then keeps it beside the chain (appended and synced). A checkpoint that
+    /// cannot be kept raises the alarm, saying it is in the log but not beside the chain (a
+    /// server restarted without it would not know it signed it); the error is returned too.
     pub fn keep(&self, stored: StoredCheckpoint) -> std::io::Result<()> {
-        let line = serde_json::to_string(&stored).map_err(std::io::Error::other)?;
-        let mut file = super::door::open_append(&self.store)?;
-        file.write_all(format!("{line}\n").as_bytes())?;
-        file.sync_data()?;
         let cosigned: Vec<&str> = stored
             .witnesses
             .iter()
@@ -448,6 +458,7 @@ impl Signing {
             .map(|a| a.name.as_str())
             .collect();
         tracing::info!(
+            target: LOG_TARGET,
             origin = %stored.origin,
             size = stored.size,
             root = %stored.root,
@@ -456,6 +467,15 @@ impl Signing {
             "audit checkpoint"
         );
         crate::metrics::metrics().audit_checkpoint();
+        let kept = self.append_to_store(&stored);
+        if let Err(error) = &kept {
+            self.raise(format!(
+                "the checkpoint of {} lines (root {}) is signed and in the server's log (`audit checkpoint`), but cannot be kept beside the chain in {}: {error}. A server restarted without it does not know it signed it: put a regular file the server can append to back there (docs/OPERATING.md, \"The audit alarm\"), check the trail against the shipped logs (`audit verify --key --checkpoints`), then restart",
+                stored.size,
+                stored.root,
+                self.store.display()
+            ));
+        }
         let witness_keys: Vec<VerifierKey> = self.witnesses.iter().map(|w| w.key.clone()).collect();
         let signed = verify_record(&stored, &self.key.verifier(), &witness_keys);
         let mut state = self.state();
@@ -466,9 +486,22 @@ impl Signing {
                 signed,
             });
         }
-        Ok(())
+        kept
+    }
+
+    /// Appends `stored` to the checkpoints file and syncs it.
+    fn append_to_store(&self, stored: &StoredCheckpoint) -> std::io::Result<()> {
+        let line = serde_json::to_string(stored).map_err(std::io::Error::other)?;
+        // Through the door: a regular file, no link, never truncated.
+        let mut file = super::door::open_append(&self.store)?;
+        file.write_all(format!("{line}\n").as_bytes())?;
+        file.sync_data()
     }
 }
+
+/// The target of the `audit checkpoint` log event: let through whatever `FILE_AGENT_LOG` says,
+/// since a shipped log is where a reviewer finds the checkpoints a rewritten folder lost.
+pub const LOG_TARGET: &str = "file_agent::audit::checkpoint";
 
 /// The longest signing key file read.
 const MAX_KEY_FILE_BYTES: u64 = 4096;
@@ -676,6 +709,34 @@ mod tests {
             dir.path().join("c.jsonl.checkpoints"),
         );
         assert_eq!(again.signed_size(), 3);
+    }
+
+    #[test]
+    fn a_checkpoint_that_cannot_be_kept_raises_the_alarm_and_is_still_the_last_signed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("c.jsonl.checkpoints");
+        std::fs::create_dir(&store).unwrap();
+        let origin = "log.example/audit/chain-1".to_string();
+        let key = SignerKey::from_seed("log.example/audit", &[7; 32], 1).unwrap();
+        let signing = Signing::new(key, origin.clone(), Vec::new(), store);
+        let signed = signing.sign(2, [1; 32]).unwrap();
+        let stored = StoredCheckpoint {
+            time: "t".into(),
+            origin,
+            size: 2,
+            root: BASE64.encode([1; 32]),
+            checkpoint: signed.note,
+            witnesses: Vec::new(),
+        };
+        assert!(signing.keep(stored).is_err());
+        let alarm = signing.alarm().unwrap();
+        assert!(
+            alarm.contains("the checkpoint of 2 lines")
+                && alarm.contains("is signed and in the server's log")
+                && alarm.contains("cannot be kept beside the chain"),
+            "{alarm}"
+        );
+        assert_eq!(signing.last().unwrap().size, 2);
     }
 
     #[test]

@@ -339,6 +339,20 @@ impl Note {
     }
 }
 
+/// A C2SP text that carries hashes and a note: `head` (its first lines, each ending in a
+/// newline), one base64 hash a line, a blank line, then `note` verbatim: a
+/// c2sp.org/tlog-witness `add-checkpoint` body, a c2sp.org/tlog-proof.
+pub fn hashes_then_note(head: &str, hashes: &[Hash], note: &str) -> String {
+    let mut text = head.to_string();
+    for hash in hashes {
+        text.push_str(&BASE64.encode(hash));
+        text.push('\n');
+    }
+    text.push('\n');
+    text.push_str(note);
+    text
+}
+
 /// One signature line, `— <name> <base64>\n`.
 fn signature(line: &str) -> Result<Signature, NoteError> {
     let Some(rest) = line

@@ -49,6 +49,9 @@ pub struct SignedCheck {
     pub cosigned: BTreeMap<String, u64>,
     /// When the chain's first lines are gone, the retention line that records deleting them.
     pub retention: Option<String>,
+    /// Why the checkpoints file beside the chain cannot be read, when it exists and cannot
+    /// (also among `problems`).
+    pub store_error: Option<String>,
     /// What contradicts the trail, the first (smallest) checkpoint first; empty when the trail
     /// matches every checkpoint.
     pub problems: Vec<String>,
@@ -135,15 +138,8 @@ fn check_one(
 ) -> SignedCheck {
     let live = chain.files.last().cloned().unwrap_or_default();
     let origin = origin_of(chain, key, origin);
-    let mut problems = Vec::new();
-    let stored = match checkpoints::read(&checkpoints::path_of(&live)) {
-        Ok(stored) => stored,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(error) => {
-            problems.push(format!("its checkpoints file cannot be read: {error}"));
-            Vec::new()
-        }
-    };
+    let (stored, store_error) = kept_beside(&live);
+    let mut problems: Vec<String> = store_error.iter().cloned().collect();
     let (signed, cosigned) = signed_points(&stored, copies, &origin, key, witnesses, &mut problems);
     let tree = match TreeFile::open_existing(&tree::path_of(&live)) {
         Ok(tree) => Some(tree),
@@ -172,10 +168,7 @@ fn check_one(
             unsigned = Some((covered + 1, lines));
         }
         if signed.is_empty() {
-            problems.push(format!(
-                "no checkpoint of {origin} signed by {} was found: the server signs one within FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL of a line; give the copies kept elsewhere with --checkpoints",
-                key.name
-            ));
+            problems.push(none_found(&origin, key));
         }
     }
     SignedCheck {
@@ -184,6 +177,7 @@ fn check_one(
         checkpoints: signed,
         cosigned,
         retention: None,
+        store_error,
         problems,
         covered,
         unsigned,
@@ -252,6 +246,31 @@ fn signed_points(
     (signed, cosigned)
 }
 
+/// That no checkpoint of `origin` signed by `key` was found, and where to look.
+fn none_found(origin: &str, key: &VerifierKey) -> String {
+    format!(
+        "no checkpoint of {origin} signed by {} was found: the server signs one within FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL of a line; give the copies kept elsewhere with --checkpoints",
+        key.name
+    )
+}
+
+/// The checkpoints kept beside the chain file `live` (none when it has no checkpoints file),
+/// and why they cannot be read when its file exists and cannot.
+fn kept_beside(live: &Path) -> (Vec<StoredCheckpoint>, Option<String>) {
+    let store = checkpoints::path_of(live);
+    match checkpoints::read(&store) {
+        Ok(stored) => (stored, None),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => (Vec::new(), None),
+        Err(error) => (
+            Vec::new(),
+            Some(format!(
+                "the checkpoints kept beside the chain cannot be read ({}: {error}); only the copies given with --checkpoints are checked",
+                store.display()
+            )),
+        ),
+    }
+}
+
 /// Adds a verified checkpoint of this chain to `signed` (and its witnesses to `cosigned`, the
 /// largest size each cosigned); a second checkpoint of the same size with another root is the
 /// fork it returns.
@@ -270,8 +289,8 @@ fn take_point(
     match signed.get_mut(&body.size) {
         Some(point) if point.root != body.root => {
             return Some(format!(
-                "a fork: two checkpoints of {} lines signed by {key_name} hold different roots; the log showed two histories",
-                body.size
+                "a fork: two checkpoints of {} lines signed by {key_name} hold different roots (one kept at {}, one at {}, unsigned times); the log showed two histories",
+                body.size, point.kept_at, kept_at
             ));
         }
         Some(point) => {
@@ -373,12 +392,7 @@ fn contradictions(
     let mut problems = Vec::new();
     for (&size, point) in signed {
         let time = format!("kept at {}, an unsigned time", point.kept_at);
-        let ours = if size < verified.first_seq {
-            // The lines are gone (retention): the tree file stands in for them.
-            tree.and_then(|tree| tree.root(size).ok())
-        } else {
-            verified.roots.get(&size).copied()
-        };
+        let ours = trail_root(size, verified, tree);
         let problem = if size > lines {
             format!(
                 "truncated: the checkpoint of {size} lines ({time}) covers more than the {lines} the trail holds: lines {}..{size} are gone",
@@ -392,8 +406,9 @@ fn contradictions(
                     continue;
                 }
                 Some(_) => format!(
-                    "rewritten: the checkpoint of {size} lines ({time}) does not match the trail: a line among lines {}..{size} was changed, removed or inserted since it was signed",
-                    matched + 1
+                    "rewritten: the checkpoint of {size} lines ({time}) does not match the trail: a line among lines {}..{size} was changed, removed or inserted since it was signed{}",
+                    matched + 1,
+                    fork_with(signed, size, verified, tree)
                 ),
                 None => format!(
                     "the checkpoint of {size} lines ({time}) cannot be checked: the trail's first lines are gone and its tree file does not hold them"
@@ -403,6 +418,34 @@ fn contradictions(
         problems.push(problem);
     }
     (problems, covered)
+}
+
+/// The root of the trail's first `size` lines: from its lines, or where retention deleted
+/// them, from its tree file (which a signed root then vouches for).
+fn trail_root(size: u64, verified: &Verified, tree: Option<&TreeFile>) -> Option<Hash> {
+    if size < verified.first_seq {
+        tree.and_then(|tree| tree.root(size).ok())
+    } else {
+        verified.roots.get(&size).copied()
+    }
+}
+
+/// When a checkpoint larger than `size` matches the trail, that both were signed: the log
+/// signed two histories that do not extend each other (a fork); else nothing.
+fn fork_with(
+    signed: &BTreeMap<u64, SignedPoint>,
+    size: u64,
+    verified: &Verified,
+    tree: Option<&TreeFile>,
+) -> String {
+    let matching = signed
+        .range(size + 1..)
+        .find(|(larger, point)| trail_root(**larger, verified, tree) == Some(point.root));
+    matching.map_or_else(String::new, |(larger, _)| {
+        format!(
+            "; the checkpoint of {larger} lines, signed too, matches it: a fork, two signed histories that do not extend each other"
+        )
+    })
 }
 
 /// `audit prove --index`: the inclusion proof of line `index + 1` of `chain` against the latest
@@ -432,6 +475,7 @@ pub fn inclusion(chain: &Chain, index: u64) -> Result<serde_json::Value, String>
         "tree_size": checkpoint.size,
         "inclusion_proof": proof.iter().map(|h| BASE64.encode(h)).collect::<Vec<_>>(),
         "checkpoint": checkpoint.checkpoint,
+        "tlog_proof": super::receipt::tlog_proof(index, &proof, &checkpoint.checkpoint),
     }))
 }
 

@@ -74,6 +74,11 @@ pub struct Entry {
     /// Why no checkpoint is in this receipt (signed receipts only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsigned: Option<String>,
+    /// The same proof as a c2sp.org/tlog-proof@v1 text (the leaf index, the inclusion proof,
+    /// a blank line, the signed checkpoint verbatim), whose leaf data is `line`: what software
+    /// that speaks the standard checks (signed receipts only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tlog_proof: Option<String>,
 }
 
 impl Entry {
@@ -88,6 +93,7 @@ impl Entry {
             inclusion_proof: None,
             checkpoint: None,
             unsigned: None,
+            tlog_proof: None,
         }
     }
 
@@ -261,6 +267,11 @@ impl Batcher {
                 line: Some(receipt.line.to_string()),
                 tree_size: Some(size),
                 inclusion_proof: Some(proof.iter().map(|h| BASE64.encode(h)).collect()),
+                tlog_proof: Some(tlog_proof(
+                    receipt.leaf_index,
+                    &proof,
+                    &checkpoint.checkpoint,
+                )),
                 checkpoint: Some(checkpoint.checkpoint.clone()),
                 ..Entry::of(receipt)
             },
@@ -303,6 +314,87 @@ fn prove(
     Ok((body.size, proof))
 }
 
+/// The first line of a c2sp.org/tlog-proof@v1 text.
+pub const TLOG_PROOF_HEADER: &str = "c2sp.org/tlog-proof@v1";
+
+/// Leaf `index`'s inclusion `proof` in the signed checkpoint `note` as a c2sp.org/tlog-proof@v1
+/// text: the header, `index N`, one base64 hash a line, a blank line, the note verbatim.
+pub fn tlog_proof(index: u64, proof: &[Hash], note: &str) -> String {
+    super::note::hashes_then_note(
+        &format!("{TLOG_PROOF_HEADER}\nindex {index}\n"),
+        proof,
+        note,
+    )
+}
+
+/// A c2sp.org/tlog-proof@v1 text read as a receipt of `line` (the leaf data: the proof
+/// carries none): its index, inclusion proof and signed checkpoint, the origin and size as the
+/// checkpoint's body says (checked by [`verify`] once its signature is).
+pub fn from_tlog_proof(text: &str, line: &[u8]) -> Result<Entry, ReceiptError> {
+    let (index, proof, note) = parse_tlog_proof(text)?;
+    let body = Note::parse(note)
+        .and_then(|n| Checkpoint::parse(&n.text))
+        .map_err(|e| ReceiptError::Note(e.0))?;
+    Ok(Entry {
+        origin: body.origin,
+        leaf_index: index,
+        leaf_hash: BASE64.encode(merkle::leaf_hash(line)),
+        line: Some(String::from_utf8_lossy(line).into_owned()),
+        tree_size: Some(body.size),
+        inclusion_proof: Some(proof),
+        checkpoint: Some(note.to_string()),
+        unsigned: None,
+        tlog_proof: Some(text.to_string()),
+    })
+}
+
+/// A c2sp.org/tlog-proof@v1 text's leaf index, inclusion proof (base64 hashes, each checked
+/// to be one) and signed note, its signatures not checked. An `extra` line is refused:
+/// file-agent writes none.
+fn parse_tlog_proof(text: &str) -> Result<(u64, Vec<String>, &str), ReceiptError> {
+    let format = |what: &str| ReceiptError::Format(format!("a tlog-proof: {what}"));
+    let (head, note) = text
+        .split_once("\n\n")
+        .ok_or_else(|| format("no blank line before the checkpoint"))?;
+    let mut lines = head.split('\n');
+    if lines.next() != Some(TLOG_PROOF_HEADER) {
+        return Err(format(&format!(
+            "its first line is not {TLOG_PROOF_HEADER}"
+        )));
+    }
+    let index = lines
+        .next()
+        .and_then(|l| l.strip_prefix("index "))
+        .filter(|n| *n == "0" || (!n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit())))
+        .and_then(|n| n.parse::<u64>().ok())
+        .ok_or_else(|| {
+            format("its second line is not `index N` (no extra line, no leading zero)")
+        })?;
+    let proof: Vec<String> = lines.map(str::to_string).collect();
+    for (at, hash) in proof.iter().enumerate() {
+        decode_hash(hash, &format!("tlog-proof hash {}", at + 1))?;
+    }
+    Ok((index, proof, note))
+}
+
+/// A receipt's `tlog_proof`, when it has one, must carry what its own fields do (the fields
+/// are what [`verify`] proved): the same leaf index, proof and checkpoint.
+fn check_tlog_proof(entry: &Entry) -> Result<(), ReceiptError> {
+    let Some(text) = &entry.tlog_proof else {
+        return Ok(());
+    };
+    let (index, proof, note) = parse_tlog_proof(text)?;
+    if index != entry.leaf_index
+        || Some(&proof) != entry.inclusion_proof.as_ref()
+        || Some(note) != entry.checkpoint.as_deref()
+    {
+        return Err(ReceiptError::Format(
+            "its tlog_proof does not carry the leaf index, proof and checkpoint its other fields do: it was changed".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The receipts in a receipt file: one entry, a list of them, a result's `_meta` object, or a
 /// result holding one.
 pub fn entries(value: serde_json::Value) -> Result<Vec<Entry>, ReceiptError> {
@@ -334,6 +426,45 @@ pub fn entries(value: serde_json::Value) -> Result<Vec<Entry>, ReceiptError> {
                 .map_err(|error| ReceiptError::Format(format!("receipt {}: {error}", index + 1)))
         })
         .collect()
+}
+
+/// The checkpoints in a copy a reviewer gives `audit verify --checkpoints`: a user's receipt
+/// file in any form [`entries`] reads (a result, its `_meta`, the receipts list, one receipt;
+/// pretty-printed or not), read whole when the file is one JSON value of at most
+/// [`MAX_RECEIPT_FILE_BYTES`]; else one JSON value a line, each of those forms or a shipped
+/// log's event or a checkpoints file's record ([`super::checkpoints::read_lines`]). A receipt
+/// without a checkpoint (unsigned) gives none.
+pub fn read_copy(path: &std::path::Path) -> std::io::Result<Vec<StoredCheckpoint>> {
+    use std::io::Read;
+    // Through the door: a regular file only, never blocking on a FIFO given by mistake.
+    let mut file = super::door::open_read(path)?;
+    let mut head = Vec::new();
+    (&mut file)
+        .take(MAX_RECEIPT_FILE_BYTES + 1)
+        .read_to_end(&mut head)?;
+    if head.len() as u64 <= MAX_RECEIPT_FILE_BYTES
+        && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&head)
+    {
+        return Ok(checkpoints_in(value));
+    }
+    super::checkpoints::read_lines(std::io::Cursor::new(head).chain(file), checkpoints_in)
+}
+
+/// The checkpoints one JSON value holds: receipts (a list of them, a result or its `_meta`
+/// holding the list, one receipt), a stored record, or a log event carrying one.
+fn checkpoints_in(value: serde_json::Value) -> Vec<StoredCheckpoint> {
+    match value {
+        serde_json::Value::Array(items) => items.into_iter().flat_map(checkpoints_in).collect(),
+        serde_json::Value::Object(mut object) => {
+            if let Some(inner) = object.remove("_meta").or_else(|| object.remove(META_KEY)) {
+                return checkpoints_in(inner);
+            }
+            super::checkpoints::from_value(serde_json::Value::Object(object))
+                .into_iter()
+                .collect()
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// What a receipt proves: its line is line `leaf_index + 1` of `origin`, in the checkpoint of
@@ -444,6 +575,7 @@ pub fn verify(
         origin_prefix.unwrap_or(&key.name),
     )?;
     let leaf = check_proof(entry, &body)?;
+    check_tlog_proof(entry)?;
     let line = line.or(entry.line.as_deref().map(str::as_bytes));
     if let Some(line) = line {
         let actual = merkle::leaf_hash(line);
@@ -588,6 +720,7 @@ mod tests {
             line: Some(lines[1].clone()),
             tree_size: Some(3),
             inclusion_proof: Some(proof.iter().map(|h| BASE64.encode(h)).collect()),
+            tlog_proof: Some(tlog_proof(1, &proof, &note)),
             checkpoint: Some(note),
             unsigned: None,
         }
@@ -660,6 +793,88 @@ mod tests {
         };
         let error = verify(&unsigned, &key.verifier(), None, None, &[]).unwrap_err();
         assert!(error.to_string().contains("the signer is stuck"), "{error}");
+    }
+
+    #[test]
+    fn a_receipts_tlog_proof_verifies_as_a_receipt_of_its_line_and_must_agree_with_its_fields() {
+        let key = key();
+        let entry = signed_entry(&key);
+        let text = entry.tlog_proof.clone().unwrap();
+        assert!(
+            text.starts_with("c2sp.org/tlog-proof@v1\nindex 1\n"),
+            "{text}"
+        );
+        let line = entry.line.clone().unwrap();
+        let standard = from_tlog_proof(&text, line.as_bytes()).unwrap();
+        let proved = verify(&standard, &key.verifier(), None, None, &[]).unwrap();
+        assert_eq!((proved.leaf_index, proved.tree_size), (1, 3));
+        let error = verify(
+            &from_tlog_proof(&text, b"{\"seq\":9}").unwrap(),
+            &key.verifier(),
+            None,
+            None,
+            &[],
+        )
+        .unwrap_err();
+        assert!(matches!(error, ReceiptError::Proof { .. }), "{error}");
+        let moved = Entry {
+            tlog_proof: Some(text.replace("index 1\n", "index 0\n")),
+            ..entry.clone()
+        };
+        let error = verify(&moved, &key.verifier(), None, None, &[]).unwrap_err();
+        assert!(
+            error.to_string().contains("its tlog_proof does not"),
+            "{error}"
+        );
+        for bad in [
+            "c2sp.org/tlog-proof@v1\nindex 01\n\nx",
+            "index 1\n\nx",
+            "no blank",
+        ] {
+            assert!(from_tlog_proof(bad, b"x").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn receipt_files_give_their_checkpoints_in_every_form_a_user_saves() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = key();
+        let note = |size| {
+            key.sign(
+                &Checkpoint {
+                    origin: "receipts.test/audit/c".into(),
+                    size,
+                    root: [size as u8; 32],
+                }
+                .text(),
+            )
+        };
+        let entry = |size| {
+            serde_json::json!({"origin": "receipts.test/audit/c", "leaf_index": 0,
+            "leaf_hash": "x", "tree_size": size, "checkpoint": note(size)})
+        };
+        let unsigned = serde_json::json!({"origin": "o", "leaf_index": 0, "leaf_hash": "x",
+            "unsigned": "the signer is stuck"});
+        let list = serde_json::json!([entry(2), unsigned, entry(3)]);
+        let forms = [
+            (serde_json::json!({META_KEY: list.clone()}), 2),
+            (
+                serde_json::json!({"content": [], "_meta": {META_KEY: list.clone()}}),
+                2,
+            ),
+            (list, 2),
+            (entry(4), 1),
+        ];
+        for (form, count) in forms {
+            let path = dir.path().join("receipt.json");
+            std::fs::write(&path, serde_json::to_string_pretty(&form).unwrap()).unwrap();
+            let read = read_copy(&path).unwrap();
+            assert_eq!(read.len(), count, "{form}");
+            assert_eq!(read[0].time, "unknown (a receipt)");
+            let one_line = dir.path().join("receipt.jsonl");
+            std::fs::write(&one_line, format!("{form}\n{form}\n")).unwrap();
+            assert_eq!(read_copy(&one_line).unwrap().len(), 2 * count);
+        }
     }
 
     #[test]

@@ -88,9 +88,9 @@ pub async fn checkpoint_round(log: &AuditLog, timeout: Duration) -> Option<Store
         checkpoint: note.encoded(),
         witnesses: answers,
     };
-    if let Err(error) = signing.keep(stored.clone()) {
-        tracing::error!(%error, "audit trail: a signed checkpoint could not be kept beside the chain (it is in the log)");
-    }
+    // In the log first, whatever happens beside the chain: a checkpoint that cannot be kept
+    // there raises the alarm (in `keep`), and its receipts are still proofs a shipped log holds.
+    let _kept = signing.keep(stored.clone());
     Some(stored)
 }
 
@@ -208,14 +208,11 @@ fn request_body(log: &AuditLog, old: u64, size: u64, note: &str) -> std::io::Res
     } else {
         log.consistency_proof(old, size)?
     };
-    let mut body = format!("old {old}\n");
-    for hash in proof {
-        body.push_str(&BASE64.encode(hash));
-        body.push('\n');
-    }
-    body.push('\n');
-    body.push_str(note);
-    Ok(body)
+    Ok(super::note::hashes_then_note(
+        &format!("old {old}\n"),
+        &proof,
+        note,
+    ))
 }
 
 /// At most [`MAX_ANSWER_BYTES`] of an answer, as text.

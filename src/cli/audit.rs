@@ -261,25 +261,35 @@ pub fn verify_receipt(
     let key = verifier_key(key)?;
     let witnesses = super::checkpoints::witness_keys(witnesses)?;
     let text = read_bounded(file, receipt::MAX_RECEIPT_FILE_BYTES)?;
-    let value: serde_json::Value = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not JSON: save the result's _meta as it came",
-            file.display()
-        )
-    })?;
-    let entries = receipt::entries(value).with_context(|| file.display().to_string())?;
-    let line = match line {
-        Some(_) if entries.len() > 1 => anyhow::bail!(
-            "{} holds {} receipts: --line checks one; save the receipt of that line alone",
-            file.display(),
-            entries.len()
-        ),
-        Some(path) => {
-            // The line as the trail reads one: its bytes less the line break (`\n` or `\r\n`).
-            let text = read_bounded(path, receipt::MAX_RECEIPT_FILE_BYTES).context("--line")?;
-            Some(audit::without_line_break(text.as_bytes()).to_vec())
-        }
-        None => None,
+    let (entries, line) = if text.starts_with(receipt::TLOG_PROOF_HEADER) {
+        let Some(path) = line else {
+            anyhow::bail!(
+                "{} is a c2sp.org/tlog-proof, which carries no leaf data: give the audit line with --line FILE",
+                file.display()
+            );
+        };
+        let line = read_receipt_line(path)?;
+        let entry =
+            receipt::from_tlog_proof(&text, &line).with_context(|| file.display().to_string())?;
+        (vec![entry], Some(line))
+    } else {
+        let value: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{} is not JSON: save the result's _meta as it came (or a receipt's tlog_proof text)",
+                file.display()
+            )
+        })?;
+        let entries = receipt::entries(value).with_context(|| file.display().to_string())?;
+        let line = match line {
+            Some(_) if entries.len() > 1 => anyhow::bail!(
+                "{} holds {} receipts: --line checks one; save the receipt of that line alone",
+                file.display(),
+                entries.len()
+            ),
+            Some(path) => Some(read_receipt_line(path)?),
+            None => None,
+        };
+        (entries, line)
     };
     let mut failed = 0;
     for (number, entry) in entries.iter().enumerate() {
@@ -302,6 +312,13 @@ pub fn verify_receipt(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The audit line of `--line`, as the trail reads one: its bytes less the line break (`\n`
+/// or `\r\n`).
+fn read_receipt_line(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let text = read_bounded(path, receipt::MAX_RECEIPT_FILE_BYTES).context("--line")?;
+    Ok(audit::without_line_break(text.as_bytes()).to_vec())
 }
 
 /// What one receipt proved, and what its line says.

@@ -113,14 +113,15 @@ pub(super) fn witness_keys(given: &[String]) -> anyhow::Result<Vec<VerifierKey>>
         .collect()
 }
 
-/// The checkpoint records of the copies kept elsewhere (`--checkpoints`).
+/// The checkpoint records of the copies kept elsewhere (`--checkpoints`): shipped logs,
+/// checkpoints files, users' receipt files.
 fn read_copies(
     copies: &[PathBuf],
 ) -> anyhow::Result<Vec<crate::audit::checkpoints::StoredCheckpoint>> {
     let mut kept = Vec::new();
     for copy in copies {
         kept.extend(
-            crate::audit::checkpoints::read(copy)
+            crate::audit::receipt::read_copy(copy)
                 .with_context(|| format!("cannot read the checkpoints in {}", copy.display()))?,
         );
     }

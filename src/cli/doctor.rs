@@ -363,6 +363,10 @@ fn signed_chain_checks(
             );
             continue;
         }
+        if let Some(error) = &check.store_error {
+            checks.line(Some(false), "audit", format!("{}: {error}", chain.name));
+            continue;
+        }
         if check.checkpoints.is_empty() {
             checks.line(
                 None,

@@ -167,7 +167,8 @@ enum AuditCommand {
         #[arg(long, value_name = "VERIFIER")]
         key: Option<String>,
         /// Checkpoints kept elsewhere: a file of JSON lines (shipped JSON logs, a copy of a
-        /// `.checkpoints` file). May be given more than once.
+        /// `.checkpoints` file), or a user's receipt file in any form `verify-receipt` reads
+        /// (its checkpoints are copies too). May be given more than once.
         #[arg(long, value_name = "FILE", requires = "key")]
         checkpoints: Vec<PathBuf>,
         /// A witness's cosignature key, whose cosignatures are checked. May be repeated.
@@ -181,8 +182,9 @@ enum AuditCommand {
     /// checkpoint's signature by that key, its origin, the inclusion proof of the line's leaf
     /// to the signed root, and that the line (in the receipt, or --line) hashes to the leaf.
     /// The file holds JSON: the result's `_meta`, its `io.file-agent/receipts` list, or one
-    /// receipt of it (servers with FILE_AGENT_AUDIT_RECEIPTS=signed). Exit 1 when a receipt
-    /// does not prove its line, saying what failed.
+    /// receipt of it (servers with FILE_AGENT_AUDIT_RECEIPTS=signed); or a receipt's
+    /// `tlog_proof` text (c2sp.org/tlog-proof@v1), with --line. Exit 1 when a receipt does not
+    /// prove its line, saying what failed.
     VerifyReceipt {
         /// The saved receipt (JSON).
         file: PathBuf,
@@ -552,8 +554,15 @@ impl LogFormat {
         use tracing_subscriber::layer::SubscriberExt as _;
         use tracing_subscriber::util::SubscriberInitExt as _;
 
+        use tracing_subscriber::filter::FilterExt as _;
         let filter = tracing_subscriber::EnvFilter::try_from_env("FILE_AGENT_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+        // A signed checkpoint is logged whatever FILE_AGENT_LOG asks: the shipped log is the
+        // copy a reviewer checks the folder against, and its receipts go out only after it.
+        let filter = filter.or(tracing_subscriber::filter::filter_fn(|meta| {
+            meta.target() == crate::audit::checkpoints::LOG_TARGET
+        })
+        .with_max_level_hint(tracing::Level::INFO));
         // rmcp logs each request's arguments at debug (a presigned URL's signature, code):
         // never below info, whatever FILE_AGENT_LOG asks. A cap, not a level of its own: rmcp's
         // info lines show only where the filter asks for them. file-agent's own spans are for

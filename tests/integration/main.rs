@@ -8,6 +8,7 @@ mod access;
 mod analysis;
 mod audit;
 mod audit_crash;
+mod audit_proofs;
 mod audit_report;
 mod cli;
 mod common;

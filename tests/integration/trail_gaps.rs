@@ -116,7 +116,7 @@ pub(crate) async fn health(url: &str) -> (u16, Value) {
 }
 
 /// `/metrics` as text.
-async fn metrics(url: &str) -> String {
+pub(crate) async fn metrics(url: &str) -> String {
     let response = reqwest::get(format!("{url}/metrics")).await.unwrap();
     response.text().await.unwrap()
 }
