@@ -680,7 +680,9 @@ class _BoundedWriter:
         self.size = 0
 
     def write(self, data):
-        self.size += len(data)
+        # Protocol 5 hands large buffers (a DataFrame's columns) over as a PickleBuffer,
+        # which has no len().
+        self.size += memoryview(data).nbytes
         if self.size > self.limit:
             raise _StateTooLarge()
         return self.handle.write(data)

@@ -50,13 +50,16 @@ async fn prints(client: &Client, session: Option<&str>, code: &str, expected: &s
     text
 }
 
-/// The trail's lines of the session `id`, in order.
+/// The trail's lines of the session `id`, in order of time (a restarted test server writes a
+/// chain of its own).
 fn session_lines(server: &TestServer, id: &str) -> Vec<Value> {
-    server
+    let mut lines: Vec<Value> = server
         .audit_lines()
         .into_iter()
         .filter(|line| line["session"]["id"] == id)
-        .collect()
+        .collect();
+    lines.sort_by(|a, b| a["time"].as_str().cmp(&b["time"].as_str()));
+    lines
 }
 
 /// Asserts that each line's `state_before` is the `state_after` of the line before.
@@ -73,8 +76,9 @@ fn assert_chained(lines: &[Value]) {
 async fn a_session_keeps_its_names_for_its_owner_only_across_calls_failures_and_a_restart() {
     let server = TestServer::start(&[]).await;
     let alice = client_of(&server, Some("alice"), None).await;
-    let set = "import math\nx = 41\ndef numbers():\n    yield 1\n\
-               g = numbers()\nf = open('/etc/hostname')\nprint('set')\n";
+    let set = "import math\nimport pandas as pd\nx = 41\ndef numbers():\n    yield 1\n\
+               g = numbers()\nf = open('/etc/hostname')\n\
+               df = pd.DataFrame({'a': range(100_000)})\nprint('set')\n";
     let text = prints(&alice, Some("s1"), set, "set").await;
     assert!(text.contains("file-agent: session: kept"), "{text}");
     assert!(
@@ -90,6 +94,8 @@ async fn a_session_keeps_its_names_for_its_owner_only_across_calls_failures_and_
     );
 
     prints(&alice, Some("s1"), "print(x + 1, math.pi > 3)", "42 True").await;
+    let sum = "print(int(df.a.sum()), isinstance(df, pd.DataFrame))";
+    prints(&alice, Some("s1"), sum, "4999950000 True").await;
     let absent = "print('x' in globals())";
     prints(&alice, Some("s2"), absent, "False").await;
     prints(&alice, None, absent, "False").await;
@@ -107,11 +113,11 @@ async fn a_session_keeps_its_names_for_its_owner_only_across_calls_failures_and_
         .unwrap()
         .to_string();
     let chain = session_lines(&server, &id);
-    assert_eq!(chain.len(), 4, "{chain:#?}");
+    assert_eq!(chain.len(), 5, "{chain:#?}");
     assert_chained(&chain);
     assert_eq!(chain[0]["session"]["state_before"], Value::Null);
     assert_ne!(chain[0]["session"]["state_after"], Value::Null);
-    let failed = &chain[2];
+    let failed = &chain[3];
     assert_eq!(failed["status"], "failed");
     assert_eq!(
         failed["session"]["state_before"],
@@ -130,7 +136,9 @@ async fn a_session_keeps_its_names_for_its_owner_only_across_calls_failures_and_
     let server = TestServer::start_in(data, &[]).await;
     let alice = client_of(&server, Some("alice"), None).await;
     prints(&alice, Some("s1"), "print(x * 2)", "82").await;
-    assert_chained(&session_lines(&server, &id));
+    let chain = session_lines(&server, &id);
+    assert_eq!(chain.len(), 6, "{chain:#?}");
+    assert_chained(&chain);
     server.assert_nothing_left().await;
 }
 
