@@ -635,8 +635,10 @@ def _explain_missing_package(error=None, source=b""):
                 return
 
 
-def _run(script, names):
-    """Runs the script in this process; returns its exit code."""
+def _run(script, names, session=None):
+    """Runs the script in this process; returns its exit code. With ``session`` (see
+    ``_session_job``), the kept state is restored before the script and written after it
+    succeeded."""
     import ast
     import gc
 
@@ -661,11 +663,14 @@ def _run(script, names):
     os.chdir(OUTPUT_DIR)
     namespace = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__}
     namespace.update(names)
+    if not _restore_session(namespace, session):
+        return 1
     code = compile(tree, script, "exec")
     sys.addaudithook(_refuse_network)
     sys.addaudithook(_refuse_installs)
     try:
         exec(code, namespace)
+        _save_session(namespace, session)
     except SystemExit as exit:
         return _exit_code(exit)
     except BaseException:
@@ -721,7 +726,7 @@ def _worker(warm, fds, usage):
         os.close(fds["control"])
         if job is not None:
             usage.mark(usage.start)
-            code = _run(job["script"], job["names"])
+            code = _run(job["script"], job["names"], job.get("session"))
             usage.mark(usage.end)
         else:
             code = 0
@@ -743,6 +748,235 @@ def _report_done(status, code):
         _write_all(status, DONE + str(code).encode() + b"\n")
     except OSError:
         pass  # PID 1 then learns the end from waitpid, as for a worker that died
+
+
+# ---------------------------------------------------------------------------------------------
+# Sessions: the state a conversation keeps between attempts, as data. Each attempt is still a
+# fresh container; what the script's top-level names held goes out as one archive beside its
+# outputs and comes back in with the next attempt of the session. file-agent never opens it:
+# only this worker pickles and unpickles, inside the sandbox.
+#
+# The archive: ``STATE_MAGIC``, then records, each eight bytes of length (big-endian) and that
+# many bytes of pickle: first ``{"modules": {name: module}}`` (modules are imported again, not
+# pickled), then for each kept name a record of the name and one of its value, so that a value
+# that cannot be restored loses that name only.
+
+# Where the state of the previous attempt arrives (in the upload), under /work.
+SESSION_IN = "session/state"
+# Where the worker writes the state this attempt leaves, under /work/out (copied out with the
+# outputs; file-agent takes it out of them).
+SESSION_OUT = ".file-agent-state"
+STATE_MAGIC = b"file-agent state 1\n"
+# What the answer shows of one name's reason, at most.
+WHY_MAX_CHARS = 200
+
+
+def _session_job(request):
+    """What the worker needs of the request's ``session`` (``restore``: whether a state came;
+    ``max_bytes``: the most the kept state may be), or None without a session."""
+    session = request.get("session")
+    if not isinstance(session, dict):
+        return None
+    limit = session.get("max_bytes")
+    return {
+        "restore": os.path.join(WORK_DIR, SESSION_IN) if session.get("restore") is True else None,
+        "save": os.path.join(OUTPUT_DIR, SESSION_OUT),
+        "max_bytes": limit if isinstance(limit, int) and limit > 0 else 0,
+    }
+
+
+class _StateTooLarge(Exception):
+    """The state passed its bound while being written."""
+
+
+class _BoundedWriter:
+    """The archive's file, refusing to grow past ``limit`` bytes."""
+
+    def __init__(self, handle, limit):
+        self.handle = handle
+        self.limit = limit
+        self.size = 0
+
+    def write(self, data):
+        # Protocol 5 hands large buffers (a DataFrame's columns) over as a PickleBuffer,
+        # which has no len().
+        self.size += memoryview(data).nbytes
+        if self.size > self.limit:
+            raise _StateTooLarge()
+        return self.handle.write(data)
+
+    def rewind(self, position):
+        """Forgets everything written after ``position``."""
+        self.handle.flush()
+        self.handle.seek(position)
+        self.handle.truncate()
+        self.size = position
+
+
+def _keepable_name(name, value):
+    """Whether a top-level name is the script's own (not a preset, a dunder or a dropped
+    reassignment)."""
+    return not (
+        name.startswith("__")
+        or name in PROTECTED
+        or name.startswith(DISCARD_PREFIX)
+        or value is __builtins__
+    )
+
+
+def _why_not_kept(value):
+    """Why ``value`` cannot be kept, in words, for the kinds pickle cannot take; None to try."""
+    import types
+
+    if isinstance(value, (types.GeneratorType, types.AsyncGeneratorType, types.CoroutineType)):
+        return "a generator: its paused code cannot be saved; build it again"
+    if isinstance(value, io.IOBase):
+        return "an open file: open it again in the next call"
+    if isinstance(value, types.FunctionType) and value.__name__ == "<lambda>":
+        return "a lambda: pickle keeps functions by name; define it again"
+    if isinstance(value, (types.FunctionType, type)) and value.__module__ == "__main__":
+        return "defined by the script: pickle keeps functions and classes by name; define it again"
+    return None
+
+
+def _record(writer, payload):
+    """Writes one record (length, then the pickle of ``payload``); a payload that cannot be
+    pickled raises and leaves nothing of itself."""
+    import pickle
+
+    start = writer.size
+    writer.write(b"\0" * 8)
+    try:
+        pickle.Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(payload)
+    except BaseException:
+        writer.rewind(start)
+        raise
+    end = writer.size
+    writer.handle.flush()
+    writer.handle.seek(start)
+    writer.handle.write((end - start - 8).to_bytes(8, "big"))
+    writer.handle.seek(end)
+
+
+def _save_session(namespace, session):
+    """Writes the names of ``namespace`` that pickle as the session's state, and says on stderr
+    which were kept and which not, and why. Never raises: the script succeeded whatever
+    happens here, and the state then stays as it was (nothing is written)."""
+    if not session:
+        return
+    path = session["save"]
+    try:
+        if os.path.lexists(path):
+            os.unlink(path)
+        kept, dropped = _write_state(namespace, path, session["max_bytes"])
+    except _StateTooLarge:
+        _forget(path)
+        print(
+            f"file-agent: session: the state is larger than {session['max_bytes']} bytes and "
+            "was not kept; the previous state stays. Keep fewer or smaller names (del them).",
+            file=sys.stderr,
+        )
+        return
+    except Exception as error:  # noqa: BLE001 - the script succeeded; say why, keep nothing
+        _forget(path)
+        print(f"file-agent: session: the state could not be written: {error}", file=sys.stderr)
+        return
+    said = "file-agent: session: kept " + (", ".join(kept) if kept else "no names")
+    if dropped:
+        said += "; not kept: " + "; ".join(f"{name} ({why})" for name, why in dropped)
+    print(said, file=sys.stderr)
+
+
+def _forget(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _write_state(namespace, path, limit):
+    """Writes the archive at ``path``: (kept names, [(name, why not)])."""
+    import types
+
+    names = [(n, v) for n, v in list(namespace.items()) if _keepable_name(n, v)]
+    modules = {n: v.__name__ for n, v in names if isinstance(v, types.ModuleType)}
+    kept, dropped = [f"{name} (module {module})" for name, module in modules.items()], []
+    with open(path, "wb") as handle:
+        writer = _BoundedWriter(handle, limit)
+        writer.write(STATE_MAGIC)
+        _record(writer, {"modules": modules})
+        for name, value in names:
+            if name in modules:
+                continue
+            why = _why_not_kept(value)
+            if why is None:
+                start = writer.size
+                try:
+                    _record(writer, name)
+                    _record(writer, value)
+                    kept.append(name)
+                    continue
+                except _StateTooLarge:
+                    raise
+                except Exception as error:  # noqa: BLE001 - anything pickle raises
+                    writer.rewind(start)
+                    why = f"it cannot be pickled: {type(error).__name__}: {error}"
+            dropped.append((name, why[:WHY_MAX_CHARS]))
+    return kept, dropped
+
+
+def _restore_session(namespace, session):
+    """Puts the kept state's names into ``namespace``; a name that cannot be restored is
+    reported and left out. False (said on stderr) when the archive itself cannot be read."""
+    if not session or not session.get("restore"):
+        return True
+    import importlib
+
+    failed = []
+    try:
+        modules, values = _read_state(session["restore"])
+    except Exception as error:  # noqa: BLE001 - anything a damaged archive raises
+        print(
+            f"file-agent: session: the kept state could not be read ({error}); "
+            "start the session over (reset_session)",
+            file=sys.stderr,
+        )
+        return False
+    for name, module in modules.items():
+        try:
+            namespace[name] = importlib.import_module(module)
+        except Exception as error:  # noqa: BLE001 - a module gone from the image
+            failed.append(f"{name} ({type(error).__name__}: {error})")
+    for name, restore in values:
+        try:
+            namespace[name] = restore()
+        except Exception as error:  # noqa: BLE001 - anything unpickling raises
+            failed.append(f"{name} ({type(error).__name__}: {error})"[:WHY_MAX_CHARS])
+    if failed:
+        print("file-agent: session: not restored: " + "; ".join(failed), file=sys.stderr)
+    return True
+
+
+def _read_state(path):
+    """The archive's modules, and for each kept name a function that unpickles its value."""
+    import pickle
+
+    with open(path, "rb") as handle:
+        if handle.read(len(STATE_MAGIC)) != STATE_MAGIC:
+            raise ValueError("it is not a file-agent state")
+        records = []
+        while head := handle.read(8):
+            size = int.from_bytes(head, "big")
+            data = handle.read(size)
+            if len(head) != 8 or len(data) != size:
+                raise ValueError("it ends inside a record")
+            records.append(data)
+    if len(records) % 2 != 1:
+        raise ValueError("its records are not a header and pairs of name and value")
+    header = pickle.loads(records[0])
+    names = [pickle.loads(data) for data in records[1::2]]
+    restores = [(lambda data=data: pickle.loads(data)) for data in records[2::2]]
+    return header.get("modules", {}), list(zip(names, restores))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1012,9 +1246,9 @@ class _Worker:
             if self.reap() is not None:
                 return "worker lost"
 
-    def start(self, script, names):
+    def start(self, script, names, session=None):
         """Hands the worker its job; False when it is gone."""
-        job = json.dumps({"script": script, "names": names}).encode() + b"\n"
+        job = json.dumps({"script": script, "names": names, "session": session}).encode() + b"\n"
         try:
             _write_all(self.control, job)
             os.close(self.control)
@@ -1361,7 +1595,7 @@ def _attempt(worker, frames, script, request):
     oom_kills_before = _oom_kills()
     first_pid = _last_pid()
     started = time.monotonic()
-    if not worker.start(script, _preset_names(request)):
+    if not worker.start(script, _preset_names(request), _session_job(request)):
         worker.reap()
     ended = worker.relay(frames, deadline)
     duration = time.monotonic() - started

@@ -17,6 +17,7 @@ mod kubernetes;
 pub mod names;
 pub mod packages;
 mod service;
+mod sessions;
 mod tasks;
 
 use std::time::Duration;
@@ -32,6 +33,10 @@ pub use service::{
     DynamicTools, LlmConfig, LocalStoreConfig, OpenWebUiConfig, Pinned, RETENTION_INTERVAL,
     ReceiptMode, RetentionConfig, Secret, ServerConfig, StorageConfig, TransferLimits,
     valid_chain_name,
+};
+pub use sessions::{
+    DEFAULT_SESSION_IDLE_EXPIRY_SECS, DEFAULT_SESSION_MAX_MIB, DEFAULT_SESSIONS_PER_OWNER,
+    SessionsConfig,
 };
 pub use tasks::{
     DEFAULT_TASK_RESULT_TTL_SECS, DEFAULT_TASK_TOOLS, DEFAULT_TASKS_PER_CALLER, TaskTools,

@@ -12,7 +12,7 @@
 //! sign a checkpoint of the rewritten trail without the key, and the checkpoints already out
 //! (shipped logs, a witness, a reviewer's copy) then contradict it: `audit verify --key`.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 

@@ -70,7 +70,8 @@ pub use describe::describe;
 pub(crate) use describe::printable;
 pub(crate) use record::without_line_break;
 pub use record::{
-    CallInfo, FileDigest, GENESIS, Record, ToolMark, hash_line, sha256_file, sha256_hex,
+    CallInfo, FileDigest, GENESIS, Record, SessionMark, ToolMark, hash_line, sha256_file,
+    sha256_hex,
 };
 pub(crate) use store::beside;
 pub use store::{CHAIN_SUFFIX, chain_name};

@@ -96,6 +96,24 @@ impl ToolMark {
     }
 }
 
+/// What a line says about the session its attempt belongs to (`run_python`'s `session`): a
+/// reviewer follows a session from state to state, each line's `state_before` being the
+/// `state_after` of the session's line before.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SessionMark {
+    /// The session: the hex SHA-256 of its owner key and its name (never the name itself).
+    pub id: String,
+    /// The hex SHA-256 of the state the attempt started from; absent when it started from
+    /// none (a new session, or one started over).
+    pub state_before: Option<String>,
+    /// The hex SHA-256 of the session's state after the attempt: the state it left when it
+    /// was kept, else `state_before` (a failed attempt, a state over the bound, none written).
+    pub state_after: Option<String>,
+    /// Whether the caller asked for the session to start over (`reset_session`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset: bool,
+}
+
 /// One attempt, or one change of a saved tool, as written. `seq` and `prev` are set by the log.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Record {
@@ -154,6 +172,9 @@ pub struct Record {
     /// no container ran: `status` is the action), or a call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saved_tool: Option<ToolMark>,
+    /// The session the attempt belongs to, if any, with the states it went from and to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionMark>,
     /// What retention deleted, on a line whose `status` is `retention` (no container ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pruned: Option<retention::Pruned>,

@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    ConfigError, IdentityConfig, ResearchConfig, SandboxConfig, TasksConfig, UrlFetchConfig, Vars,
+    ConfigError, IdentityConfig, ResearchConfig, SandboxConfig, SessionsConfig, TasksConfig,
+    UrlFetchConfig, Vars,
 };
 
 /// `FILE_AGENT_LISTEN`: where the HTTP server listens. Loopback: another machine reaches the
@@ -131,6 +132,8 @@ pub struct Config {
     pub dynamic_tools: DynamicTools,
     /// Which calls answer with an MCP task, and how long a finished one is kept.
     pub tasks: TasksConfig,
+    /// `run_python`'s sessions: on or off, and their bounds.
+    pub sessions: SessionsConfig,
     /// `FILE_AGENT_DATA_DIR`: the server's folder (the local store, the audit trail, saved
     /// tools); with the host's name it also makes the default `SANDBOX_INSTANCE`.
     pub data_dir: PathBuf,
@@ -498,6 +501,7 @@ impl Config {
             research: ResearchConfig::from_vars(&vars)?,
             dynamic_tools: DynamicTools::from_vars(&vars)?,
             tasks: TasksConfig::from_vars(&vars)?,
+            sessions: SessionsConfig::from_vars(&vars)?,
             data_dir,
         };
         // The public URL, hosts and origins not set follow the address served.

@@ -89,6 +89,14 @@ pub struct RunPythonArgs {
     /// the client's roots.
     #[serde(default)]
     pub file_ids: Vec<String>,
+    /// A session to run in (1-64 letters, digits, '-', '_', '.', ':'): the names the code
+    /// leaves that can be pickled are kept, and the next call with the same session starts
+    /// with them. Behind Open WebUI the chat is the session when none is named.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// Start the session over from nothing (default false).
+    #[serde(default)]
+    pub reset_session: bool,
 }
 
 /// Arguments of `analyze_file`.
@@ -263,9 +271,14 @@ impl FileAgentServer {
             Ok(ids) => ids,
             Err(refused) => return self.finish(Tool::RunPython, &context, refused).await,
         };
+        let session = crate::tools::SessionArgs {
+            name: args.session,
+            chat: request_header(&context, "x-openwebui-chat-id").map(str::to_string),
+            reset: args.reset_session,
+        };
         let call = self
             .tools
-            .run_python(&args.code, &file_ids, &caller, &cancel);
+            .run_python(&args.code, &file_ids, &session, &caller, &cancel);
         self.finish(Tool::RunPython, &context, call).await
     }
 
@@ -1099,6 +1112,7 @@ fn outcome_name(error: &ToolError) -> &'static str {
         ToolError::Deadline(_) => "deadline",
         ToolError::Identity(_) => "refused_identity",
         ToolError::AuditUnavailable(_) => "audit_unavailable",
+        ToolError::Session(_) => "session_error",
     }
 }
 

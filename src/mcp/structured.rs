@@ -115,6 +115,7 @@ mod tests {
                 exit_code: 0,
                 files: vec![file()],
                 skipped: vec!["/work/out/link: a symbolic link".into()],
+                session: None,
             }),
             Tool::AnalyzeFile => Data::Analysis(AnalysisResult {
                 answer: "Revenue grew 12%.".into(),

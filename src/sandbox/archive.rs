@@ -1,7 +1,9 @@
 //! Tar streams in and out of the sandbox.
 //!
 //! [`pack`] builds the one archive uploaded before start: `script.py` and `in/<name>` for each
-//! input, owned by root and read-only, so the script can read its inputs but not grow them.
+//! input, owned by root and read-only, so the script can read its inputs but not grow them;
+//! for an attempt of a session with a state, `session/state` too (opaque bytes: the runner
+//! restores it).
 //!
 //! [`unpack`] is the trust boundary for everything that comes back. The archive is produced
 //! inside the container, so a hostile script can forge any byte of it. Only regular files and
@@ -95,8 +97,13 @@ fn check_name(input: &Input) -> Result<(), SandboxError> {
     }
 }
 
-/// Builds the upload archive: `script.py` and `in/<name>` for each input.
-pub fn pack(script: &[u8], inputs: &[Input]) -> Result<Vec<u8>, SandboxError> {
+/// Builds the upload archive: `script.py`, `in/<name>` for each input, and `session/state`
+/// when `state` is given.
+pub fn pack(
+    script: &[u8],
+    inputs: &[Input],
+    state: Option<&[u8]>,
+) -> Result<Vec<u8>, SandboxError> {
     check_names(inputs)?;
     let mut builder = tar::Builder::new(Vec::new());
     let now = std::time::SystemTime::now()
@@ -120,9 +127,34 @@ pub fn pack(script: &[u8], inputs: &[Input]) -> Result<Vec<u8>, SandboxError> {
     for input in inputs {
         append_input(&mut builder, input, now)?;
     }
+    if let Some(state) = state {
+        append_state(&mut builder, state, now)?;
+    }
     builder
         .into_inner()
         .map_err(io_error("finishing the upload archive".to_string()))
+}
+
+/// Appends a session's state as the read-only `session/state`.
+fn append_state(
+    builder: &mut tar::Builder<Vec<u8>>,
+    state: &[u8],
+    now: u64,
+) -> Result<(), SandboxError> {
+    builder
+        .append_data(
+            &mut entry_header(EntryType::Directory, 0o755, 0, now),
+            "session",
+            io::empty(),
+        )
+        .and_then(|()| {
+            builder.append_data(
+                &mut entry_header(EntryType::Regular, 0o444, state.len() as u64, now),
+                "session/state",
+                state,
+            )
+        })
+        .map_err(io_error("packing the session's state".to_string()))
 }
 
 /// Checks every input name, and that no two inputs share one.
@@ -514,7 +546,7 @@ mod tests {
                 source: InputSource::Bytes(b"x".to_vec()),
             },
         ];
-        let packed = pack(b"print(1)", &inputs).unwrap();
+        let packed = pack(b"print(1)", &inputs, None).unwrap();
         let mut archive = tar::Archive::new(packed.as_slice());
         let mut seen = Vec::new();
         for entry in archive.entries().unwrap() {
@@ -560,7 +592,10 @@ mod tests {
                 source: InputSource::Bytes(Vec::new()),
             };
             assert!(
-                matches!(pack(b"", &[input]), Err(SandboxError::BadInput { .. })),
+                matches!(
+                    pack(b"", &[input], None),
+                    Err(SandboxError::BadInput { .. })
+                ),
                 "{name:?}"
             );
         }
@@ -569,7 +604,7 @@ mod tests {
             source: InputSource::Bytes(Vec::new()),
         };
         assert!(matches!(
-            pack(b"", &[twice.clone(), twice]),
+            pack(b"", &[twice.clone(), twice], None),
             Err(SandboxError::BadInput { .. })
         ));
     }

@@ -99,7 +99,25 @@ pub struct Job {
     pub file_path: Option<String>,
     /// What the runner presets as `input_file_path`; by default the only input, if one.
     pub input_file_path: Option<String>,
+    /// A session's state in and its bound out, when the attempt belongs to one.
+    pub session: Option<SessionJob>,
 }
+
+/// A session's part of a [`Job`]: the state the session's last successful attempt left, which
+/// the runner restores before the script runs, and the most the state this attempt leaves may
+/// be. A state is opaque bytes here: only the runner, inside the container, pickles and
+/// unpickles it. The state an attempt leaves comes back as the output
+/// [`SESSION_STATE_OUTPUT`] ([`Outcome::take_session_state`]).
+#[derive(Debug, Clone, Default)]
+pub struct SessionJob {
+    /// The state to restore (`/work/session/state`), when the session has one.
+    pub state: Option<Vec<u8>>,
+    /// The bound on the state this attempt leaves: the runner keeps none larger.
+    pub max_bytes: u64,
+}
+
+/// The path under `/work/out` where the runner writes the state a session's attempt leaves.
+pub const SESSION_STATE_OUTPUT: &str = ".file-agent-state";
 
 impl Job {
     /// A job that runs the image's fixed script `/opt/file-agent/<name>` as `__main__`, with
@@ -141,6 +159,7 @@ impl Job {
             inputs,
             file_path: None,
             input_file_path,
+            session: None,
         }
     }
 }

@@ -195,6 +195,19 @@ pub struct Outcome {
     pub resources: Resources,
 }
 
+impl Outcome {
+    /// Takes the state a session's attempt left ([`super::SESSION_STATE_OUTPUT`]) out of the
+    /// outputs: it is no file for the caller. Call it only for an attempt of a session: in
+    /// any other, a file of that name is an output like the others.
+    pub fn take_session_state(&mut self) -> Option<OutputFile> {
+        let at = self
+            .outputs
+            .iter()
+            .position(|file| file.path == super::SESSION_STATE_OUTPUT)?;
+        Some(self.outputs.remove(at))
+    }
+}
+
 /// Why an attempt could not run, or could not be cleaned up. Every message says what to do.
 #[derive(Debug, Error)]
 pub enum SandboxError {

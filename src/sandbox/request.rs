@@ -24,6 +24,17 @@ struct Header<'a> {
     file_path: Option<&'a str>,
     /// What the runner presets as `input_file_path` (by default the only input, if one).
     input_file_path: Option<&'a str>,
+    /// The session's part, when the attempt belongs to one (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<SessionHeader>,
+}
+
+/// The header's `session`: whether a state came in the upload (`session/state`), and the most
+/// the state the attempt leaves may be.
+#[derive(Debug, Serialize)]
+struct SessionHeader {
+    restore: bool,
+    max_bytes: u64,
 }
 
 /// One attempt's stdin, ready to send.
@@ -42,7 +53,8 @@ impl Request {
     /// Packs `job` (reading input files from disk: call it off the async threads) for a script
     /// run under `limits` (its time limit and the cap on stdout and stderr).
     pub fn build(job: &Job, limits: &Limits) -> Result<Self, SandboxError> {
-        let upload = archive::pack(job.script.as_bytes(), &job.inputs)?;
+        let state = job.session.as_ref().and_then(|s| s.state.as_deref());
+        let upload = archive::pack(job.script.as_bytes(), &job.inputs, state)?;
         // Two random UUIDs: 244 random bits.
         let key = format!(
             "{}{}",
@@ -56,6 +68,10 @@ impl Request {
             stdio_max_bytes: limits.stdio_max_bytes,
             file_path: job.file_path.as_deref(),
             input_file_path: job.input_file_path.as_deref(),
+            session: job.session.as_ref().map(|session| SessionHeader {
+                restore: session.state.is_some(),
+                max_bytes: session.max_bytes,
+            }),
         };
         let mut header = serde_json::to_vec(&header).map_err(|e| SandboxError::Io {
             action: "writing the request header".into(),
@@ -106,6 +122,7 @@ mod tests {
         assert_eq!(header["file_path"], "/work/out/a.xlsx");
         assert_eq!(header["input_file_path"], serde_json::Value::Null);
         assert_eq!(header["key"], request.key.as_str());
+        assert!(header.get("session").is_none(), "no session, no field");
         assert_eq!(request.key.len(), 64);
         let again = Request::build(&job, &limits).unwrap();
         assert_ne!(again.key, request.key, "a fresh key for each attempt");
@@ -113,5 +130,32 @@ mod tests {
             request.to_bytes().len(),
             request.header.len() + request.upload.len()
         );
+    }
+
+    #[test]
+    fn a_session_sends_its_state_in_the_upload_and_its_bound_in_the_header() {
+        let limits = crate::config::SandboxConfig::from_lookup(|_| None)
+            .unwrap()
+            .limits;
+        let job = Job {
+            script: "print(1)".into(),
+            session: Some(super::super::SessionJob {
+                state: Some(b"opaque".to_vec()),
+                max_bytes: 1024,
+            }),
+            ..Job::default()
+        };
+        let request = Request::build(&job, &limits).unwrap();
+        let line = &request.header[..request.header.len() - 1];
+        let header: serde_json::Value = serde_json::from_slice(line).unwrap();
+        assert_eq!(header["session"]["restore"], true);
+        assert_eq!(header["session"]["max_bytes"], 1024);
+        let mut archive = tar::Archive::new(request.upload.as_slice());
+        let names: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|entry| entry.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert!(names.contains(&"session/state".to_string()), "{names:?}");
     }
 }

@@ -285,6 +285,7 @@ pub struct ToolParts {
     fetcher: UrlFetcher,
     audit: Option<AuditLog>,
     saved_tools: Option<SavedTools>,
+    sessions: crate::tools::session::Sessions,
 }
 
 impl ToolParts {
@@ -321,6 +322,10 @@ impl ToolParts {
                 .data_dir
                 .join(crate::tools::dynamic::registry::TOOLS_FOLDER),
         )?;
+        let sessions = crate::tools::session::Sessions::open(
+            config.data_dir.join(crate::tools::session::SESSIONS_FOLDER),
+            config.sessions.clone(),
+        );
         Ok(Self {
             prompts,
             storage,
@@ -328,6 +333,7 @@ impl ToolParts {
             fetcher,
             audit,
             saved_tools,
+            sessions,
         })
     }
 
@@ -342,7 +348,8 @@ impl ToolParts {
             config.research.clone(),
             config.admission.clone(),
         )
-        .with_saved_tools(self.saved_tools);
+        .with_saved_tools(self.saved_tools)
+        .with_sessions(self.sessions);
         let Some(audit) = self.audit.map(Arc::new) else {
             return tools;
         };

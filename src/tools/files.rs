@@ -472,6 +472,7 @@ impl FileTask {
             inputs: self.input.iter().cloned().collect(),
             file_path: Some(file_path.to_string()),
             input_file_path,
+            session: None,
         }
     }
 }

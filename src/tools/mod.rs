@@ -28,6 +28,7 @@ mod attempt;
 mod files;
 mod parts;
 mod python;
+pub mod session;
 mod spans;
 mod trail;
 
@@ -42,6 +43,7 @@ use crate::storage::StorageError;
 use crate::storage::url::FetchError;
 use attempt::failure_reason;
 pub use parts::Tools;
+pub use python::SessionArgs;
 pub use trail::{AttemptLine, Author, REFUSED_OUTPUT};
 
 /// Attempts per `generate_file` / `modify_file` call: the first and two corrections.
@@ -128,6 +130,9 @@ pub enum ToolError {
         "file-agent runs no code it cannot record, and the audit trail cannot be written: {0}. Free space in the audit folder (FILE_AGENT_AUDIT_DIR), or have the operator set FILE_AGENT_AUDIT_ON_FAILURE=continue to run without a record; try again later"
     )]
     AuditUnavailable(String),
+    /// A session cannot be used (its name, its bound, its state changed in the folder).
+    #[error(transparent)]
+    Session(#[from] session::SessionError),
 }
 
 impl ToolError {
@@ -139,6 +144,7 @@ impl ToolError {
             Self::Sandbox(_) => true,
             Self::Storage(StorageError::Io { .. }) => true,
             Self::AuditUnavailable(_) => true,
+            Self::Session(session::SessionError::Io { .. }) => true,
             _ => false,
         }
     }

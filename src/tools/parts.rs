@@ -42,6 +42,8 @@ pub struct Tools<R = Sandbox> {
     pub(super) signed_receipts: Option<Arc<Batcher>>,
     /// The tools callers and the model saved; `None` when `FILE_AGENT_DYNAMIC_TOOLS=off`.
     pub(super) saved_tools: Option<Arc<dynamic::SavedTools>>,
+    /// `run_python`'s sessions; `None` when no store was given (then none is kept).
+    pub(super) sessions: Option<Arc<super::session::Sessions>>,
     /// Checks PDF outputs in a memory-capped child process (never in this one).
     pub(super) pdf: Arc<pdf::Checker>,
     /// The calls under way, so that shutdown can wait for them.
@@ -77,6 +79,7 @@ impl<R: Runner> Tools<R> {
             audit: None,
             signed_receipts: None,
             saved_tools: None,
+            sessions: None,
             calls: TaskTracker::new(),
             stopping: CancellationToken::new(),
             research_runs,
@@ -133,6 +136,12 @@ impl<R: Runner> Tools<R> {
     /// Serves the tools in `saved` (`None`: saved tools are off).
     pub fn with_saved_tools(mut self, saved: Option<dynamic::SavedTools>) -> Self {
         self.saved_tools = saved.map(Arc::new);
+        self
+    }
+
+    /// Keeps `run_python`'s sessions in `sessions`.
+    pub fn with_sessions(mut self, sessions: super::session::Sessions) -> Self {
+        self.sessions = Some(Arc::new(sessions));
         self
     }
 

@@ -84,6 +84,25 @@ pub struct PythonResult {
     pub files: Vec<ResultFile>,
     /// Entries of `/work/out` that were not kept, and why.
     pub skipped: Vec<String>,
+    /// The session the call ran in, when it ran in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionResult>,
+}
+
+/// `run_python`'s session: what became of its state. Which names were kept, and why others
+/// were not, the runner says on stderr (`file-agent: session: ...`).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SessionResult {
+    /// The session's name, as given (or the Open WebUI chat's id).
+    pub name: String,
+    /// Whether this call's state was kept: the next call of the session starts from it.
+    pub kept: bool,
+    /// The size of the session's state after the call, in bytes (none: no state).
+    pub state_bytes: Option<u64>,
+    /// The hex SHA-256 of the session's state after the call, as the audit line records it.
+    pub state_sha256: Option<String>,
+    /// What happened to the state, in a sentence.
+    pub note: String,
 }
 
 /// How the checker judged an analysis.

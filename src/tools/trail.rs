@@ -252,6 +252,18 @@ impl AttemptLine {
         }
     }
 
+    /// Marks the line with the session its attempt belongs to and the states it went from and
+    /// to. The state the attempt left is the session's, not an output: it leaves the line's
+    /// outputs (its hash is `state_after` when it was kept).
+    pub fn session(&mut self, mark: crate::audit::SessionMark) {
+        if let Some(record) = &mut self.record {
+            record
+                .outputs
+                .retain(|file| file.name != crate::sandbox::SESSION_STATE_OUTPUT);
+            record.session = Some(mark);
+        }
+    }
+
     /// Marks an attempt whose script ended well as [`REFUSED_OUTPUT`], with `why`, and writes
     /// the line. A line whose status is already a failure keeps it.
     pub fn refuse(mut self, why: &str) {

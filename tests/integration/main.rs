@@ -43,6 +43,7 @@ mod retention;
 mod runner;
 mod sandbox;
 mod saved_tools;
+mod sessions;
 mod signed_receipts;
 mod signed_trail;
 mod slots;

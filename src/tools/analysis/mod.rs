@@ -211,6 +211,7 @@ impl<'a> Session<'a> {
             input_file_path: Some(format!("/work/in/{file_name}")),
             inputs: vec![input],
             file_path: None,
+            session: None,
         };
         Self {
             conversation,

@@ -230,6 +230,7 @@ async fn empty_and_misnamed_files_get_clear_errors_or_a_note() {
         .run_python(
             "import pandas as pd\npd.DataFrame({'a': [1, 2]}).to_excel('/work/out/table.xlsx', index=False)\n",
             &[],
+            &file_agent::tools::SessionArgs::default(),
             &Caller::new(file_agent::owner::Owner::local()),
             &CancellationToken::new(),
         )
