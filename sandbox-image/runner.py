@@ -21,9 +21,10 @@ takes it. While it waits untaken for ``IDLE_PRELOAD_AFTER_S``, the worker also i
 what many attempts need (``IDLE_PRELOAD``: a workbook read back, a Word document, a presentation,
 a chart, a PDF, each in memory), one library at a time, looking between them for the script: on
 a quiet server every warm container has them, while under load (containers taken as soon as they
-are ready) no CPU goes to work an attempt may not use. Priming is file-agent's code in a process
-that has run no script yet, and leaves nothing a script can see (no file, no folder change, no
-setting). A cold worker imports nothing ahead. Either way the container serves exactly one
+are ready) no CPU goes to work an attempt may not use. Once all of it is done the worker puts up
+``IDLE_PRIMED_MARK``, an empty file in ``/tmp``, and takes it down when its job arrives. Priming
+is file-agent's code in a process that has run no script yet, and leaves nothing a script can see
+(no file, no folder change, no setting). A cold worker imports nothing ahead. Either way the container serves exactly one
 attempt and is then removed: nothing here loops.
 
 When the script has ended, the worker writes its exit code on its status pipe before exiting:
@@ -141,6 +142,11 @@ PRELOAD = ("numpy", "pandas", "pandas.io.formats.excel", "xlsxwriter")
 # (reading and changing workbooks, Word and PowerPoint documents, PDFs, charts).
 IDLE_PRELOAD = ("openpyxl", "docx", "pptx", "matplotlib.pyplot", "reportlab.platypus")
 IDLE_PRELOAD_AFTER_S = 3.0
+# Present while a warm worker has done its whole idle preload and waits for a job: the runner's
+# word that it is primed, for whoever looks into the container (``docker exec <id> test -e``;
+# file-agent's tests wait for it instead of guessing how long the imports take). The worker
+# removes it when its job arrives, before the script runs, so no script ever sees it.
+IDLE_PRIMED_MARK = "/tmp/.file-agent-idle-primed"
 READY = b"--file-agent-ready--\n"
 # What the worker writes on its status pipe once the script has ended, before its exit code.
 DONE = b"done "
@@ -424,7 +430,23 @@ def _preload_while_idle(control):
         _prime(_PRIMERS[name])
         if _readable([control], 0):
             break
+    else:
+        _freeze()
+        _mark_idle_primed(True)
+        return
     _freeze()
+
+
+def _mark_idle_primed(primed):
+    """Puts up (``primed``) or takes down ``IDLE_PRIMED_MARK``; only a signal, so a failure is
+    ignored."""
+    try:
+        if primed:
+            os.close(os.open(IDLE_PRIMED_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        else:
+            os.unlink(IDLE_PRIMED_MARK)
+    except OSError:
+        pass
 
 
 def _read_job(control):
@@ -724,6 +746,8 @@ def _worker(warm, fds, usage):
             _preload_while_idle(fds["control"])
         job = _read_job(fds["control"])
         os.close(fds["control"])
+        if warm:
+            _mark_idle_primed(False)
         if job is not None:
             usage.mark(usage.start)
             code = _run(job["script"], job["names"], job.get("session"))

@@ -2,17 +2,34 @@
 """Lists the slowest tests of the last `cargo nextest run` (its JUnit report,
 target/nextest/default/junit.xml), slowest first, with the sum of all tests' times: what
 .config/nextest.toml's priorities and threads are chosen from (docs/DEVELOPMENT.md, "How many
-tests at once"). Usage: scripts/slowest-tests.py [COUNT] [REPORT]
+tests at once"). With --failed, lists the tests that failed instead, each with the first lines
+of its failure (docs/DEVELOPMENT.md, "A test that fails now and then").
+Usage: scripts/slowest-tests.py [--failed] [COUNT] [REPORT]
 """
 import os
 import sys
 import xml.etree.ElementTree as ET
 
-count = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+args = sys.argv[1:]
+failed = "--failed" in args
+args = [arg for arg in args if arg != "--failed"]
+count = int(args[0]) if args else 20
 here = os.path.dirname(os.path.abspath(__file__))
-report = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
+report = args[1] if len(args) > 1 else os.path.join(
     here, "..", "target", "nextest", "default", "junit.xml")
 root = ET.parse(report).getroot()
+if failed:
+    failures = [(case.get("name"), problem)
+                for case in root.iter("testcase")
+                for problem in list(case.findall("failure")) + list(case.findall("error"))]
+    print(f"{len(failures)} failed")
+    for name, problem in failures[:count]:
+        text = (problem.get("message") or "") + "\n" + (problem.text or "")
+        lines = [line for line in text.splitlines() if line.strip()]
+        print(name)
+        for line in lines[:6]:
+            print(f"    {line[:200]}")
+    sys.exit(0)
 times = sorted(((float(case.get("time", 0)), case.get("name"))
                 for case in root.iter("testcase")), reverse=True)
 print(f"{len(times)} tests, {sum(t for t, _ in times):.0f} s in all, "

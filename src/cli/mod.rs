@@ -88,6 +88,14 @@ enum Command {
     },
     /// Measure attempts, cold and warm, beside `docker run --rm`, a plain python3 subprocess
     /// and the script's body alone; throughput; and `run_python` over MCP. All in one run.
+    ///
+    /// Under gVisor (SANDBOX_RUNTIME=runsc) on two cores a run is long: with the default
+    /// rounds, `--no-mcp --throughput 0` was still running after 500 s (2026-12-01), and even
+    /// `--runs 1 --pairs 0 --throughput 0 --no-mcp --no-traces --no-receipts --no-trail` took
+    /// 30 s on a busy machine (2026-12-02); each gVisor attempt and refill takes about twice
+    /// runc's (docs/SANDBOX.md, "Speed, measured"). SIGTERM or Ctrl-C
+    /// stops it: it removes every container it started (labelled
+    /// io.file-agent.instance=bench-<id>*, named in its first line) and exits 130.
     Bench {
         /// Rounds of latency samples of each kind.
         #[arg(long, default_value_t = 10)]

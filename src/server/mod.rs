@@ -399,7 +399,7 @@ fn open_audit(config: &Config, instance: &str) -> Result<Option<AuditLog>, Start
 
 /// The HTTP application: `/mcp`, `/health`, `/metrics`, the protected-resource metadata, and
 /// `/files` when the local store is in use. `/mcp` and uploads pass the `gate` (credentials
-/// and the caller's identity).
+/// and the caller's identity). `shutdown` ends every request rmcp still serves, unanswered.
 pub fn router(
     tools: Tools,
     config: &Config,
@@ -550,12 +550,20 @@ pub async fn serve_http(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let gate = open_gate(&tools, config, listener.local_addr()?)?;
-    let killer = spawn_killer(&tools, config.server.shutdown_grace, &shutdown);
+    // Ends what rmcp still serves, unanswered: only should a request outlive the stop of the
+    // calls by CALLS_STOP_WAIT (`killer` says why).
+    let abandon = CancellationToken::new();
+    let killer = spawn_killer(
+        &tools,
+        config.server.shutdown_grace,
+        &shutdown,
+        abandon.clone(),
+    );
     let reaper = config
         .server
         .reap_interval
         .map(|every| spawn_reaper(&tools, every, &shutdown));
-    let app = router(tools.clone(), config, gate, tools.stopping().clone())
+    let app = router(tools.clone(), config, gate, abandon)
         .layer(axum::Extension(requests::Draining(shutdown.clone())));
     // The drain: after SIGTERM the listener stays open (readiness says 503, a new tool call is
     // refused with 503, everything else is served) until the last call has ended, or the
@@ -625,12 +633,18 @@ fn warn_open(config: &Config) {
 }
 
 /// The second step of shutdown, on SIGTERM: stop accepting and let running calls finish
-/// (axum's graceful shutdown, the first step); after `grace`, stop the calls, which kills
-/// their containers.
+/// (the drain in [`serve_http`], the first step); after `grace`, stop the calls, which kills
+/// their containers. A stopped call still answers its caller (an error: it was cancelled), and
+/// the listener waits for that answer as for any other. rmcp's own token, `abandon`, is not
+/// the calls' stop: fired with it, rmcp would drop the stopped calls' answers, and with them
+/// those of calls that had just ended (their callers saw the connection close, "Transport
+/// closed"). It fires only should a request still be unanswered [`CALLS_STOP_WAIT`] after the
+/// stop (a call that ignores it), so that the server exits all the same.
 fn spawn_killer(
     tools: &Tools,
     grace: Duration,
     shutdown: &CancellationToken,
+    abandon: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let (shutdown, tools) = (shutdown.clone(), tools.clone());
     tokio::spawn(async move {
@@ -641,8 +655,17 @@ fn spawn_killer(
             "shutting down: running calls may finish (new tool calls get 503), then the server exits"
         );
         tokio::time::sleep(grace).await;
-        tracing::warn!("shutdown grace period over: stopping the calls still running");
+        tracing::warn!(
+            calls = tools.calls_running(),
+            "shutdown grace period over: stopping the calls still running (their callers get an error)"
+        );
         tools.stopping().cancel();
+        tokio::time::sleep(CALLS_STOP_WAIT).await;
+        tracing::error!(
+            wait_s = CALLS_STOP_WAIT.as_secs(),
+            "requests still unanswered after the calls were stopped: ending them without an answer"
+        );
+        abandon.cancel();
     })
 }
 

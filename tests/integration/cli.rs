@@ -225,13 +225,7 @@ async fn sigterm_kills_the_attempt_and_removes_its_container() {
     let pid = child.id().unwrap();
     let sandbox = crate::common::TestSandbox::new(|c| c.instance = Some(instance.clone())).await;
     // Wait until its container runs, then stop it the way `docker stop` or systemd would.
-    with_timeout(async {
-        while sandbox.leftovers().await.unwrap() == 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    crate::common::wait_for_running(&instance, 1).await;
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
@@ -245,6 +239,70 @@ async fn sigterm_kills_the_attempt_and_removes_its_container() {
         "{json}"
     );
     sandbox.assert_nothing_left().await;
+}
+
+/// `file-agent bench` stopped by SIGTERM half-way, while a server it runs in its own process
+/// keeps a warm pool (the traces' part), removes every container it started: none carries one
+/// of its instances' labels once it has exited, and it exits 130.
+#[tokio::test]
+async fn a_bench_stopped_by_sigterm_leaves_none_of_its_containers() {
+    use tokio::io::AsyncBufReadExt as _;
+    // Each part of a bench takes well under a minute on a quiet machine.
+    const PART_MAX: Duration = Duration::from_secs(400);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_file-agent"))
+        .args(["bench", "--runs", "1", "--pairs", "0", "--throughput", "0"])
+        .args(["--no-mcp", "--no-receipts", "--no-trail"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = String::new();
+    let mut next_line = async || {
+        let line = tokio::time::timeout(PART_MAX, stderr.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("the bench said nothing more in {PART_MAX:?}:\n{said}"))
+            .unwrap();
+        let line = line.unwrap_or_else(|| panic!("the bench ended early:\n{said}"));
+        said.push_str(&line);
+        said.push('\n');
+        line
+    };
+    // Its first line names the label its containers carry.
+    let first = next_line().await;
+    let instance = first
+        .split("io.file-agent.instance=")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix('*'))
+        .unwrap_or_else(|| panic!("no instance in {first:?}"))
+        .to_string();
+    while !next_line().await.contains("traces off and on") {}
+    // The traces' server up, and its pool filling.
+    let traced = format!("{instance}-traces");
+    tokio::time::timeout(PART_MAX, async {
+        while crate::common::containers_of_instance(&traced).await == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the traces' server started no container");
+    let pid = child.id().unwrap().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut rest = String::new();
+    while let Some(line) = with_timeout(stderr.next_line()).await.unwrap() {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    let exit = with_timeout(child.wait()).await.unwrap();
+    assert_eq!(exit.code(), Some(130), "{rest}");
+    assert!(rest.contains("removed"), "{rest}");
+    let left = crate::common::containers_labelled_from(&instance).await;
+    assert!(left.is_empty(), "left by the bench: {left:?}\n{rest}");
 }
 
 /// `image prune` removes the tags of its repository that no container uses and keeps the one a

@@ -81,6 +81,14 @@ impl TestSandbox {
         until_warm(&self.0, ready).await;
     }
 
+    /// Waits until the pool's `ready` containers have done their idle preload too (the only
+    /// running containers of this sandbox's instance).
+    pub async fn until_primed(&self, ready: usize) {
+        self.until_warm(ready).await;
+        let label = format!("{}={}", policy::INSTANCE_LABEL, self.0.instance());
+        until_primed(&label, ready).await;
+    }
+
     /// Asserts that this sandbox left no container, allowing a moment for removals started by
     /// dropped guards.
     pub async fn assert_nothing_left(&self) {
@@ -224,6 +232,79 @@ pub async fn docker() -> bollard::Docker {
         .unwrap()
 }
 
+/// The runner's word that a warm worker has done its idle preload (`IDLE_PRIMED_MARK` in
+/// sandbox-image/runner.py): an empty file, there until the worker's job arrives.
+pub const IDLE_PRIMED_MARK: &str = "/tmp/.file-agent-idle-primed";
+/// The longest wait for a warm runner's idle preload: about 3 s after READY on a quiet
+/// machine, far longer beside a busy suite (the imports and priming of five libraries compete
+/// for the two cores).
+pub const PRIMED_WAIT_MAX: Duration = Duration::from_secs(90);
+
+/// Runs `command` in container `id` (`docker exec`, as the image's sandbox user) and returns its
+/// exit code.
+pub async fn exec_in(id: &str, command: &[&str]) -> i64 {
+    let docker = docker().await;
+    let config = bollard::models::ExecConfig {
+        cmd: Some(command.iter().map(|part| part.to_string()).collect()),
+        attach_stdout: Some(false),
+        attach_stderr: Some(false),
+        ..Default::default()
+    };
+    let exec = with_timeout(docker.create_exec(id, config))
+        .await
+        .unwrap_or_else(|error| panic!("docker exec in {id}: {error}"));
+    let detached = bollard::exec::StartExecOptions {
+        detach: true,
+        ..Default::default()
+    };
+    with_timeout(docker.start_exec(&exec.id, Some(detached)))
+        .await
+        .unwrap();
+    with_timeout(async {
+        loop {
+            let state = docker.inspect_exec(&exec.id).await.unwrap();
+            if state.running == Some(false) {
+                return state.exit_code.unwrap_or(-1);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+/// Waits until `count` running containers carry `label` (`key=value`) and the runner in each
+/// says it has done its idle preload ([`IDLE_PRIMED_MARK`]); fails after [`PRIMED_WAIT_MAX`],
+/// saying which are not.
+pub async fn until_primed(label: &str, count: usize) {
+    let started = std::time::Instant::now();
+    let filters =
+        std::collections::HashMap::from([("label", vec![label]), ("status", vec!["running"])]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    loop {
+        let containers = with_timeout(docker().await.list_containers(Some(options.clone())))
+            .await
+            .unwrap();
+        let mut waiting = Vec::new();
+        for container in &containers {
+            let id = container.id.clone().unwrap_or_default();
+            if exec_in(&id, &["test", "-e", IDLE_PRIMED_MARK]).await != 0 {
+                waiting.push(id);
+            }
+        }
+        if containers.len() == count && waiting.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < PRIMED_WAIT_MAX,
+            "{label}: {} running containers, {waiting:?} not done with the idle preload after {PRIMED_WAIT_MAX:?}",
+            containers.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Creates a container with this sandbox's labels and abandons it, as a crash would.
 pub async fn orphan_container(sandbox: &Sandbox) -> String {
     let spec = policy::container_spec(
@@ -247,12 +328,18 @@ pub async fn running_containers_of_instance(instance: &str) -> usize {
     containers_where(instance, &[("status", "running")]).await
 }
 
-/// Waits (up to 30 s) until this instance has exactly `count` containers.
+/// The longest [`wait_for_containers`] and [`wait_for_running`] wait: a container is usually
+/// there within a second, but beside a loaded suite on two cores creating and starting one has
+/// taken over 30 s.
+pub const CONTAINERS_WAIT_MAX: Duration = Duration::from_secs(90);
+
+/// Waits (up to [`CONTAINERS_WAIT_MAX`]) until this instance has exactly `count` containers.
 pub async fn wait_for_containers(instance: &str, count: usize) {
     wait_for(instance, count, false).await;
 }
 
-/// Waits (up to 30 s) until exactly `count` containers of this instance are running.
+/// Waits (up to [`CONTAINERS_WAIT_MAX`]) until exactly `count` containers of this instance are
+/// running.
 pub async fn wait_for_running(instance: &str, count: usize) {
     wait_for(instance, count, true).await;
 }
@@ -269,28 +356,68 @@ async fn wait_for(instance: &str, count: usize, running: bool) {
             return;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{instance}: never {count} {}containers",
+            started.elapsed() < CONTAINERS_WAIT_MAX,
+            "{instance}: never {count} {}containers in {CONTAINERS_WAIT_MAX:?}",
             if running { "running " } else { "" }
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
+/// The ids of this instance's containers (running or not).
+pub async fn container_ids_of_instance(instance: &str) -> Vec<String> {
+    containers_listed(instance, &[])
+        .await
+        .into_iter()
+        .filter_map(|container| container.id)
+        .collect()
+}
+
+/// The names of file-agent's containers (running or not) whose instance label starts with
+/// `prefix`: a bench's instance and those of the servers it starts.
+pub async fn containers_labelled_from(prefix: &str) -> Vec<String> {
+    let filters = std::collections::HashMap::from([("label", vec![policy::INSTANCE_LABEL])]);
+    listed(&filters)
+        .await
+        .into_iter()
+        .filter(|container| {
+            container
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(policy::INSTANCE_LABEL))
+                .is_some_and(|instance| instance.starts_with(prefix))
+        })
+        .map(|container| format!("{:?} {:?}", container.names, container.labels))
+        .collect()
+}
+
 async fn containers_where(instance: &str, more: &[(&str, &str)]) -> usize {
+    containers_listed(instance, more).await.len()
+}
+
+async fn containers_listed(
+    instance: &str,
+    more: &[(&str, &str)],
+) -> Vec<bollard::models::ContainerSummary> {
     let label = format!("io.file-agent.instance={instance}");
     let mut filters = std::collections::HashMap::from([("label", vec![label.as_str()])]);
     for (key, value) in more {
         filters.insert(key, vec![value]);
     }
+    listed(&filters).await
+}
+
+/// The containers (running or not) that match `filters`.
+async fn listed(
+    filters: &std::collections::HashMap<&str, Vec<&str>>,
+) -> Vec<bollard::models::ContainerSummary> {
     let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
         .all(true)
-        .filters(&filters)
+        .filters(filters)
         .build();
     with_timeout(docker().await.list_containers(Some(options)))
         .await
         .unwrap()
-        .len()
 }
 
 /// Removes a container a test made by hand.

@@ -79,10 +79,11 @@ async fn a_second_asleep_reports_almost_no_cpu(runtime: Runtime) {
 }
 
 /// A warm worker imported pandas and primed it (most of a CPU second) before it took the job:
-/// none of that is the attempt's. It waits long enough for the idle preload to have run too.
+/// none of that is the attempt's. It waits for the runner's word that the idle preload has run
+/// too.
 async fn a_warm_attempt_does_not_count_the_priming(runtime: Runtime) {
     let sandbox = TestSandbox::warm_on(runtime, 1, Duration::from_secs(300), |_| {}).await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    sandbox.until_primed(1).await;
     let outcome = run_script(&sandbox, "pass\n").await;
     assert!(outcome.warm, "it ran cold");
     eprintln!("{runtime:?} warm pass: {:?}", outcome.resources);
@@ -181,7 +182,7 @@ async fn pods_report_what_their_attempts_used_in_the_trail_and_the_answer() {
         .unwrap_or_else(|| panic!("no memory in the answer: {text}"));
     assert!((200..300).contains(&mib), "{text}");
     server.assert_nothing_left().await;
-    warm_pod_pass(&vars).await;
+    warm_pod_pass(&double, &vars).await;
     assert_no_sandbox_pods(&double).await;
     crate::common::with_timeout(double.shutdown()).await;
 }
@@ -213,13 +214,13 @@ async fn gvisor_pods_report_what_their_attempts_used() {
         assert_eq!(outcome.resources.processes, Some(1), "{outcome:?}");
     }
     kube.assert_nothing_left().await;
-    warm_pod_pass(&vars).await;
+    warm_pod_pass(&double, &vars).await;
     assert_no_sandbox_pods(&double).await;
     crate::common::with_timeout(double.shutdown()).await;
 }
 
 /// A warm pod's `pass`: under 0.1 s of CPU, its imports and priming not counted.
-async fn warm_pod_pass(vars: &[(String, String)]) {
+async fn warm_pod_pass(double: &crate::fakes::kubernetes::KubeDouble, vars: &[(String, String)]) {
     let mut lookup: std::collections::HashMap<String, String> = vars.iter().cloned().collect();
     let instance = crate::common::unique_instance("kube-cost", 12);
     lookup.insert("SANDBOX_INSTANCE".into(), instance);
@@ -228,7 +229,9 @@ async fn warm_pod_pass(vars: &[(String, String)]) {
             .unwrap();
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // The double's only pod: the warm one.
+    let (key, value) = double.label();
+    crate::common::until_primed(&format!("{key}={value}"), 1).await;
     let outcome = run_script(&kube, "pass\n").await;
     assert!(outcome.warm, "it ran cold");
     eprintln!("warm pod pass: {:?}", outcome.resources);

@@ -57,8 +57,8 @@ async fn an_attempt_takes_a_warm_container_once_and_the_pool_refills() {
 #[tokio::test]
 async fn a_warm_container_left_idle_also_has_the_libraries_many_attempts_need() {
     let sandbox = TestSandbox::warm(1, IDLE, |_| {}).await;
-    // Past the runner's idle delay (3 s) and the imports themselves.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // The runner's own word that the idle imports are done, however long the load makes them.
+    sandbox.until_primed(1).await;
     let outcome = run_script(
         &sandbox,
         "import sys\nprint(all(m in sys.modules for m in ['openpyxl', 'docx', 'matplotlib.pyplot']))",
@@ -83,8 +83,8 @@ async fn priming_leaves_nothing_a_script_can_see() {
     assert!(!in_cold.warm);
 
     let warm = TestSandbox::warm(1, IDLE, |_| {}).await;
-    // Past the runner's idle delay (3 s), the idle imports and their priming.
-    tokio::time::sleep(Duration::from_secs(12)).await;
+    // Once the runner says the idle imports and their priming are done.
+    warm.until_primed(1).await;
     let in_warm = run_script(&warm, &look).await;
     assert_eq!(in_warm.status, Status::Ok, "{in_warm:?}");
     assert!(in_warm.warm);

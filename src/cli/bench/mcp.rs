@@ -12,6 +12,7 @@ use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use tokio_util::sync::CancellationToken;
 
+use super::owned::Owned;
 use crate::config::Config;
 use crate::tools::Tools;
 
@@ -26,14 +27,16 @@ pub(super) struct McpServer {
 
 impl McpServer {
     /// Starts a server with the environment's settings, but its own data folder, instance and
-    /// local store, no access tokens, and `warm` warm containers.
-    pub(super) async fn start(instance: &str, warm: usize) -> anyhow::Result<Self> {
-        Self::start_with(instance, warm, &[]).await
+    /// local store, no access tokens, and `warm` warm containers; `owned` stops it if the
+    /// bench ends first.
+    pub(super) async fn start(owned: &Owned, instance: &str, warm: usize) -> anyhow::Result<Self> {
+        Self::start_with(owned, instance, warm, &[]).await
     }
 
     /// [`Self::start`], with `more` settings over the environment's; the checkpoints of the
     /// audit trail are signed as `serve` signs them when `more` names a key.
     pub(super) async fn start_with(
+        owned: &Owned,
         instance: &str,
         warm: usize,
         more: &[(&str, String)],
@@ -71,7 +74,7 @@ impl McpServer {
         crate::server::checkpoints::spawn(&tools, &config, shutdown.clone());
         let served = {
             let (tools, stop) = (tools.clone(), shutdown.clone());
-            tokio::spawn(async move {
+            owned.server(instance, shutdown.clone(), async move {
                 if let Err(error) = crate::server::serve_http(tools, &config, listener, stop).await
                 {
                     tracing::error!(%error, "the bench's server stopped");

@@ -26,6 +26,7 @@
 
 mod idle;
 mod mcp;
+mod owned;
 mod probe;
 mod receipts;
 mod report;
@@ -44,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::SandboxConfig;
 use crate::sandbox::{Job, Runner, Sandbox, Status, Timings};
 use idle::IdleCost;
+use owned::Owned;
 use probe::Probe;
 
 /// The script measured: pandas and xlsxwriter writing 1,000 rows, as a typical attempt does.
@@ -83,27 +85,70 @@ struct Measured {
     receipts: Option<receipts::ReceiptsCost>,
 }
 
+/// What `bench` exits with when SIGTERM or Ctrl-C stopped it (128 + SIGINT, as a shell says
+/// of a command it interrupted).
+const STOPPED: u8 = 130;
+
 pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let image = config.image.clone();
     let instance = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     let config = SandboxConfig {
         instance: Some(instance.clone()),
         ..config
     };
-    let cold = Sandbox::connect(config.clone()).await?;
+    let owned = Owned::default();
+    let stop = super::shutdown_token();
+    // However the measurements end (done, failed, or dropped half-way by the signal), what
+    // they started is stopped and removed before the bench exits.
+    let ended = tokio::select! {
+        measured = measure(&config, args, &owned) => Some(measured),
+        () = stop.cancelled() => None,
+    };
+    if ended.is_none() {
+        eprintln!("file-agent bench: stopped; removing the containers it started");
+    }
+    let removed = owned.release(&config).await;
+    match (ended, removed) {
+        (None, Ok(removed)) => {
+            eprintln!("file-agent bench: removed {removed} containers of {instance}*");
+            Ok(ExitCode::from(STOPPED))
+        }
+        (None, Err(error)) => Err(error.context(format!(
+            "the bench was stopped and could not remove its containers: `file-agent reap --all` removes every container of file-agent's ({instance}* are the bench's)"
+        ))),
+        (Some(measured), removed) => {
+            let measured = measured?;
+            removed?;
+            print(&measured, args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Every measurement `args` asks for, on sandboxes and servers registered in `owned`.
+async fn measure(
+    config: &SandboxConfig,
+    args: BenchArgs,
+    owned: &Owned,
+) -> anyhow::Result<Measured> {
+    let image = config.image.clone();
+    let instance = config.instance.clone().unwrap_or_default();
+    let cold = owned.sandbox(Sandbox::connect(config.clone()).await?);
     if !cold.image_present(&image).await? {
         bail!("the sandbox image {image} is missing; build it with `file-agent image build`");
     }
-    let warm = Sandbox::connect(config.clone())
-        .await?
-        .with_warm_pool(1, BENCH_MAX_IDLE);
+    let warm = owned.sandbox(
+        Sandbox::connect(config.clone())
+            .await?
+            .with_warm_pool(1, BENCH_MAX_IDLE),
+    );
     let runtime = config.runtime.as_deref();
     eprintln!(
-        "file-agent bench: {} rounds of each and {} of warm and limit, image {image}, runtime {}, {} CPUs",
+        "file-agent bench: {} rounds of each and {} of warm and limit, image {image}, runtime {}, {} CPUs; its containers are labelled {}={instance}*",
         args.runs,
         args.pairs,
         runtime.unwrap_or("default"),
-        cpus()
+        cpus(),
+        crate::sandbox::policy::INSTANCE_LABEL,
     );
     let mut measured = Measured {
         // Before the probe starts: the only containers of this instance are the pool's.
@@ -117,35 +162,42 @@ pub(super) async fn bench(config: SandboxConfig, args: BenchArgs) -> anyhow::Res
         warm: &warm,
         image: &image,
         runtime,
+        instance: &instance,
         cancel: &cancel,
     };
     latency(&kit, &mut probe, args, &mut measured.samples).await?;
     warm.shutdown().await;
 
     if args.throughput > 0 {
-        measured.rates = rates(&cold, &config, &mut probe, args, &cancel).await?;
+        measured.rates = rates(&cold, config, owned, &mut probe, args, &cancel).await?;
     }
     probe.stop().await;
     cold.shutdown().await;
     if args.mcp {
-        measured.mcp = mcp_calls(&instance, args.runs).await?;
+        measured.mcp = mcp_calls(owned, &instance, args.runs).await?;
     }
     if args.traces {
         let rounds = args.runs + args.pairs;
-        measured.traces = Some(traces::measure(&instance, rounds).await?);
+        measured.traces = Some(traces::measure(owned, &instance, rounds).await?);
     }
     if args.receipts {
         let rounds = args.runs + args.pairs;
-        measured.receipts = Some(receipts::measure(&instance, rounds).await?);
+        measured.receipts = Some(receipts::measure(owned, &instance, rounds).await?);
     }
-    report::print(&measured, args);
+    Ok(measured)
+}
+
+/// The report of what `args` asked for, with the signed trail's figures (measured here: they
+/// need no container).
+fn print(measured: &Measured, args: BenchArgs) -> anyhow::Result<()> {
+    report::print(measured, args);
     if let Some(cost) = &measured.receipts {
         receipts::print(cost);
     }
     if args.trail {
         trail::print(&trail::measure()?);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// What the latency rounds run on.
@@ -154,6 +206,8 @@ struct Kit<'a> {
     warm: &'a Sandbox,
     image: &'a str,
     runtime: Option<&'a str>,
+    /// The bench's instance, which labels the `docker run --rm` baselines too.
+    instance: &'a str,
     cancel: &'a CancellationToken,
 }
 
@@ -169,14 +223,14 @@ async fn latency(
     attempt(kit.cold, kit.cancel).await?;
     settle(kit.warm).await;
     attempt(kit.warm, kit.cancel).await?;
-    probe::docker_run(kit.image, kit.runtime, SCRIPT).await?;
+    probe::docker_run(kit.image, kit.runtime, kit.instance, SCRIPT).await?;
     for _ in 0..args.runs {
         settle(kit.warm).await;
         samples.cold.push(attempt(kit.cold, kit.cancel).await?);
         warm_round(kit, probe, samples).await?;
         samples
             .docker_run
-            .push(probe::docker_run(kit.image, kit.runtime, SCRIPT).await?);
+            .push(probe::docker_run(kit.image, kit.runtime, kit.instance, SCRIPT).await?);
         samples.subprocess.push(probe.subprocess().await?);
     }
     for _ in 0..args.pairs {
@@ -204,6 +258,7 @@ async fn warm_round(kit: &Kit<'_>, probe: &mut Probe, samples: &mut Samples) -> 
 async fn rates(
     cold: &Sandbox,
     config: &SandboxConfig,
+    owned: &Owned,
     probe: &mut Probe,
     args: BenchArgs,
     cancel: &CancellationToken,
@@ -213,9 +268,11 @@ async fn rates(
         args.throughput
     );
     let mut rates = vec![("cold attempts", throughput(cold, args, cancel).await?)];
-    let pooled = Sandbox::connect(config.clone())
-        .await?
-        .with_warm_pool(args.concurrency, BENCH_MAX_IDLE);
+    let pooled = owned.sandbox(
+        Sandbox::connect(config.clone())
+            .await?
+            .with_warm_pool(args.concurrency, BENCH_MAX_IDLE),
+    );
     rates.push(("warm attempts", throughput(&pooled, args, cancel).await?));
     pooled.shutdown().await;
     let before = CpuClock::now();
@@ -228,10 +285,14 @@ async fn rates(
 }
 
 /// `run_python` over MCP, `runs` times each without and with the pool.
-async fn mcp_calls(instance: &str, runs: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+async fn mcp_calls(
+    owned: &Owned,
+    instance: &str,
+    runs: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
     eprintln!("file-agent bench: run_python over MCP");
-    let cold_server = mcp::McpServer::start(&format!("{instance}-mcp-cold"), 0).await?;
-    let warm_server = mcp::McpServer::start(&format!("{instance}-mcp-warm"), 1).await?;
+    let cold_server = mcp::McpServer::start(owned, &format!("{instance}-mcp-cold"), 0).await?;
+    let warm_server = mcp::McpServer::start(owned, &format!("{instance}-mcp-warm"), 1).await?;
     warm_server.settle().await;
     cold_server.run_python(SCRIPT).await?;
     warm_server.settle().await;
@@ -323,26 +384,26 @@ async fn throughput(
     let left = Arc::new(std::sync::atomic::AtomicUsize::new(args.throughput));
     let before = CpuClock::now();
     let started = Instant::now();
-    let workers: Vec<_> = (0..args.concurrency)
-        .map(|_| {
-            let (sandbox, left, cancel) = (sandbox.clone(), left.clone(), cancel.clone());
-            tokio::spawn(async move {
-                while left
-                    .fetch_update(
-                        std::sync::atomic::Ordering::SeqCst,
-                        std::sync::atomic::Ordering::SeqCst,
-                        |n| n.checked_sub(1),
-                    )
-                    .is_ok()
-                {
-                    attempt(&sandbox, &cancel).await?;
-                }
-                anyhow::Ok(())
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.await??;
+    // A JoinSet: should the bench end early, dropping it aborts the workers with it.
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..args.concurrency {
+        let (sandbox, left, cancel) = (sandbox.clone(), left.clone(), cancel.clone());
+        workers.spawn(async move {
+            while left
+                .fetch_update(
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok()
+            {
+                attempt(&sandbox, &cancel).await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(worker) = workers.join_next().await {
+        worker??;
     }
     settle(sandbox).await;
     Ok(Rate::of(args.throughput, started.elapsed(), before))

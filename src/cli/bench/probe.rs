@@ -22,17 +22,30 @@ fn runtime_args(runtime: Option<&str>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The labels that make a container file-agent's, of `instance` (`reap` finds it).
+fn labels(instance: &str) -> [String; 4] {
+    [
+        "--label".to_string(),
+        format!("{}=true", policy::MANAGED_LABEL),
+        "--label".to_string(),
+        format!("{}={instance}", policy::INSTANCE_LABEL),
+    ]
+}
+
 /// `docker run --rm -i` of the script on the image (and runtime), with `output_dir` set to
-/// `/tmp`: the simplest fresh container per run.
+/// `/tmp`: the simplest fresh container per run, labelled as file-agent's `instance`, so that
+/// a bench stopped mid-run removes it.
 pub(super) async fn docker_run(
     image: &str,
     runtime: Option<&str>,
+    instance: &str,
     script: &str,
 ) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let mut child = Command::new("docker")
         .args(["run", "--rm", "-i", "--network", "none"])
         .args(runtime_args(runtime))
+        .args(labels(instance))
         .arg(image)
         .args(["python3", "-I", "-B", "-"])
         .stdin(Stdio::piped())
@@ -79,8 +92,7 @@ impl Probe {
             .args(["--user", policy::SANDBOX_USER, "--tmpfs", "/tmp:size=512m"])
             .arg(format!("--cpus={cpus}"))
             .args(["--memory", "4g", "--pids-limit", "512"])
-            .args(["--label", &format!("{}=true", policy::MANAGED_LABEL)])
-            .args(["--label", &format!("{}={instance}", policy::INSTANCE_LABEL)])
+            .args(labels(instance))
             .args([image, "python3", "-I", "-B", "-c", PROBE])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::mcp::McpServer;
+use super::owned::Owned;
 use crate::audit::note::SignerKey;
 use crate::audit::receipt::{Entry, META_KEY};
 
@@ -48,12 +49,14 @@ pub(super) struct ReceiptsCost {
     pub window: Duration,
 }
 
-/// `rounds` rounds of a call alone on each server (in turn first), after one of each that is
-/// not counted, then [`BURSTS`] bursts of [`BURST_CALLS`] calls on each.
-pub(super) async fn measure(instance: &str, rounds: usize) -> anyhow::Result<ReceiptsCost> {
-    eprintln!("file-agent bench: run_python over MCP, line and signed receipts");
-    let keys = tempfile::tempdir()?;
-    let key = keys.path().join("bench-audit.key");
+/// The two servers compared, `line` and `signed` receipts, signing with a key written in
+/// `keys`.
+async fn servers(
+    owned: &Owned,
+    instance: &str,
+    keys: &std::path::Path,
+) -> anyhow::Result<(McpServer, McpServer)> {
+    let key = keys.join("bench-audit.key");
     let (private, _) = SignerKey::generate("bench.file-agent.test/audit")?;
     std::io::Write::write_all(
         &mut std::fs::OpenOptions::new()
@@ -80,14 +83,26 @@ pub(super) async fn measure(instance: &str, rounds: usize) -> anyhow::Result<Rec
             ("FILE_AGENT_MAX_CONCURRENT", BURST_CALLS.to_string()),
         ]
     };
-    let line =
-        McpServer::start_with(&format!("{instance}-line"), BURST_CALLS, &settings("line")).await?;
-    let signed = McpServer::start_with(
-        &format!("{instance}-signed"),
-        BURST_CALLS,
-        &settings("signed"),
-    )
-    .await?;
+    let mut started = Vec::new();
+    for mode in ["line", "signed"] {
+        let name = format!("{instance}-{mode}");
+        started.push(McpServer::start_with(owned, &name, BURST_CALLS, &settings(mode)).await?);
+    }
+    let signed = started.pop().context("no signed server")?;
+    let line = started.pop().context("no line server")?;
+    Ok((line, signed))
+}
+
+/// `rounds` rounds of a call alone on each server (in turn first), after one of each that is
+/// not counted, then [`BURSTS`] bursts of [`BURST_CALLS`] calls on each.
+pub(super) async fn measure(
+    owned: &Owned,
+    instance: &str,
+    rounds: usize,
+) -> anyhow::Result<ReceiptsCost> {
+    eprintln!("file-agent bench: run_python over MCP, line and signed receipts");
+    let keys = tempfile::tempdir()?;
+    let (line, signed) = servers(owned, instance, keys.path()).await?;
     let mut cost = ReceiptsCost {
         burst: BURST_CALLS,
         window: crate::audit::receipt::MAX_BATCH_WINDOW.min(Duration::from_secs(INTERVAL_SECS)),

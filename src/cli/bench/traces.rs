@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use super::mcp::McpServer;
+use super::owned::Owned;
 
 /// The largest export the receiver reads (the SDK's batches are far smaller).
 const MAX_EXPORT_BYTES: usize = 16 * 1024 * 1024;
@@ -63,7 +64,11 @@ struct Received {
 
 /// `rounds` rounds of one warm call with traces off and one with traces on (in turn first),
 /// after one of each that is not counted.
-pub(super) async fn measure(instance: &str, rounds: usize) -> anyhow::Result<TracesCost> {
+pub(super) async fn measure(
+    owned: &Owned,
+    instance: &str,
+    rounds: usize,
+) -> anyhow::Result<TracesCost> {
     let listener = LISTENER
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -72,7 +77,7 @@ pub(super) async fn measure(instance: &str, rounds: usize) -> anyhow::Result<Tra
     let received = Arc::new(Received::default());
     serve(listener, received.clone())?;
     eprintln!("file-agent bench: run_python over MCP, traces off and on");
-    let server = McpServer::start(&format!("{instance}-traces"), 1).await?;
+    let server = McpServer::start(owned, &format!("{instance}-traces"), 1).await?;
     let mut cost = TracesCost::default();
     for round in 0..=rounds {
         let on_first = round % 2 == 1;

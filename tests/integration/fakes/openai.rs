@@ -68,6 +68,8 @@ struct Inner {
     /// When each run was created, by its index (the end of its id).
     research_created: Vec<std::time::Instant>,
     polls: usize,
+    /// Polls answered with a completed run.
+    completions: usize,
     cancels: usize,
 }
 
@@ -149,6 +151,11 @@ impl FakeOpenAi {
     pub fn research_seen(&self) -> (Vec<Value>, usize, usize) {
         let inner = self.inner.lock().unwrap();
         (inner.research_requests.clone(), inner.polls, inner.cancels)
+    }
+
+    /// How many polls were answered with a completed run: the server has seen a run end.
+    pub fn research_completions(&self) -> usize {
+        self.inner.lock().unwrap().completions
     }
 
     /// The environment that points file-agent at this fake.
@@ -396,6 +403,7 @@ async fn retrieve_response(
             Json(object).into_response()
         }
         Poll::Completed => {
+            fake.inner.lock().unwrap().completions += 1;
             let mut object = object("completed");
             let blog = "https://blog.rust-lang.org/2019/11/07/Async-await-stable.html";
             let first = REPORT.find("([blog").unwrap();
