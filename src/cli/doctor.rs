@@ -345,70 +345,79 @@ fn signed_chain_checks(
     };
     let (checked, _) = proof::check_signed_chains(chains, origin_of, key, &witness_keys, &[]);
     for (chain, check) in chains.iter().zip(checked) {
-        if let (Ok(_), Some((first, last))) = (&check.chain, check.unsigned) {
-            checks.line(
-                None,
-                "audit",
-                format!(
-                    "{}: lines {first}..{last} are covered by no signed checkpoint: they prove nothing; if no server writes this chain now, they were written after its last checkpoint (a crash) or by hand, and the next server on it signs them, naming them at start-up",
-                    chain.name
-                ),
-            );
-        }
-        if let Err(broken) = &check.chain {
-            checks.line(
-                Some(false),
-                "audit",
-                format!("{}: broken: {broken}", chain.name),
-            );
-            continue;
-        }
-        if let Some(error) = &check.store_error {
-            checks.line(Some(false), "audit", format!("{}: {error}", chain.name));
-            continue;
-        }
-        if check.checkpoints.is_empty() {
-            checks.line(
-                None,
-                "audit",
-                format!(
-                    "{}: no checkpoint of {} signed by this key is kept beside it",
-                    chain.name, check.origin
-                ),
-            );
-            continue;
-        }
-        if !check.problems.is_empty() {
-            checks.line(
-                Some(false),
-                "audit",
-                format!(
-                    "{}: {} (the server signs nothing on it until an operator acts: docs/OPERATING.md, \"The audit alarm\")",
-                    chain.name,
-                    check.problems.join("; ")
-                ),
-            );
-            continue;
-        }
-        if let Some((size, point)) = check.checkpoints.last_key_value() {
-            checks.line(
-                Some(true),
-                "audit",
-                format!(
-                    "{}: matches its {} signed checkpoints, the latest of {size} lines{}",
-                    chain.name,
-                    check.checkpoints.len(),
-                    if point.cosigned.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            ", cosigned by {}",
-                            crate::audit::checkpoints::describe_cosigned(&point.cosigned)
-                        )
-                    }
-                ),
-            );
-        }
+        signed_chain_line(checks, chain, &check);
+    }
+}
+
+/// The doctor's line for one chain checked against its signed checkpoints.
+fn signed_chain_line(
+    checks: &mut Checks,
+    chain: &crate::audit::chain::Chain,
+    check: &crate::audit::proof::SignedCheck,
+) {
+    if let (Ok(_), Some((first, last))) = (&check.chain, check.unsigned) {
+        checks.line(
+            None,
+            "audit",
+            format!(
+                "{}: lines {first}..{last} are covered by no signed checkpoint: they prove nothing; if no server writes this chain now, they were written after its last checkpoint (a crash) or by hand, and the next server on it signs them, naming them at start-up",
+                chain.name
+            ),
+        );
+    }
+    if let Err(broken) = &check.chain {
+        checks.line(
+            Some(false),
+            "audit",
+            format!("{}: broken: {broken}", chain.name),
+        );
+        return;
+    }
+    if let Some(error) = &check.store_error {
+        checks.line(Some(false), "audit", format!("{}: {error}", chain.name));
+        return;
+    }
+    if check.checkpoints.is_empty() {
+        checks.line(
+            None,
+            "audit",
+            format!(
+                "{}: no checkpoint of {} signed by this key is kept beside it",
+                chain.name, check.origin
+            ),
+        );
+        return;
+    }
+    if !check.problems.is_empty() {
+        checks.line(
+            Some(false),
+            "audit",
+            format!(
+                "{}: {} (the server signs nothing on it until an operator acts: docs/OPERATING.md, \"The audit alarm\")",
+                chain.name,
+                check.problems.join("; ")
+            ),
+        );
+        return;
+    }
+    if let Some((size, point)) = check.checkpoints.last_key_value() {
+        checks.line(
+            Some(true),
+            "audit",
+            format!(
+                "{}: matches its {} signed checkpoints, the latest of {size} lines{}",
+                chain.name,
+                check.checkpoints.len(),
+                if point.cosigned.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", cosigned by {}",
+                        crate::audit::checkpoints::describe_cosigned(&point.cosigned)
+                    )
+                }
+            ),
+        );
     }
 }
 

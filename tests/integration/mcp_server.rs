@@ -15,7 +15,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{unique_instance, with_timeout};
+use crate::common::{TestSandbox, unique_instance, with_timeout};
 use crate::fakes::dead_url;
 use crate::fakes::openai::{FakeOpenAi, Reply};
 use crate::fakes::openwebui::{ALICE, BOB, FakeOpenWebUi};
@@ -865,7 +865,18 @@ async fn tools_are_listed_with_descriptions_from_prompts_and_health_tells_no_sec
             "run_python"
         ]
     );
-    let prompts = file_agent::prompts::Prompts::default();
+    // The server lists the packages its image's manifest names (the lists' names only when the
+    // image has none): the descriptions are the prompts rendered with the same manifest.
+    let sandbox = TestSandbox::new(|_| {}).await;
+    let image = file_agent::config::SandboxConfig::from_lookup(|_| None)
+        .unwrap()
+        .image;
+    let prompts = match with_timeout(sandbox.image_manifest(&image)).await.unwrap() {
+        Some(manifest) => {
+            file_agent::prompts::Prompts::load_with(None, &manifest.prompt_text()).unwrap()
+        }
+        None => file_agent::prompts::Prompts::default(),
+    };
     for (name, description) in [
         ("run_python", &prompts.tool_run_python),
         ("analyze_file", &prompts.tool_analyze_file),
