@@ -25,10 +25,15 @@ if failed:
     print(f"{len(failures)} failed")
     for name, problem in failures[:count]:
         text = (problem.get("message") or "") + "\n" + (problem.text or "")
-        lines = [line for line in text.splitlines() if line.strip()]
+        lines = []
+        for line in text.splitlines():
+            if line.strip().startswith("stack backtrace"):
+                break
+            if line.strip() and (not lines or line.rstrip(":") != lines[-1].rstrip(":")):
+                lines.append(line)
         print(name)
         for line in lines[:6]:
-            print(f"    {line[:200]}")
+            print(f"    {line.strip()[:200]}")
     sys.exit(0)
 times = sorted(((float(case.get("time", 0)), case.get("name"))
                 for case in root.iter("testcase")), reverse=True)

@@ -243,6 +243,13 @@ pub const PRIMED_WAIT_MAX: Duration = Duration::from_secs(90);
 /// Runs `command` in container `id` (`docker exec`, as the image's sandbox user) and returns its
 /// exit code.
 pub async fn exec_in(id: &str, command: &[&str]) -> i64 {
+    try_exec_in(id, command)
+        .await
+        .unwrap_or_else(|error| panic!("docker exec in {id}: {error}"))
+}
+
+/// [`exec_in`], or the engine's error (the container is not running).
+pub async fn try_exec_in(id: &str, command: &[&str]) -> Result<i64, bollard::errors::Error> {
     let docker = docker().await;
     let config = bollard::models::ExecConfig {
         cmd: Some(command.iter().map(|part| part.to_string()).collect()),
@@ -250,21 +257,17 @@ pub async fn exec_in(id: &str, command: &[&str]) -> i64 {
         attach_stderr: Some(false),
         ..Default::default()
     };
-    let exec = with_timeout(docker.create_exec(id, config))
-        .await
-        .unwrap_or_else(|error| panic!("docker exec in {id}: {error}"));
+    let exec = with_timeout(docker.create_exec(id, config)).await?;
     let detached = bollard::exec::StartExecOptions {
         detach: true,
         ..Default::default()
     };
-    with_timeout(docker.start_exec(&exec.id, Some(detached)))
-        .await
-        .unwrap();
+    with_timeout(docker.start_exec(&exec.id, Some(detached))).await?;
     with_timeout(async {
         loop {
-            let state = docker.inspect_exec(&exec.id).await.unwrap();
+            let state = docker.inspect_exec(&exec.id).await?;
             if state.running == Some(false) {
-                return state.exit_code.unwrap_or(-1);
+                return Ok(state.exit_code.unwrap_or(-1));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

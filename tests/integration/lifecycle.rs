@@ -12,7 +12,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::json;
 
 use crate::common::{
-    container_ids_of_instance, containers_of_instance, exec_in, unique_instance,
+    container_ids_of_instance, containers_of_instance, exec_in, try_exec_in, unique_instance,
     wait_for_containers, wait_for_running, with_timeout,
 };
 use crate::mcp_server::call;
@@ -181,6 +181,24 @@ const RELEASE: &str = "/tmp/release";
 /// loaded machine (a `docker exec` and the end of an attempt: well under a second when quiet).
 const GRACE: Duration = Duration::from_secs(10);
 
+/// A script that waits until [`RELEASE`] exists, then prints `said`.
+fn released_script(said: &str) -> String {
+    format!(
+        "import os, time\nwhile not os.path.exists('{RELEASE}'):\n    time.sleep(0.05)\nprint('{said}')"
+    )
+}
+
+/// Puts [`RELEASE`] into every running container of `instance`, again and again (a queued
+/// call starts in a new one), until aborted. A container that ends meanwhile is skipped.
+async fn release_until_gone(instance: String) {
+    loop {
+        for id in container_ids_of_instance(&instance).await {
+            let _ = try_exec_in(&id, &["touch", RELEASE]).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn sigterm_lets_a_running_call_finish_and_kills_one_past_the_grace() {
     let data = tempfile::tempdir().unwrap();
@@ -192,12 +210,7 @@ async fn sigterm_lets_a_running_call_finish_and_kills_one_past_the_grace() {
         &[("FILE_AGENT_SHUTDOWN_GRACE", &grace)],
     )
     .await;
-    let released = start_call(
-        &served.url,
-        &format!(
-            "import os, time\nwhile not os.path.exists('{RELEASE}'):\n    time.sleep(0.05)\nprint('finished')"
-        ),
-    );
+    let released = start_call(&served.url, &released_script("finished"));
     let endless = start_call(&served.url, "import time\ntime.sleep(600)");
     wait_for_running(&name, 2).await;
     let signalled = Instant::now();
@@ -304,8 +317,11 @@ async fn sigterm_delivers_the_results_of_eight_calls_in_flight_to_the_official_s
     drain_with_calls_in_flight(8).await;
 }
 
-/// `calls` official-SDK clients, each calling run_python (4 s) without listing the tools
-/// first, SIGTERM while four run; every one must print its result.
+/// `calls` official-SDK clients, each calling run_python without listing the tools first,
+/// SIGTERM while four run and the rest wait for a slot; every one must print its result. Each
+/// script waits to be released (a file the test puts into every running container after the
+/// signal): with a fixed sleep, on a loaded machine the first calls ended before the last
+/// clients had started, so the queue never filled.
 async fn drain_with_calls_in_flight(calls: usize) {
     let data = tempfile::tempdir().unwrap();
     let name = unique_instance("drain", 10);
@@ -325,11 +341,7 @@ async fn drain_with_calls_in_flight(calls: usize) {
             tokio::spawn(async move {
                 crate::mcp_server::python_sdk(
                     &url,
-                    &[
-                        "--no-list",
-                        "--code",
-                        "import time\ntime.sleep(4)\nprint('done')",
-                    ],
+                    &["--no-list", "--code", &released_script("done")],
                 )
                 .await
             })
@@ -379,6 +391,7 @@ async fn drain_with_calls_in_flight(calls: usize) {
         "{refused}"
     );
 
+    let releasing = tokio::spawn(release_until_gone(name.clone()));
     for client in clients {
         let output = with_timeout(client).await.unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -388,6 +401,7 @@ async fn drain_with_calls_in_flight(calls: usize) {
             String::from_utf8_lossy(&output.stderr)
         );
     }
+    releasing.abort();
     let status = with_timeout(served.child.wait()).await.unwrap();
     assert!(status.success(), "{status:?}");
     assert!(
