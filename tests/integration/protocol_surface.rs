@@ -131,7 +131,13 @@ async fn every_result_names_the_server_beside_what_its_meta_holds() {
     assert_eq!(created["resultType"], "task", "{created}");
     names_the_server("the task's creation", created);
     let id = created["taskId"].as_str().unwrap().to_string();
+    // Bounded like every wait of the suite: a task that never ends fails saying so.
+    let started = std::time::Instant::now();
     let done = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "the task {id} was still working after 120 s"
+        );
         let (status, polled) =
             send(url, "tasks/get", json!({"taskId": id}), declared.clone()).await;
         assert_eq!(status, 200, "{polled}");
