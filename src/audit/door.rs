@@ -1,4 +1,5 @@
-//! The one door into the audit folder's files. Everything under the folder is untrusted bytes,
+//! The one door into the audit folder's files (and the sessions' folders', which are as open to
+//! whoever holds the data folder). Everything under the folder is untrusted bytes,
 //! like an upload (`crate::untrusted`): whoever holds the folder may have put a FIFO, a device,
 //! a symbolic link, a folder or a sparse file of any size where a chain, a lock, a tree or a
 //! checkpoints file was expected. So every file of the folder is opened here, and only here:
@@ -88,7 +89,7 @@ fn checked(opened: std::io::Result<File>, path: &Path) -> std::io::Result<File> 
         Some(nix::libc::ELOOP) => std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
-                "{} is a symbolic link: the audit folder's files are never read or written through a link; put the file itself there, or remove the link",
+                "{} is a symbolic link: file-agent never reads or writes its files through a link; put the file itself there, or remove the link",
                 path.display()
             ),
         ),
@@ -110,7 +111,7 @@ fn checked(opened: std::io::Result<File>, path: &Path) -> std::io::Result<File> 
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
-                "{} is {what}, not a regular file: the audit folder holds only regular files; someone put it there, remove it",
+                "{} is {what}, not a regular file: file-agent keeps only regular files there; someone put it there, remove it",
                 path.display()
             ),
         ));
@@ -145,6 +146,9 @@ pub struct Lines<R> {
     number: u64,
     /// The last read was [`Line::TooLong`]: skip to its end first.
     skipping: bool,
+    /// Bytes of the whole lines read so far, their line breaks included: where the next line
+    /// starts, for a reader that comes back later to the lines appended since.
+    consumed: u64,
 }
 
 impl Lines<File> {
@@ -163,7 +167,13 @@ impl<R: Read> Lines<R> {
             max,
             number: 0,
             skipping: false,
+            consumed: 0,
         }
+    }
+
+    /// Bytes of the whole lines read so far, line breaks included (not an unfinished line's).
+    pub fn consumed(&self) -> u64 {
+        self.consumed
     }
 
     /// The 1-based number of the line last read.
@@ -192,6 +202,7 @@ impl<R: Read> Lines<R> {
         };
         self.number += 1;
         if self.bytes.last() == Some(&b'\n') {
+            self.consumed += self.bytes.len() as u64;
             let length = super::without_line_break(&self.bytes).len();
             return Some(Ok(Line::Whole(&self.bytes[..length])));
         }
@@ -246,6 +257,9 @@ mod tests {
         assert_eq!(all(b"0123456789", 4), ["too long"]);
         assert_eq!(all(b"1234\n", 4), ["1234"]);
         assert_eq!(all(b"", 4), Vec::<String>::new());
+        let mut lines = Lines::new(&b"a\r\nbb\nccc"[..], 8);
+        while lines.next_line().is_some() {}
+        assert_eq!(lines.consumed(), 6, "the unfinished line is not counted");
     }
 
     #[test]

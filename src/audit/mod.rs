@@ -14,7 +14,8 @@
 //! Servers that share a data folder (replicas) each write a chain of their own in the audit
 //! folder, `<instance>.jsonl` and its rotated files ([`chain`]): one chain has one writer, so
 //! its `prev` links stay true. A lock file beside the chain makes that a fact, not a hope.
-//! [`report`] reads every chain for a reviewer.
+//! [`report`] reads every chain for a reviewer; [`sessions`] reads them all at start-up, and
+//! the others' new lines before each session call, for the last state of each session.
 //!
 //! A line is in the trail whole or not at all: each is written with its newline in one append
 //! and synced before the call's answer goes out; a write that fails part-way is cut back off,
@@ -57,6 +58,7 @@ pub mod pruned;
 pub mod receipt;
 pub mod recovery;
 pub mod retention;
+pub mod sessions;
 pub mod tree;
 pub mod witness;
 
@@ -76,7 +78,7 @@ pub use record::{
 pub(crate) use store::beside;
 pub use store::{CHAIN_SUFFIX, chain_name};
 use store::{chain_head, cut_back, file_name, lock_chain, lock_path, rotated_name};
-pub use verify::{Broken, CrashTrace, Verified, verify, verify_each, verify_with_roots};
+pub use verify::{Broken, CrashTrace, Follower, Verified, verify, verify_each, verify_with_roots};
 use writer::Writer;
 pub use writer::{AuditError, AuditLog, DEFAULT_ORIGIN, Receipt};
 

@@ -112,6 +112,16 @@ pub struct SessionMark {
     /// Whether the caller asked for the session to start over (`reset_session`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reset: bool,
+    /// The line's place among the session's lines: 1 for its first, one more than the line
+    /// before wherever that was written (replicas write chains of their own, and a session
+    /// moves between them). What orders a session's lines across chains; absent (0) in lines
+    /// written before it, and without a trail to count from.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub step: u64,
+}
+
+fn is_zero(step: &u64) -> bool {
+    *step == 0
 }
 
 /// One attempt, or one change of a saved tool, as written. `seq` and `prev` are set by the log.

@@ -1,8 +1,9 @@
 //! Reading a chain back and checking it: every line whole, parsed, and pointing at the line
 //! before ([`verify`]), the crash traces it holds ([`CrashTrace`]), the first broken line
 //! ([`Broken`]), and the tree roots at given sizes for the signed checkpoints
-//! ([`verify_with_roots`]). The one verifier for `audit verify`, the reports and the start-up
-//! check. It does not write or repair anything, and does not check signatures
+//! ([`verify_with_roots`]), and a chain read as it grows, from where the last read stopped
+//! ([`Follower`]). The one verifier for `audit verify`, the reports, the start-up check and
+//! the sessions' last states. It does not write or repair anything, and does not check signatures
 //! ([`super::proof`] does).
 
 use std::path::{Path, PathBuf};
@@ -182,7 +183,21 @@ impl Verifier {
             Ok(lines) => lines,
             Err(e) => return self.break_at(&file_name, 0, format!("cannot be read: {e}")),
         };
-        let mut number = 0;
+        self.read_lines(&mut lines, &file_name, 0, visit, tree);
+    }
+
+    /// Reads `lines`, of the file `file_name` whose first `before` lines were read earlier, up
+    /// to its end or a line that cannot be read.
+    fn read_lines<R: std::io::Read>(
+        &mut self,
+        lines: &mut Lines<R>,
+        file_name: &str,
+        before: u64,
+        visit: &mut impl FnMut(Record, Option<u64>),
+        tree: Option<&tree::TreeFile>,
+    ) {
+        let file_name = file_name.to_string();
+        let mut number = before;
         while let Some(read) = lines.next_line() {
             number += 1;
             let bytes = match read {
@@ -325,6 +340,175 @@ impl Verifier {
                 roots: self.roots.map(|roots| roots.found).unwrap_or_default(),
                 first_seq: self.first_seq,
             }),
+        }
+    }
+}
+
+/// One chain read as it grows, by a reader that comes back later for the lines appended since
+/// (the sessions' last states, [`super::sessions`]): the one verifier's judgement kept between
+/// reads, and where the reading stopped. A file is known by its device and inode, not its
+/// name, so that a rotation (the live file renamed, a new one begun) neither reads a line twice
+/// nor skips one. Past the chain's first break nothing more is read: its later lines are not
+/// believed, and neither is the line just before it (a line's change shows only in the next
+/// line's link, so a break says "that line, or this one"). A line is handed on once the next
+/// links to it, or when it is the last line read.
+#[derive(Debug, Default)]
+pub struct Follower {
+    verifier: Verifier,
+    /// The last line accepted, held until the next one links to it or the read ends.
+    pending: Option<Record>,
+    /// Files read to their end that were not the chain's last: rotated, they never grow.
+    done: std::collections::HashSet<(u64, u64)>,
+    /// The chain's last file as read so far.
+    at: Option<Place>,
+}
+
+/// Where a [`Follower`] stopped in a file.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    /// The file's device and inode.
+    file: (u64, u64),
+    /// The bytes of its whole lines read.
+    offset: u64,
+    /// Those lines.
+    lines: u64,
+}
+
+/// What one pass of [`Follower::follow`] over a listing found.
+enum Pass {
+    /// Every file listed was read.
+    Read,
+    /// A file listed was gone, or the file being read was no longer among those listed (a
+    /// rotation or a deletion after the listing): list again.
+    Moved,
+}
+
+/// How many times [`Follower::follow`] lists a chain's files while they move under it.
+const MAX_PASSES: usize = 3;
+
+impl Follower {
+    /// Reads the lines of the chain not read yet, `list` naming its files in chain order (the
+    /// rotated ones oldest first, then the live one), and hands each line the verifier accepts
+    /// (whole, parsed, chained to the line before) to `visit`. An unfinished last line is left
+    /// for the next call. Fails only when the files cannot be listed.
+    pub fn follow(
+        &mut self,
+        list: impl Fn() -> std::io::Result<Vec<PathBuf>>,
+        mut visit: impl FnMut(Record),
+    ) -> std::io::Result<()> {
+        for pass in 1..=MAX_PASSES {
+            if self.verifier.first_break.is_some() {
+                break;
+            }
+            let files = list()?;
+            if let Pass::Read = self.read_pass(&files, &mut visit, pass == MAX_PASSES) {
+                break;
+            }
+        }
+        // What crashes left is for a reviewer (`audit verify`), not kept here line after line.
+        self.verifier.crash_traces.clear();
+        if let (Some(last), None) = (self.pending.take(), &self.verifier.first_break) {
+            visit(last);
+        }
+        Ok(())
+    }
+
+    /// Where the chain breaks, once it does: no line after it was handed on.
+    pub fn broken(&self) -> Option<&Broken> {
+        self.verifier.first_break.as_ref()
+    }
+
+    /// Lines accepted so far.
+    pub fn lines(&self) -> u64 {
+        self.verifier.lines
+    }
+
+    /// Reads `files` from where the last pass stopped; on the `last` pass, a file being read
+    /// that is gone no longer holds the reading back (the next line then breaks the chain if
+    /// lines went with it).
+    fn read_pass(&mut self, files: &[PathBuf], visit: &mut impl FnMut(Record), last: bool) -> Pass {
+        let mut seen_at = false;
+        for (index, path) in files.iter().enumerate() {
+            let name = path.display().to_string();
+            let file = match super::door::open_read(path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !last => return Pass::Moved,
+                Err(e) => {
+                    self.verifier
+                        .break_at(&name, 0, format!("cannot be read: {e}"));
+                    return Pass::Read;
+                }
+            };
+            let key = match file.metadata() {
+                Ok(meta) => {
+                    use std::os::unix::fs::MetadataExt;
+                    (meta.dev(), meta.ino())
+                }
+                Err(e) => {
+                    self.verifier
+                        .break_at(&name, 0, format!("cannot be read: {e}"));
+                    return Pass::Read;
+                }
+            };
+            if self.done.contains(&key) {
+                continue;
+            }
+            let start = match self.at {
+                Some(place) if place.file == key => {
+                    seen_at = true;
+                    place
+                }
+                Some(_) if !seen_at && !last => return Pass::Moved,
+                _ => Place {
+                    file: key,
+                    offset: 0,
+                    lines: 0,
+                },
+            };
+            let place = self.read_from(file, &name, start, visit);
+            self.at = Some(place);
+            if index + 1 < files.len() {
+                self.done.insert(key);
+                self.at = None;
+            }
+            if self.verifier.first_break.is_some() {
+                break;
+            }
+        }
+        Pass::Read
+    }
+
+    /// Reads `file` (named `name`) from `start`; where it stopped.
+    fn read_from(
+        &mut self,
+        mut file: std::fs::File,
+        name: &str,
+        start: Place,
+        visit: &mut impl FnMut(Record),
+    ) -> Place {
+        use std::io::Seek;
+        if let Err(e) = file.seek(std::io::SeekFrom::Start(start.offset)) {
+            self.verifier
+                .break_at(name, start.lines, format!("cannot be read: {e}"));
+            return start;
+        }
+        let mut lines = Lines::new(file, MAX_LINE_BYTES);
+        let mut accepted = 0;
+        let pending = &mut self.pending;
+        let mut accept = |record: Record, position: Option<u64>| {
+            if position.is_some() {
+                accepted += 1;
+                if let Some(before) = pending.replace(record) {
+                    visit(before);
+                }
+            }
+        };
+        self.verifier
+            .read_lines(&mut lines, name, start.lines, &mut accept, None);
+        Place {
+            file: start.file,
+            offset: start.offset + lines.consumed(),
+            lines: start.lines + accepted,
         }
     }
 }

@@ -125,6 +125,8 @@ pub struct AuditLog {
     signing: Option<checkpoints::Signing>,
     /// Lines start-up found after the last signed checkpoint, in words (shown until stopped).
     unsigned_at_start: Mutex<Option<String>>,
+    /// The sessions' last states, told of each session line written ([`Self::follow_sessions`]).
+    session_states: Option<std::sync::Arc<super::sessions::SessionStates>>,
 }
 
 /// Where an attempt's line is in its chain's tree: what the tool result carries in `_meta`,
@@ -196,6 +198,7 @@ impl AuditLog {
             origin,
             signing: None,
             unsigned_at_start: Mutex::new(None),
+            session_states: None,
         };
         if let Some((recovered, problem)) = cut {
             log.append_recovered(recovered, problem)?;
@@ -286,6 +289,28 @@ impl AuditLog {
         self.unsigned_at_start
             .lock()
             .map_or(None, |unsigned| unsigned.clone())
+    }
+
+    /// Keeps the sessions' last states as the trail holds them, the chains of `folder` (this
+    /// one among them) read on a thread of its own from now on, and each session line this log
+    /// writes noted as it is written.
+    pub fn follow_sessions(mut self, folder: &Path) -> Self {
+        let states = std::sync::Arc::new(super::sessions::SessionStates::new(folder, &self.path));
+        let reader = states.clone();
+        let started = std::thread::Builder::new()
+            .name("session-states".into())
+            .spawn(move || drop(reader.load()));
+        if let Err(error) = started {
+            tracing::warn!(%error, "no thread to read the sessions' last states: read now, before serving");
+            states.load();
+        }
+        self.session_states = Some(states);
+        self
+    }
+
+    /// The sessions' last states, when [`Self::follow_sessions`] keeps them.
+    pub fn session_states(&self) -> Option<&std::sync::Arc<super::sessions::SessionStates>> {
+        self.session_states.as_ref()
     }
 
     /// The signing, when checkpoints are signed.
@@ -421,6 +446,9 @@ impl AuditLog {
         writer.last_hash = hash_line(&line);
         writer.seq = record.seq;
         self.note_success(writer);
+        if let (Some(states), Some(mark)) = (&self.session_states, &record.session) {
+            states.note(mark);
+        }
         if self.config.stdout {
             println!("{line}");
         }

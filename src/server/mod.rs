@@ -325,7 +325,8 @@ impl ToolParts {
         let sessions = crate::tools::session::Sessions::open(
             config.data_dir.join(crate::tools::session::SESSIONS_FOLDER),
             config.sessions.clone(),
-        );
+        )
+        .with_trail(audit.as_ref().and_then(|log| log.session_states().cloned()));
         Ok(Self {
             prompts,
             storage,
@@ -391,9 +392,15 @@ fn open_audit(config: &Config, instance: &str) -> Result<Option<AuditLog>, Start
     let signing =
         crate::audit::checkpoints::load(&config.audit, &config.data_dir, Some(&folder), log.path())
             .map_err(StartError::Signing)?;
-    Ok(Some(match signing {
+    let log = match signing {
         Some(signing) => log.with_signing(signing)?,
         None => log,
+    };
+    // Sessions' states are checked against the trail: every chain of the folder is read.
+    Ok(Some(if config.sessions.enabled {
+        log.follow_sessions(&folder)
+    } else {
+        log
     }))
 }
 

@@ -144,7 +144,9 @@ impl ToolError {
             Self::Sandbox(_) => true,
             Self::Storage(StorageError::Io { .. }) => true,
             Self::AuditUnavailable(_) => true,
-            Self::Session(session::SessionError::Io { .. }) => true,
+            Self::Session(session::SessionError::Io { .. } | session::SessionError::Trail(_)) => {
+                true
+            }
             _ => false,
         }
     }

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::filename::safe_name;
 use super::progress::{Phase, announce};
 use super::results::{Data, PythonResult, ResultFile, SessionResult};
-use super::session::{OpenSession, SessionError, SessionHold, Sessions};
+use super::session::{OpenSession, SessionError, SessionHold, SessionLockGuard, Sessions};
 use super::trail::AttemptLine;
 use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, unique_name};
 use crate::audit::SessionMark;
@@ -41,6 +41,8 @@ struct InSession {
     name: String,
     open: OpenSession,
     _hold: SessionHold,
+    /// The session's lock across the servers sharing the folder.
+    _lock: SessionLockGuard,
 }
 
 /// What becomes of a session's state after its attempt.
@@ -243,14 +245,20 @@ impl<R: Runner> Tools<R> {
             };
         }
         let hold = sessions.hold(&Sessions::id_of(&caller.owner, &name)).await;
+        sessions.ready().await?;
+        let wait = self.runner.config().limits.timeout + super::session::BUSY_SLACK;
+        let lock = sessions.lock(&caller.owner, &name, wait).await?;
         let (owner, reset, named) = (caller.owner.clone(), args.reset, name.clone());
-        let open = tokio::task::spawn_blocking(move || sessions.begin(&owner, &named, reset))
-            .await
-            .map_err(|e| local_io("cannot open the session")(std::io::Error::other(e)))??;
+        let (open, lock) = tokio::task::spawn_blocking(move || {
+            (sessions.begin(&owner, &named, reset, &lock), lock)
+        })
+        .await
+        .map_err(|e| local_io("cannot open the session")(std::io::Error::other(e)))?;
         let session = InSession {
             name,
-            open,
+            open: open?,
             _hold: hold,
+            _lock: lock,
         };
         Ok((Some(session), None))
     }
@@ -283,6 +291,7 @@ impl<R: Runner> Tools<R> {
             },
             state_before: before,
             reset: session.open.reset,
+            step: session.open.step,
         });
         settled
     }
@@ -314,7 +323,14 @@ impl<R: Runner> Tools<R> {
         let before_bytes = session.open.state_bytes;
         let mut bytes_kept = None;
         let (kept, sha256, note) = match settled {
+            Settled::Unchanged(note) if session.open.reset => {
+                self.clear_session(&session.open).await;
+                (false, None, note)
+            }
             Settled::Unchanged(note) => (false, before, note),
+            Settled::Staged { sha256, .. } if !self.recorded(&session.open, Some(&sha256)) => {
+                (false, before, note_of(kept_not(&NOT_RECORDED)))
+            }
             Settled::Staged { sha256, bytes } => {
                 bytes_kept = Some(bytes);
                 let (open, staged) = (session.open.clone(), sha256.clone());
@@ -338,6 +354,34 @@ impl<R: Runner> Tools<R> {
             state_bytes: if kept { bytes_kept } else { before_bytes },
             state_sha256: sha256,
             note,
+        }
+    }
+}
+
+/// Why a state the audit trail did not record is not kept.
+const NOT_RECORDED: &str =
+    "its audit line could not be written, and only a state the trail records is ever restored";
+
+impl<R: Runner> Tools<R> {
+    /// Whether the trail's last line of the session `open` is its attempt's, leaving `state`.
+    fn recorded(&self, open: &OpenSession, state: Option<&str>) -> bool {
+        self.sessions
+            .as_ref()
+            .is_some_and(|sessions| sessions.recorded(open, state))
+    }
+
+    /// Empties a session started over whose attempt left no state, once its line (a reset
+    /// from nothing) is in the trail; a failure is logged, and the next call is refused until
+    /// it starts over again.
+    async fn clear_session(&self, open: &OpenSession) {
+        if !self.recorded(open, None) {
+            return;
+        }
+        let open = open.clone();
+        match tokio::task::spawn_blocking(move || open.clear()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "could not empty a session started over"),
+            Err(error) => tracing::error!(%error, "could not empty a session started over"),
         }
     }
 }

@@ -7,29 +7,37 @@
 //! Where: `<data_dir>/sessions/<space>/<id>/`, where `<space>` is the SHA-256 (cut to 32 hex
 //! digits) of the owner key and `<id>` the SHA-256 of the owner key and the session's name
 //! (the id the audit trail writes, never the name). In it, `record.json`, the server's own
-//! record of the state it kept last (its SHA-256 and size), and that state as
-//! `<sha256>.state`. A new state is written under its own name first, the record is switched
-//! to it by a rename, then the old one is deleted: a crash leaves the old record and its
-//! state, or the new ones, never a record without its state.
+//! record of the state it kept last (its SHA-256 and size), that state as `<sha256>.state`,
+//! and `lock`, the session's lock across processes. A new state is written under its own name
+//! first, its audit line is written, the record is switched to it by a rename, then the old
+//! one is deleted: a crash leaves the old record and its state, or the new ones, never a
+//! record without its state.
 //!
-//! The folder is untrusted like an upload: before a state goes into an attempt its SHA-256 is
-//! computed again and compared with the record, and a state changed in the folder is refused
-//! until the caller starts the session over. Whoever rewrites the record too is still seen by
-//! a reviewer: the session's audit lines chain from state to state (`state_before` of each is
-//! `state_after` of the one before), and the forged state breaks that chain.
+//! The folder is untrusted like an upload (its files are opened through `audit::door`, never
+//! through a link, each read within a bound), and so is the record: whoever can write the
+//! folder can rewrite both. So the truth is the audit trail: before a state goes into an
+//! attempt, its SHA-256 must be the `state_after` of the session's last line in the trail
+//! (`audit::sessions`, read from every replica's chain), and the record must say the same. A
+//! state or a record changed in the folder is refused until the caller starts the session
+//! over. With the trail off, only the record is there to check against.
+//!
+//! One call of a session at a time: in this process a mutex per session ([`Sessions::hold`]),
+//! across the processes that share the folder (replicas) an exclusive `flock` of the
+//! session's `lock` file ([`Sessions::lock`]), each held from before the state is read until
+//! the state the call left is kept, so that each call starts from the state the one before
+//! left, whichever server ran it.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
-use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::audit::sessions::{SessionStates, TrailState};
 use crate::config::SessionsConfig;
 use crate::owner::Owner;
 
@@ -43,6 +51,13 @@ const RECORD_FILE: &str = "record.json";
 const STATE_SUFFIX: &str = ".state";
 /// The most bytes of a record read back (it holds a hash and two numbers).
 const RECORD_MAX_BYTES: u64 = 4096;
+/// The session's lock across processes, in its folder: only ever locked, never written.
+const LOCK_FILE: &str = "lock";
+/// How often a call waiting for a session another process holds tries its lock again.
+const LOCK_RETRY: Duration = Duration::from_millis(50);
+/// What a call waits for a session held by another server's call, beyond an attempt's time
+/// limit (`SANDBOX_TIMEOUT`): that call's wait for a slot, its inputs and storing its outputs.
+pub const BUSY_SLACK: Duration = Duration::from_secs(120);
 
 /// Why a session cannot be used; each message says what to do.
 #[derive(Debug, Error)]
@@ -62,16 +77,30 @@ pub enum SessionError {
         "you keep {0} sessions already (FILE_AGENT_SESSIONS_PER_OWNER); start one of them over with `reset_session: true`, reuse its name, or wait until an idle one expires"
     )]
     TooMany(usize),
-    /// The kept state is not the one the server recorded: changed in the folder.
+    /// The kept state, or the record, is not what the audit trail recorded last for the
+    /// session: changed in the folder.
     #[error(
-        "the kept state of this session was changed outside file-agent (its SHA-256 is {found}, file-agent recorded {recorded}), so it is not restored; call run_python with `reset_session: true` to start the session over from nothing"
+        "the kept state of this session was changed outside file-agent ({side} says {found}, the audit trail recorded {recorded} last), so it is not restored; call run_python with `reset_session: true` to start the session over from nothing"
     )]
     Changed {
-        /// What the server recorded last.
+        /// What disagreed with the trail: the state file, or the record.
+        side: &'static str,
+        /// What the trail recorded last (`no state` when none).
         recorded: String,
         /// What the folder holds now (`missing` when nothing).
         found: String,
     },
+    /// Another call (of another server sharing the folder) held the session past the bound.
+    #[error(
+        "this session is busy in another call (of another server sharing the data folder) and was not free after {waited_secs} s; call again once that call has ended, or use another session"
+    )]
+    Busy {
+        /// How long this call waited.
+        waited_secs: u64,
+    },
+    /// The audit trail could not be read, so no state can be checked against it.
+    #[error("{0}")]
+    Trail(String),
     /// The session's folder could not be read or written.
     #[error("the session's folder could not be {action}: {source}")]
     Io {
@@ -104,6 +133,9 @@ pub struct OpenSession {
     pub state_bytes: Option<u64>,
     /// Whether the caller asked to start over.
     pub reset: bool,
+    /// The `step` of the attempt's line: one more than the session's last line in the trail
+    /// (0 without a trail).
+    pub step: u64,
     dir: PathBuf,
 }
 
@@ -132,6 +164,24 @@ impl OpenSession {
         remove_states(&self.dir, Some(sha256));
         Ok(())
     }
+
+    /// Empties the session (its line, a reset, is in the trail): the record switched to no
+    /// state, then the states deleted.
+    pub fn clear(&self) -> Result<(), SessionError> {
+        write_record(&self.dir, &SessionRecord::default())?;
+        remove_states(&self.dir, None);
+        Ok(())
+    }
+}
+
+/// A session's lock across processes, held: the `flock` of its `lock` file, released when
+/// dropped (the descriptor closed), by a crash too.
+#[derive(Debug)]
+pub struct SessionLockGuard {
+    _file: File,
+    /// Whether the session's folder was created for this call: a new session, or one whose
+    /// folder expired (or was deleted).
+    created: bool,
 }
 
 /// Checks a session name: 1 to [`MAX_NAME_CHARS`] ASCII letters, digits, `-`, `_`, `.`, `:`.
@@ -155,6 +205,8 @@ pub struct Sessions {
     /// the state until the state it left is kept, so that two calls of one session run one
     /// after the other and each starts from the state the other left.
     in_use: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// The sessions' last states as the audit trail holds them; `None` with the trail off.
+    trail: Option<Arc<SessionStates>>,
 }
 
 /// A session held by one call ([`Sessions::hold`]).
@@ -169,6 +221,7 @@ impl Sessions {
             config,
             opening: Mutex::new(()),
             in_use: Mutex::new(HashMap::new()),
+            trail: None,
         };
         if let Ok(spaces) = fs::read_dir(&sessions.root) {
             for space in spaces.flatten() {
@@ -176,6 +229,36 @@ impl Sessions {
             }
         }
         sessions
+    }
+
+    /// Checks each state against `trail`, the sessions' last states as the audit trail holds
+    /// them (`None`: the trail is off, only the record is checked).
+    pub fn with_trail(mut self, trail: Option<Arc<SessionStates>>) -> Self {
+        self.trail = trail;
+        self
+    }
+
+    /// Waits until the trail's start-up read has ended (at once without a trail).
+    pub async fn ready(&self) -> Result<(), SessionError> {
+        match &self.trail {
+            Some(trail) => trail.ready().await.map_err(SessionError::Trail),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the trail's last line of the session `open` is the one its attempt wrote,
+    /// leaving `state`: only then is that state made the session's (a line that could not be
+    /// written under `FILE_AGENT_AUDIT_ON_FAILURE=continue` leaves it as it was). Always
+    /// without a trail.
+    pub fn recorded(&self, open: &OpenSession, state: Option<&str>) -> bool {
+        let Some(trail) = &self.trail else {
+            return true;
+        };
+        trail.last(&open.id)
+            == Some(TrailState {
+                step: open.step,
+                state: state.map(str::to_string),
+            })
     }
 
     /// The settings in force.
@@ -205,46 +288,126 @@ impl Sessions {
         lock.lock_owned().await
     }
 
-    /// Opens `owner`'s session `name` for an attempt (creating it when new, emptied when
-    /// `reset`), with its state checked against the record.
+    /// The folders of `owner`'s sessions, and of its session `name` with its id.
+    fn place(&self, owner: &Owner, name: &str) -> (PathBuf, PathBuf, String) {
+        let space = self
+            .root
+            .join(&crate::audit::sha256_hex(owner.as_str().as_bytes())[..32]);
+        let id = Self::id_of(owner, name);
+        (space.join(&id), space, id)
+    }
+
+    /// Takes `owner`'s session `name` across processes, creating its folder when new (unless
+    /// the owner keeps as many as allowed), waiting at most `wait` while another server's call
+    /// holds it. Take [`Self::hold`] first: this process's calls wait there, not here.
+    pub async fn lock(
+        &self,
+        owner: &Owner,
+        name: &str,
+        wait: Duration,
+    ) -> Result<SessionLockGuard, SessionError> {
+        if !self.config.enabled {
+            return Err(SessionError::Off);
+        }
+        check_name(name)?;
+        let (dir, space, id) = self.place(owner, name);
+        let (file, created) = {
+            let _opening = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+            self.expire(&space);
+            let created = !dir.is_dir();
+            if created {
+                self.create(&space, &dir)?;
+            }
+            let file = crate::audit::door::open_lock(&dir.join(LOCK_FILE), true)
+                .map_err(io_error("locked"))?;
+            (file, created)
+        };
+        let started = Instant::now();
+        let mut said = false;
+        loop {
+            match file.try_lock() {
+                Ok(()) => {
+                    return Ok(SessionLockGuard {
+                        _file: file,
+                        created,
+                    });
+                }
+                Err(fs::TryLockError::WouldBlock) => {}
+                Err(fs::TryLockError::Error(source)) => return Err(io_error("locked")(source)),
+            }
+            if started.elapsed() >= wait {
+                return Err(SessionError::Busy {
+                    waited_secs: started.elapsed().as_secs(),
+                });
+            }
+            if !std::mem::replace(&mut said, true) {
+                tracing::info!(session = %id, "the session is busy in a call of another server sharing the data folder; waiting for it");
+            }
+            tokio::time::sleep(LOCK_RETRY).await;
+        }
+    }
+
+    /// Opens `owner`'s session `name`, held by `lock`, for an attempt (from nothing when
+    /// `reset`): its state, checked against the trail's last line of the session and the
+    /// record. Blocking: it reads the other servers' new lines and the state.
     pub fn begin(
         &self,
         owner: &Owner,
         name: &str,
         reset: bool,
+        lock: &SessionLockGuard,
     ) -> Result<OpenSession, SessionError> {
-        if !self.config.enabled {
-            return Err(SessionError::Off);
-        }
-        check_name(name)?;
-        let key = owner.as_str();
-        let space = self
-            .root
-            .join(&crate::audit::sha256_hex(key.as_bytes())[..32]);
-        let id = Self::id_of(owner, name);
-        let dir = space.join(&id);
-        let _opening = self.opening.lock().unwrap_or_else(|p| p.into_inner());
-        self.expire(&space);
-        if !dir.is_dir() {
-            self.create(&space, &dir)?;
-        } else if reset {
-            write_record(&dir, &SessionRecord::default())?;
-            remove_states(&dir, None);
-        }
+        let (dir, _, id) = self.place(owner, name);
         touch(&dir);
-        let record = read_record(&dir)?;
-        let state = match &record.state_sha256 {
-            Some(sha) => Some(read_state(&dir, sha, self.config.max_bytes)?),
-            None => None,
-        };
-        Ok(OpenSession {
+        let trail = self.trail_last(&id)?;
+        let mut open = OpenSession {
+            step: match &self.trail {
+                Some(_) => trail.as_ref().map_or(0, |last| last.step) + 1,
+                None => 0,
+            },
             id,
-            state,
-            state_bytes: record.state_sha256.as_ref().map(|_| record.bytes),
-            state_sha256: record.state_sha256,
+            state: None,
+            state_sha256: None,
+            state_bytes: None,
             reset,
             dir,
-        })
+        };
+        if reset {
+            return Ok(open);
+        }
+        let record = read_record(&open.dir)?;
+        let expected = match (&self.trail, trail) {
+            (None, _) => record.state_sha256.clone(),
+            (Some(_), last) => last.and_then(|last| last.state),
+        };
+        if lock.created && record.state_sha256.is_none() && expected.is_some() {
+            tracing::warn!(session = %open.id, "the session's folder was gone (expired, or deleted by hand): it starts from nothing");
+            return Ok(open);
+        }
+        if record.state_sha256 != expected {
+            return Err(SessionError::Changed {
+                side: "its record.json",
+                recorded: shown(expected.as_deref()),
+                found: shown(record.state_sha256.as_deref()),
+            });
+        }
+        if let Some(sha) = expected {
+            let state = read_state(&open.dir, &sha, self.config.max_bytes)?;
+            open.state_bytes = Some(state.len() as u64);
+            open.state = Some(state);
+            open.state_sha256 = Some(sha);
+        }
+        Ok(open)
+    }
+
+    /// The trail's last line of session `id`, once the other servers' new lines are read;
+    /// `None` when it holds none, or without a trail.
+    fn trail_last(&self, id: &str) -> Result<Option<TrailState>, SessionError> {
+        let Some(trail) = &self.trail else {
+            return Ok(None);
+        };
+        trail.catch_up().map_err(SessionError::Trail)?;
+        Ok(trail.last(id))
     }
 
     /// Creates the folder of a new session, unless its owner keeps as many as allowed.
@@ -306,12 +469,18 @@ fn write_record(dir: &Path, record: &SessionRecord) -> Result<(), SessionError> 
     write().map_err(io_error("written"))
 }
 
+/// A hash as the refusal shows it; `no state` for none.
+fn shown(sha256: Option<&str>) -> String {
+    sha256.map_or_else(|| "no state".into(), str::to_string)
+}
+
 /// The record, read within [`RECORD_MAX_BYTES`]: one that does not parse is a changed state.
 fn read_record(dir: &Path) -> Result<SessionRecord, SessionError> {
     let bytes = read_bounded(&dir.join(RECORD_FILE), RECORD_MAX_BYTES).map_err(io_error("read"))?;
     serde_json::from_slice(&bytes).map_err(|_| SessionError::Changed {
-        recorded: "(its record no longer parses)".into(),
-        found: "unknown".into(),
+        side: "its record.json",
+        recorded: "a record file-agent wrote".into(),
+        found: "bytes that do not parse".into(),
     })
 }
 
@@ -319,6 +488,7 @@ fn read_record(dir: &Path) -> Result<SessionRecord, SessionError> {
 /// hash.
 fn read_state(dir: &Path, sha256: &str, max_bytes: u64) -> Result<Vec<u8>, SessionError> {
     let changed = |found: String| SessionError::Changed {
+        side: "its state file",
         recorded: sha256.to_string(),
         found,
     };
@@ -337,16 +507,10 @@ fn read_state(dir: &Path, sha256: &str, max_bytes: u64) -> Result<Vec<u8>, Sessi
     Ok(bytes)
 }
 
-/// A regular file's bytes, opened without following a link and without blocking, at most
-/// `max_bytes` (a longer one is an error).
+/// A regular file's bytes, opened through the door (no link followed, never blocking), at
+/// most `max_bytes` (a longer one is an error).
 fn read_bounded(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::other("not a regular file"));
-    }
+    let file = crate::audit::door::open_read(path)?;
     let mut bytes = Vec::new();
     file.take(max_bytes + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_bytes {
@@ -372,6 +536,7 @@ fn remove_states(dir: &Path, keep: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::{AuditLog, Record, SessionMark, sha256_hex};
 
     fn sessions(root: &Path, per_owner: usize) -> Sessions {
         Sessions::open(
@@ -382,6 +547,29 @@ mod tests {
                 ..SessionsConfig::default()
             },
         )
+    }
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    /// Locks and opens `owner`'s session `name`.
+    async fn begin(
+        store: &Sessions,
+        owner: &Owner,
+        name: &str,
+        reset: bool,
+    ) -> Result<(OpenSession, SessionLockGuard), SessionError> {
+        let lock = store.lock(owner, name, WAIT).await?;
+        Ok((store.begin(owner, name, reset, &lock)?, lock))
+    }
+
+    /// Keeps `bytes` as the state `open` left.
+    fn keep(root: &Path, open: &OpenSession, bytes: &[u8]) -> String {
+        let left = root.join("left");
+        fs::write(&left, bytes).unwrap();
+        let sha = sha256_hex(bytes);
+        open.stage(&left, &sha).unwrap();
+        open.switch(&sha, bytes.len() as u64).unwrap();
+        sha
     }
 
     #[test]
@@ -395,52 +583,167 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_state_kept_comes_back_and_one_changed_in_the_folder_is_refused_until_reset() {
+    #[tokio::test]
+    async fn without_a_trail_a_state_is_checked_against_its_record() {
         let root = tempfile::tempdir().unwrap();
         let store = sessions(root.path(), 5);
         let alice = Owner::user("header", None, "alice");
-        let first = store.begin(&alice, "s", false).unwrap();
+        let (first, lock) = begin(&store, &alice, "s", false).await.unwrap();
         assert!(first.state.is_none());
         let left = root.path().join("left");
         fs::write(&left, b"state one").unwrap();
-        let sha = crate::audit::sha256_hex(b"state one");
+        let sha = sha256_hex(b"state one");
         first.stage(&left, &sha).unwrap();
-        assert!(
-            store.begin(&alice, "s", false).unwrap().state.is_none(),
-            "staged, not yet switched"
-        );
+        drop(lock);
+        let (staged, lock) = begin(&store, &alice, "s", false).await.unwrap();
+        assert!(staged.state.is_none(), "staged, not yet switched");
+        drop(lock);
         first.switch(&sha, 9).unwrap();
-        let second = store.begin(&alice, "s", false).unwrap();
+        let (second, _lock) = begin(&store, &alice, "s", false).await.unwrap();
         assert_eq!(second.state.as_deref(), Some(&b"state one"[..]));
         assert_eq!(second.state_sha256.as_deref(), Some(sha.as_str()));
         assert_eq!(second.id, first.id);
         // Another owner naming the same session has another one, empty.
-        let bob = store
-            .begin(&Owner::user("header", None, "bob"), "s", false)
+        let (bob, _bob_lock) = begin(&store, &Owner::user("header", None, "bob"), "s", false)
+            .await
             .unwrap();
         assert!(bob.state.is_none());
         assert_ne!(bob.id, first.id);
+        drop(_lock);
         // Changed in the folder: refused, with the hashes; a reset starts over.
         fs::write(second.dir.join(format!("{sha}.state")), b"state two").unwrap();
-        let error = store.begin(&alice, "s", false).unwrap_err();
+        let error = begin(&store, &alice, "s", false).await.unwrap_err();
         assert!(matches!(error, SessionError::Changed { .. }), "{error}");
         assert!(error.to_string().contains("reset_session"), "{error}");
-        let reset = store.begin(&alice, "s", true).unwrap();
+        let (reset, lock) = begin(&store, &alice, "s", true).await.unwrap();
         assert!(reset.state.is_none());
-        assert!(store.begin(&alice, "s", false).unwrap().state.is_none());
+        reset.clear().unwrap();
+        drop(lock);
+        assert!(
+            begin(&store, &alice, "s", false)
+                .await
+                .unwrap()
+                .0
+                .state
+                .is_none()
+        );
     }
 
-    #[test]
-    fn an_owner_keeps_at_most_its_bound_of_sessions() {
+    /// The trail's line of an attempt of `open` that left `after`.
+    fn line(open: &OpenSession, after: Option<&str>) -> Record {
+        Record {
+            time: crate::time::rfc3339_now(),
+            status: "ok".into(),
+            session: Some(SessionMark {
+                id: open.id.clone(),
+                state_before: open.state_sha256.clone(),
+                state_after: after.map(str::to_string),
+                reset: open.reset,
+                step: open.step,
+            }),
+            ..Record::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn with_a_trail_a_state_and_record_rewritten_together_are_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let audit_config = crate::config::AuditConfig {
+            place: crate::config::AuditPlace::Off,
+            chain: None,
+            stdout: false,
+            include_code: true,
+            max_bytes: 1 << 20,
+            on_failure: crate::config::AuditOnFailure::Refuse,
+            origin: None,
+            signing_key_file: None,
+            checkpoint_interval: Duration::from_secs(60),
+            witnesses: Vec::new(),
+        };
+        let log = AuditLog::open_chain(&root.path().join("audit"), "a", audit_config)
+            .unwrap()
+            .follow_sessions(&root.path().join("audit"));
+        let store =
+            sessions(&root.path().join("sessions"), 5).with_trail(log.session_states().cloned());
+        store.ready().await.unwrap();
+        let alice = Owner::user("header", None, "alice");
+        let (first, lock) = begin(&store, &alice, "s", false).await.unwrap();
+        assert_eq!(first.step, 1);
+        let sha = keep(root.path(), &first, b"one");
+        // Kept in the folder but not in the trail (its line was never written): not restored.
+        drop(lock);
+        let error = begin(&store, &alice, "s", false).await.unwrap_err();
+        assert!(error.to_string().contains("record.json says"), "{error}");
+        log.append(line(&first, Some(&sha))).unwrap();
+        let (second, lock) = begin(&store, &alice, "s", false).await.unwrap();
+        assert_eq!(second.state.as_deref(), Some(&b"one"[..]));
+        assert_eq!(second.step, 2);
+
+        // Whoever holds the folder writes another state and a record that names it.
+        let forged = keep(root.path(), &second, b"forged");
+        drop(lock);
+        let error = begin(&store, &alice, "s", false)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!("its record.json says {forged}"))
+                && error.contains(&format!("recorded {sha} last")),
+            "{error}"
+        );
+        // The state alone, changed under its own name: refused too.
+        fs::write(second.dir.join(format!("{forged}.state")), b"x").unwrap();
+        second.switch(&sha, 3).unwrap();
+        fs::write(second.dir.join(format!("{sha}.state")), b"two").unwrap();
+        let error = begin(&store, &alice, "s", false)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("its state file says"), "{error}");
+
+        // Started over: the trail's reset line says "from nothing".
+        let (reset, lock) = begin(&store, &alice, "s", true).await.unwrap();
+        log.append(line(&reset, None)).unwrap();
+        assert!(store.recorded(&reset, None));
+        reset.clear().unwrap();
+        drop(lock);
+        let (after, _lock) = begin(&store, &alice, "s", false).await.unwrap();
+        assert!(after.state.is_none());
+        assert_eq!(after.step, 3);
+    }
+
+    #[tokio::test]
+    async fn a_session_held_by_another_process_is_busy_past_the_bound() {
+        let root = tempfile::tempdir().unwrap();
+        let store = sessions(root.path(), 5);
+        let other = sessions(root.path(), 5);
+        let alice = Owner::user("header", None, "alice");
+        let _held = other.lock(&alice, "s", WAIT).await.unwrap();
+        let error = store
+            .lock(&alice, "s", Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, SessionError::Busy { .. }), "{error}");
+        assert!(
+            error.to_string().contains("busy in another call"),
+            "{error}"
+        );
+        drop(_held);
+        store.lock(&alice, "s", WAIT).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_owner_keeps_at_most_its_bound_of_sessions() {
         let root = tempfile::tempdir().unwrap();
         let store = sessions(root.path(), 2);
         let alice = Owner::user("header", None, "alice");
-        store.begin(&alice, "a", false).unwrap();
-        store.begin(&alice, "b", false).unwrap();
-        store.begin(&alice, "a", false).unwrap();
-        let error = store.begin(&alice, "c", false).unwrap_err();
+        begin(&store, &alice, "a", false).await.unwrap();
+        begin(&store, &alice, "b", false).await.unwrap();
+        begin(&store, &alice, "a", false).await.unwrap();
+        let error = begin(&store, &alice, "c", false).await.unwrap_err();
         assert!(matches!(error, SessionError::TooMany(2)), "{error}");
-        store.begin(&Owner::anonymous(), "c", false).unwrap();
+        begin(&store, &Owner::anonymous(), "c", false)
+            .await
+            .unwrap();
     }
 }

@@ -44,6 +44,7 @@ mod runner;
 mod sandbox;
 mod saved_tools;
 mod sessions;
+mod sessions_replicas;
 mod signed_receipts;
 mod signed_trail;
 mod slots;

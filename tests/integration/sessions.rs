@@ -3,7 +3,9 @@
 //! another user naming the same session, a call without one); a failed attempt leaves the
 //! state as it was; a generator and an open file are reported as not kept while the rest is;
 //! the session outlives a restart; a state edited in the folder is refused until the caller
-//! starts over; the audit lines' state hashes chain; behind Open WebUI the chat is the session.
+//! starts over, and so is one rewritten together with its record (the trail is what it is
+//! checked against); the audit lines' state hashes chain; behind Open WebUI the chat is the
+//! session.
 
 use std::collections::HashMap;
 
@@ -186,6 +188,41 @@ async fn a_state_changed_in_the_folder_is_refused_until_the_session_starts_over(
     );
     let (is_error, text) = run(&alice, Some("no spaces"), "print(1)").await;
     assert!(is_error && text.contains("not a usable name"), "{text}");
+    server.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_state_rewritten_with_its_record_in_the_folder_is_refused_after_a_restart() {
+    let server = TestServer::start(&[]).await;
+    let alice = client_of(&server, Some("alice"), None).await;
+    prints(&alice, Some("forged"), "secret = 'kept'\nprint('ok')", "ok").await;
+    let data = server.stop().await;
+    // Whoever holds the folder puts a state of its own there, and a record that names it, as
+    // file-agent would have written them.
+    let states: Vec<_> = walk(&data.path().join("sessions"))
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "state"))
+        .collect();
+    assert_eq!(states.len(), 1, "{states:?}");
+    let folder = states[0].parent().unwrap();
+    let forged = b"not the state the trail records";
+    let sha = crate::common::sha256_hex(forged);
+    std::fs::write(folder.join(format!("{sha}.state")), forged).unwrap();
+    std::fs::remove_file(&states[0]).unwrap();
+    let record = json!({"state_sha256": sha, "bytes": forged.len()});
+    std::fs::write(folder.join("record.json"), record.to_string()).unwrap();
+
+    // A new server over the folder reads the trail at start-up: the trail names another state.
+    let server = TestServer::start_in(data, &[]).await;
+    let alice = client_of(&server, Some("alice"), None).await;
+    let (is_error, text) = run(&alice, Some("forged"), "print(secret)").await;
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("changed outside file-agent")
+            && text.contains(&format!("its record.json says {sha}"))
+            && text.contains("reset_session"),
+        "{text}"
+    );
     server.assert_nothing_left().await;
 }
 
