@@ -37,13 +37,22 @@ fn door_flags() -> i32 {
     (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits()
 }
 
+/// What the door's refusals call a file of the audit folder.
+const AUDIT_FILE: &str = "a file of the audit folder";
+
 /// Opens `path` to read it: a regular file, not a link, never blocking.
 pub fn open_read(path: &Path) -> std::io::Result<File> {
+    open_read_as(path, AUDIT_FILE)
+}
+
+/// Opens `path` to read it as [`open_read`] does, for a file that is not the audit folder's
+/// (a receipt or a key a reviewer names): its refusals call it `role` ("the receipt file").
+pub fn open_read_as(path: &Path, role: &str) -> std::io::Result<File> {
     let opened = OpenOptions::new()
         .read(true)
         .custom_flags(door_flags())
         .open(path);
-    checked(opened, path)
+    checked(opened, path, role)
 }
 
 /// Opens `path` to read and append to it, creating it when it is missing (never truncating
@@ -55,20 +64,26 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
         .create(true)
         .custom_flags(door_flags())
         .open(path);
-    checked(opened, path)
+    checked(opened, path, AUDIT_FILE)
 }
 
 /// Opens `path` to lock it (a lock file: only locked, never written), creating it when
 /// `create` and it is missing, never truncating it. Read and write: a FIFO opened so answers at
 /// once, for `fstat` to name it (write-only, it would fail with ENXIO, which names nothing).
 pub fn open_lock(path: &Path, create: bool) -> std::io::Result<File> {
+    open_lock_as(path, create, AUDIT_FILE)
+}
+
+/// [`open_lock`] for a lock file outside the audit folder (a session's): its refusals call it
+/// `role`.
+pub fn open_lock_as(path: &Path, create: bool, role: &str) -> std::io::Result<File> {
     let opened = OpenOptions::new()
         .read(true)
         .write(true)
         .create(create)
         .custom_flags(door_flags())
         .open(path);
-    checked(opened, path)
+    checked(opened, path, role)
 }
 
 /// Creates `path`, which must not exist yet (`O_EXCL`: no link is followed either).
@@ -79,17 +94,17 @@ pub fn create_new(path: &Path) -> std::io::Result<File> {
         .create_new(true)
         .custom_flags(door_flags())
         .open(path);
-    checked(opened, path)
+    checked(opened, path, AUDIT_FILE)
 }
 
 /// The descriptor opened, once `fstat` says it is a regular file, made blocking again; else
-/// why not, in words that say what to do.
-fn checked(opened: std::io::Result<File>, path: &Path) -> std::io::Result<File> {
+/// why not, in words that name the file as `role` and say what to do.
+fn checked(opened: std::io::Result<File>, path: &Path, role: &str) -> std::io::Result<File> {
     let file = opened.map_err(|error| match error.raw_os_error() {
         Some(nix::libc::ELOOP) => std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
-                "{} is a symbolic link: file-agent never reads or writes its files through a link; put the file itself there, or remove the link",
+                "{} is a symbolic link: {role} is never read or written through a link; use the file itself (`readlink -f` names it), or remove the link",
                 path.display()
             ),
         ),
@@ -111,7 +126,7 @@ fn checked(opened: std::io::Result<File>, path: &Path) -> std::io::Result<File> 
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
-                "{} is {what}, not a regular file: file-agent keeps only regular files there; someone put it there, remove it",
+                "{} is {what}, not a regular file: {role} is opened only when it is a regular file; put a regular file there, or remove it",
                 path.display()
             ),
         ));

@@ -437,7 +437,7 @@ pub fn entries(value: serde_json::Value) -> Result<Vec<Entry>, ReceiptError> {
 pub fn read_copy(path: &std::path::Path) -> std::io::Result<Vec<StoredCheckpoint>> {
     use std::io::Read;
     // Through the door: a regular file only, never blocking on a FIFO given by mistake.
-    let mut file = super::door::open_read(path)?;
+    let mut file = super::door::open_read_as(path, "the --checkpoints file")?;
     let mut head = Vec::new();
     (&mut file)
         .take(MAX_RECEIPT_FILE_BYTES + 1)

@@ -227,25 +227,28 @@ const MAX_KEY_FILE_BYTES: u64 = 4096;
 fn verifier_key(given: &str) -> anyhow::Result<VerifierKey> {
     let parsed = VerifierKey::parse(given);
     let path = Path::new(given);
-    if parsed.is_ok() || !path.is_file() {
+    // Whatever is there by that name is read through the door, which names a FIFO or a link.
+    if parsed.is_ok() || std::fs::symlink_metadata(path).is_err() {
         return parsed
             .context("--key (a verifier key <name>+<id>+<base64>, or a file holding one)");
     }
-    let text = read_bounded(path, MAX_KEY_FILE_BYTES).context("--key")?;
+    let text = read_bounded(path, MAX_KEY_FILE_BYTES, "the --key file")?;
     VerifierKey::parse(text.trim()).with_context(|| format!("--key: the key in {}", path.display()))
 }
 
-/// The text of `path`, refused past `limit` bytes.
-fn read_bounded(path: &Path, limit: u64) -> anyhow::Result<String> {
+/// The text of `path`, read through the audit folder's door (a regular file, no link
+/// followed, never blocking: a FIFO or a device given by mistake is refused at once), refused
+/// past `limit` bytes; `role` names the file in a refusal ("the receipt file").
+fn read_bounded(path: &Path, limit: u64, role: &str) -> anyhow::Result<String> {
     use std::io::Read;
     let mut text = String::new();
-    std::fs::File::open(path)
-        .with_context(|| format!("cannot read {}", path.display()))?
+    audit::door::open_read_as(path, role)
+        .with_context(|| format!("cannot read {role} {}", path.display()))?
         .take(limit + 1)
         .read_to_string(&mut text)
-        .with_context(|| format!("cannot read {} as text", path.display()))?;
+        .with_context(|| format!("cannot read {role} {} as text", path.display()))?;
     if text.len() as u64 > limit {
-        anyhow::bail!("{} is larger than {limit} bytes", path.display());
+        anyhow::bail!("{role} {} is larger than {limit} bytes", path.display());
     }
     Ok(text)
 }
@@ -260,7 +263,7 @@ pub fn verify_receipt(
 ) -> anyhow::Result<ExitCode> {
     let key = verifier_key(key)?;
     let witnesses = super::checkpoints::witness_keys(witnesses)?;
-    let text = read_bounded(file, receipt::MAX_RECEIPT_FILE_BYTES)?;
+    let text = read_bounded(file, receipt::MAX_RECEIPT_FILE_BYTES, "the receipt file")?;
     let (entries, line) = if text.starts_with(receipt::TLOG_PROOF_HEADER) {
         let Some(path) = line else {
             anyhow::bail!(
@@ -317,7 +320,7 @@ pub fn verify_receipt(
 /// The audit line of `--line`, as the trail reads one: its bytes less the line break (`\n`
 /// or `\r\n`).
 fn read_receipt_line(path: &Path) -> anyhow::Result<Vec<u8>> {
-    let text = read_bounded(path, receipt::MAX_RECEIPT_FILE_BYTES).context("--line")?;
+    let text = read_bounded(path, receipt::MAX_RECEIPT_FILE_BYTES, "the --line file")?;
     Ok(audit::without_line_break(text.as_bytes()).to_vec())
 }
 

@@ -10,6 +10,8 @@
 //! Integrity comes first, and a broken trail changes the page's title and opens it with a
 //! red banner that names the break, so that it cannot be taken for a clean one.
 
+mod sessions;
+
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -45,7 +47,8 @@ pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:8px;overflow:auto;max-he
 details{margin:4px 0}summary{cursor:pointer}details[open]>summary{font-weight:600}\
 .tag{display:inline-block;padding:0 6px;border-radius:3px;color:#fff;font-size:12px}\
 .t{white-space:nowrap}.add{background:#e6ffec;display:block}.del{background:#ffebe9;display:block}code{font-size:12px}\
-dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:6px 0}dt{color:#555}dd{margin:0}";
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:6px 0}dt{color:#555}dd{margin:0}\
+code.h{display:inline-block;max-width:13ch;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}tr.brk td{background:#ffebee}";
 
 /// Escapes `text` for HTML text and attribute values, and shows control characters (but
 /// line breaks and tabs) and bidirectional formatting characters as `\u{..}`, so that what
@@ -128,6 +131,7 @@ pub fn render(report: &Report) -> String {
     tally(&mut page, &report.tools, "tool");
     page.push_str("</section>\n");
     saved_tools(&mut page, report);
+    sessions::section(&mut page, &report.sessions);
     details(&mut page, report, &version_anchors(report));
     page.push_str("</body></html>\n");
     page
@@ -772,13 +776,18 @@ fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>
     let r = &detail.record;
     let _ = write!(
         page,
-        "<details id=\"{}\"><summary>{} {} {} · user {} · chat {}</summary><dl>",
+        "<details id=\"{}\"><summary>{} {} {} · user {} · chat {}{}</summary><dl>",
         esc(&detail.anchor),
         esc(&r.time),
         esc(&r.caller.tool),
         tag(detail.ending),
         opt(r.caller.user.as_deref()),
-        opt(r.caller.chat.as_deref())
+        opt(r.caller.chat.as_deref()),
+        if detail.session_mark.as_ref().is_some_and(|m| m.broken) {
+            " · <span class=\"bad\">session chain BROKEN</span>"
+        } else {
+            ""
+        }
     );
     row(page, "status", format!("<code>{}</code>", esc(&r.status)));
     row(
@@ -803,6 +812,9 @@ fn detail_html(page: &mut String, detail: &Detail, versions: &VersionAnchors<'_>
         ),
     );
     detail_caller(page, r, versions);
+    if let Some(session) = &r.session {
+        sessions::detail_rows(page, session, detail.session_mark.as_ref());
+    }
     detail_container(page, r);
     files_table(page, "inputs", &r.inputs);
     files_table(page, "outputs", &r.outputs);

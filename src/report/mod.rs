@@ -13,6 +13,7 @@
 
 pub mod diff;
 pub mod html;
+pub mod sessions;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -255,6 +256,8 @@ pub struct Report {
     pub saved_tools: Vec<SavedToolHistory>,
     /// Saved tools left out past [`SAVED_TOOLS_MAX`].
     pub saved_tools_omitted: usize,
+    /// Each `run_python` session followed from state to state.
+    pub sessions: sessions::SessionsSection,
     /// The attempts shown in full.
     pub details: Vec<Detail>,
     /// Attempts (within the filter) not shown in full.
@@ -508,6 +511,10 @@ pub struct Detail {
     pub leaf_index: u64,
     /// See `leaf_index`.
     pub leaf_hash: String,
+    /// For an attempt of a session that does not start from the state the session's attempt
+    /// before it left: what that means ([`sessions::ChainMark`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_mark: Option<sessions::MarkNote>,
 }
 
 /// One attempt as the first pass keeps it.
@@ -624,9 +631,13 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
         .collect();
     let integrity = integrity(&chains, &verdicts, unreadable);
     first.complete_summary();
+    let mut followed = sessions::follow(std::mem::take(&mut first.session_steps));
+    mark_breaks(&mut first.rows, &followed.marks);
     let choice = Choice::of(std::mem::take(&mut first.rows));
     choice.unlink_timelines(&mut first.histories);
-    let (attention, details) = choice.second_pass(&chains, filter, gave_up(&first.calls));
+    choice.unlink_sessions(&mut followed.section);
+    let (attention, details) =
+        choice.second_pass(&chains, filter, gave_up(&first.calls), &followed.marks);
     let details_omitted = first.summary.attempts.saturating_sub(details.len() as u64);
     let (saved_tools, saved_tools_omitted) = saved_tools(first.histories, source);
 
@@ -641,8 +652,22 @@ pub fn gather(source: &Path, filter: &Filter) -> Report {
         tools: tallies(first.tools),
         saved_tools,
         saved_tools_omitted,
+        sessions: followed.section,
         details,
         details_omitted,
+    }
+}
+
+/// Adds each break of a session's chain (`marks`, by chain and line) to its attempt's
+/// "needs attention".
+fn mark_breaks(rows: &mut [Row], marks: &HashMap<(usize, u64), sessions::MarkNote>) {
+    for row in rows {
+        if let Some(note) = marks.get(&(row.chain, row.seq)).filter(|note| note.broken) {
+            row.attention = Some(match row.attention.take() {
+                Some(already) => format!("{already}; {}", note.words),
+                None => note.words.clone(),
+            });
+        }
     }
 }
 
@@ -675,6 +700,8 @@ struct FirstPass {
     hourly: BTreeMap<String, Counts>,
     /// What the retention lines of every chain record deleting.
     retired: chain::Retired,
+    /// One row per attempt of a session, for following each from state to state.
+    session_steps: Vec<sessions::StepRow>,
 }
 
 impl FirstPass {
@@ -768,6 +795,8 @@ impl FirstPass {
         };
         self.add_to_call(record, ending, &row);
         self.rows.push(row);
+        self.session_steps
+            .extend(sessions::StepRow::of(record, index, ending));
     }
 
     /// Counts an attempt in its call's state, whose `last` row is the newest.
@@ -1038,13 +1067,25 @@ impl Choice {
         }
     }
 
+    /// Keeps the sessions' links only to attempts shown in full.
+    fn unlink_sessions(&self, section: &mut sessions::SessionsSection) {
+        let chosen_anchors: HashSet<String> =
+            self.chosen.iter().map(|(c, s)| anchor(*c, *s)).collect();
+        let steps = section.rows.iter_mut().flat_map(|s| s.steps.iter_mut());
+        for step in steps.filter(|step| !chosen_anchors.contains(&step.anchor)) {
+            step.anchor.clear();
+        }
+    }
+
     /// Second pass: the chosen attempts' lines, newest first, and "needs attention": the rows
-    /// of `gave_up` and of the marked attempts, the newest [`ATTENTION_MAX`].
+    /// of `gave_up` and of the marked attempts, the newest [`ATTENTION_MAX`]. `marks` says how
+    /// an attempt of a session follows the one before, when it does not.
     fn second_pass(
         &self,
         chains: &[Chain],
         filter: &Filter,
         gave_up: Vec<AttentionRow>,
+        marks: &HashMap<(usize, u64), sessions::MarkNote>,
     ) -> (Attention, Vec<Detail>) {
         let total = self.marked.len() as u64 + gave_up.len() as u64;
         let mut attention = gave_up;
@@ -1061,7 +1102,9 @@ impl Choice {
                     attention.push(self.attention_row(what, index, &record));
                 }
                 if self.chosen.contains(&key) {
-                    details.push(detail(index, chain, record, line));
+                    let mut detail = detail(index, chain, record, line);
+                    detail.session_mark = marks.get(&key).cloned();
+                    details.push(detail);
                 }
             });
         }
@@ -1107,6 +1150,7 @@ fn detail(index: usize, chain: &Chain, record: Record, line: &str) -> Detail {
             error: record.error.clone().map(cut),
             ..record
         },
+        session_mark: None,
     }
 }
 

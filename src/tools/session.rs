@@ -45,6 +45,8 @@ use crate::owner::Owner;
 pub const SESSIONS_FOLDER: &str = "sessions";
 /// The longest session name, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
+/// What the door's refusals call a file of a session's folder.
+const SESSION_FILE: &str = "a file of a session's folder";
 /// The server's record of a session, in its folder.
 const RECORD_FILE: &str = "record.json";
 /// The end of a kept state's file name (after its SHA-256).
@@ -318,7 +320,7 @@ impl Sessions {
             if created {
                 self.create(&space, &dir)?;
             }
-            let file = crate::audit::door::open_lock(&dir.join(LOCK_FILE), true)
+            let file = crate::audit::door::open_lock_as(&dir.join(LOCK_FILE), true, SESSION_FILE)
                 .map_err(io_error("locked"))?;
             (file, created)
         };
@@ -510,7 +512,7 @@ fn read_state(dir: &Path, sha256: &str, max_bytes: u64) -> Result<Vec<u8>, Sessi
 /// A regular file's bytes, opened through the door (no link followed, never blocking), at
 /// most `max_bytes` (a longer one is an error).
 fn read_bounded(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
-    let file = crate::audit::door::open_read(path)?;
+    let file = crate::audit::door::open_read_as(path, SESSION_FILE)?;
     let mut bytes = Vec::new();
     file.take(max_bytes + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_bytes {

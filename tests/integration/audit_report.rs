@@ -605,3 +605,132 @@ async fn a_report_of_100000_lines_is_bounded() {
     parse(&page);
     assert!(page.len() < 16 << 20, "{}", page.len());
 }
+
+/// Writes `sessions` attempts of one `run_python` session as the chain `session.jsonl` in
+/// `folder`, each line chained to the one before: (state_before, state_after, reset) per line.
+fn session_chain(folder: &Path, steps: &[(Option<&str>, Option<&str>, bool)]) {
+    std::fs::create_dir_all(folder).unwrap();
+    let mut file = std::fs::File::create(folder.join("session.jsonl")).unwrap();
+    let mut prev = "0".repeat(64);
+    for (n, (before, after, reset)) in steps.iter().enumerate() {
+        let record = Record {
+            time: format!("2026-03-01T12:00:0{n}.000Z"),
+            seq: n as u64 + 1,
+            caller: CallInfo {
+                call: format!("call-{n}"),
+                request: json!(n),
+                tool: "run_python".into(),
+                user: Some("alice".into()),
+                chat: Some("chat-a".into()),
+                ..CallInfo::default()
+            },
+            author: "caller".into(),
+            code_sha256: "00".repeat(32),
+            status: "ok".into(),
+            exit_code: Some(0),
+            session: Some(file_agent::audit::SessionMark {
+                id: SESSION_ID.into(),
+                state_before: before.map(str::to_string),
+                state_after: after.map(str::to_string),
+                reset: *reset,
+            }),
+            prev: prev.clone(),
+            ..Record::default()
+        };
+        let line = serde_json::to_string(&record).unwrap();
+        writeln!(file, "{line}").unwrap();
+        prev = hash_line(&line);
+    }
+}
+
+const SESSION_ID: &str = "5e551015aaaabbbbccccddddeeeeffff00001111222233334444555566667777";
+
+/// The rows of the page's only session: (state before, state after, chain) per attempt, the
+/// hashes whole (as a reviewer copies them).
+fn session_rows(page: &Node) -> Vec<(String, String, String)> {
+    let section = page.by_id("sessions");
+    let session = section.by_id("session-0");
+    assert!(
+        session.all_text().contains(SESSION_ID),
+        "the id, whole when copied"
+    );
+    session
+        .rows()
+        .into_iter()
+        .map(|cells| (cells[2].clone(), cells[3].clone(), cells[5].clone()))
+        .collect()
+}
+
+/// Issue 62: the review page follows a session from state to state (its id, each attempt's
+/// states, a reset) and marks, in the session and in "needs attention", an attempt whose
+/// `state_before` is not the `state_after` of the session's attempt before it: a state
+/// changed in the folder (record and all) and signed into a well-chained trail.
+#[tokio::test]
+async fn the_review_page_follows_a_session_from_state_to_state_and_marks_where_it_breaks() {
+    let (a, b, c) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+    let data = tempfile::tempdir().unwrap();
+    let folder = data.path().join("audit");
+    session_chain(
+        &folder,
+        &[
+            (None, Some(&a), false),
+            (Some(&a), Some(&b), false),
+            (Some(&b), Some(&c), false),
+            (None, Some(&a), true),
+        ],
+    );
+    let (code, page) = report(data.path(), &[]).await;
+    assert_eq!(code, 0);
+    let page = parse(&page);
+    let rows = session_rows(&page);
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for pair in rows.windows(2).take(2) {
+        assert_eq!(
+            pair[1].0, pair[0].1,
+            "each starts from the state the one before left"
+        );
+    }
+    assert_eq!(
+        (rows[1].0.as_str(), rows[2].1.as_str()),
+        (a.as_str(), c.as_str())
+    );
+    assert!(rows[3].2.contains("started over"), "{:?}", rows[3]);
+    let text = page.by_id("sessions").all_text();
+    assert!(!text.contains("BROKEN"), "{text}");
+    assert!(
+        page.by_id("a0-2").all_text().contains(&b),
+        "the detail shows the states"
+    );
+
+    // Someone who can write the folder rewrote the state (and the server's record): the third
+    // attempt starts from a state the second did not leave. The trail itself is intact.
+    let forged = "f".repeat(64);
+    session_chain(
+        &folder,
+        &[
+            (None, Some(&a), false),
+            (Some(&a), Some(&b), false),
+            (Some(&forged), Some(&c), false),
+        ],
+    );
+    let (code, page) = report(data.path(), &[]).await;
+    assert_eq!(code, 0, "the lines chain: only the session's states do not");
+    let page = parse(&page);
+    let rows = session_rows(&page);
+    assert!(rows[1].2.contains("follows"), "{:?}", rows[1]);
+    assert!(rows[2].2.starts_with("BROKEN"), "{:?}", rows[2]);
+    assert!(
+        rows[2].2.contains("ffffffffffff") && rows[2].2.contains("bbbbbbbbbbbb"),
+        "{:?}",
+        rows[2]
+    );
+    let attention = page.by_id("attention").rows();
+    assert!(
+        attention
+            .iter()
+            .any(|row| row[1].contains("BROKEN session chain") && row[2] == "alice"),
+        "{attention:?}"
+    );
+    let detail = page.by_id("a0-3").all_text();
+    assert!(detail.contains("session chain BROKEN"), "{detail}");
+}

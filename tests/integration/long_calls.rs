@@ -75,18 +75,36 @@ async fn openwebui_call(
     extra: &[&str],
     limit: Duration,
 ) -> Value {
+    let mut options: Vec<String> = vec![
+        "--tool".into(),
+        tool.into(),
+        "--args".into(),
+        arguments.to_string(),
+    ];
+    options.extend(extra.iter().map(|option| option.to_string()));
+    for (name, value) in headers {
+        options.extend(["--header".into(), format!("{name}={value}")]);
+    }
+    openwebui_client(server, &options, &[], limit).await
+}
+
+/// Runs `tests/sdk/openwebui_client.py` against `server` with `options`, Open WebUI's settings
+/// `settings` in its environment; its last JSON line (the call's end), within `limit`.
+pub(crate) async fn openwebui_client(
+    server: &TestServer,
+    options: &[String],
+    settings: &[(&str, &str)],
+    limit: Duration,
+) -> Value {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = crate::common::test_venv("FILE_AGENT_TEST_OPENWEBUI_ENV", "target/test-openwebui");
     let mut command = tokio::process::Command::new(venv.join("bin/python3"));
     command
         .arg(root.join("tests/sdk/openwebui_client.py"))
         .arg(format!("{}/mcp", server.url))
-        .args(["--tool", tool, "--args", &arguments.to_string()])
-        .args(extra)
+        .args(options)
+        .envs(settings.iter().copied())
         .kill_on_drop(true);
-    for (name, value) in headers {
-        command.arg("--header").arg(format!("{name}={value}"));
-    }
     let output = tokio::time::timeout(limit, command.output())
         .await
         .expect("Open WebUI's client did not end in time")
@@ -104,7 +122,7 @@ async fn openwebui_call(
 }
 
 /// The text of a result's content, as Open WebUI passes it to the model.
-fn text(end: &Value) -> String {
+pub(crate) fn text(end: &Value) -> String {
     end["content"]
         .as_array()
         .into_iter()

@@ -32,6 +32,7 @@ mod long_calls;
 mod mcp_files;
 mod mcp_server;
 mod office;
+mod openwebui_sessions;
 mod operator;
 mod packages;
 mod pool;

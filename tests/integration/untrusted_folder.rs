@@ -441,3 +441,63 @@ async fn a_lock_file_that_is_a_link_truncates_nothing() {
         refused.stderr
     );
 }
+
+/// Issue 62 (the CLI's own bounded read through the door): `audit verify-receipt` opened the
+/// receipt, `--line` and `--key` files it was given plainly, so a FIFO with no writer hung it
+/// and a link was followed. Each is refused at once now, the error naming the file by its role
+/// (not as a file of the audit folder), and the CLI returns within the bound.
+#[tokio::test]
+async fn a_fifo_or_a_link_given_to_verify_receipt_is_refused_at_once_by_its_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (_key, vkey) = crate::signed_trail::keygen(dir.path(), LOG_NAME).await;
+    let fifo = at("fifo");
+    nix::unistd::mkfifo(fifo.as_str(), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let proof = at("receipt.tlog-proof");
+    std::fs::write(&proof, "c2sp.org/tlog-proof@v1\nindex 0\n").unwrap();
+    std::fs::write(at("line.jsonl"), "{}\n").unwrap();
+    std::os::unix::fs::symlink(at("line.jsonl"), at("line-link.jsonl")).unwrap();
+    std::fs::write(at("verifier.key"), &vkey).unwrap();
+    std::os::unix::fs::symlink(at("verifier.key"), at("key-link")).unwrap();
+    let receipt = |file: &str, key: &str, line: Option<&str>| {
+        let mut args = vec!["audit".to_string(), "verify-receipt".into(), file.into()];
+        args.extend(["--key".into(), key.into()]);
+        args.extend(
+            line.into_iter()
+                .flat_map(|l| ["--line".to_string(), l.into()]),
+        );
+        args
+    };
+    let cases = [
+        (receipt(&fifo, &vkey, None), "the receipt file", "a FIFO"),
+        (
+            receipt(&proof, &vkey, Some(&fifo)),
+            "the --line file",
+            "a FIFO",
+        ),
+        (
+            receipt(&proof, &vkey, Some(&at("line-link.jsonl"))),
+            "the --line file",
+            "symbolic link",
+        ),
+        (receipt(&proof, &fifo, None), "the --key file", "a FIFO"),
+        (
+            receipt(&proof, &at("key-link"), None),
+            "the --key file",
+            "symbolic link",
+        ),
+    ];
+    for (args, role, what) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let started = Instant::now();
+        let done = cli_within(&args, &[]).await;
+        assert_eq!(done.code, Some(2), "{args:?}: {}", done.stderr);
+        assert!(
+            done.stderr.contains(role) && done.stderr.contains(what),
+            "{args:?}: {}",
+            done.stderr
+        );
+        assert!(!done.stderr.contains("audit folder"), "{}", done.stderr);
+        assert!(started.elapsed() < BOUND, "{args:?}");
+    }
+}
