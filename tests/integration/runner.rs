@@ -35,7 +35,7 @@ async fn started_with(
         sandbox.config(),
         sandbox.instance(),
         policy::Kind::Cold {
-            upload_bytes: request.upload.len() as u64,
+            upload_bytes: request.upload.len(),
         },
     );
     let id = docker.create_container(None, spec).await.unwrap().id;
