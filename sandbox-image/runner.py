@@ -790,6 +790,10 @@ SESSION_IN = "session/state"
 # Where the worker writes the state this attempt leaves, under /work/out (copied out with the
 # outputs; file-agent takes it out of them).
 SESSION_OUT = ".file-agent-state"
+# What the worker writes instead, under /work/out, when the state it would leave is byte for byte
+# the state that came in: that state's SHA-256 (hex), so that an unchanged state is not sent back
+# (file-agent then keeps the state the attempt started from).
+SESSION_UNCHANGED = ".file-agent-state-unchanged"
 STATE_MAGIC = b"file-agent state 1\n"
 # What the answer shows of one name's reason, at most.
 WHY_MAX_CHARS = 200
@@ -797,14 +801,20 @@ WHY_MAX_CHARS = 200
 
 def _session_job(request):
     """What the worker needs of the request's ``session`` (``restore``: whether a state came;
-    ``max_bytes``: the most the kept state may be), or None without a session."""
+    ``state_sha256``: its SHA-256, as file-agent names it; ``max_bytes``: the most the kept state
+    may be), or None without a session."""
     session = request.get("session")
     if not isinstance(session, dict):
         return None
     limit = session.get("max_bytes")
+    restore = session.get("restore") is True
+    came = session.get("state_sha256")
+    came = came if restore and isinstance(came, str) and len(came) == 64 else None
     return {
-        "restore": os.path.join(WORK_DIR, SESSION_IN) if session.get("restore") is True else None,
+        "restore": os.path.join(WORK_DIR, SESSION_IN) if restore else None,
+        "came_sha256": came,
         "save": os.path.join(OUTPUT_DIR, SESSION_OUT),
+        "unchanged": os.path.join(OUTPUT_DIR, SESSION_UNCHANGED),
         "max_bytes": limit if isinstance(limit, int) and limit > 0 else 0,
     }
 
@@ -890,9 +900,11 @@ def _save_session(namespace, session):
         return
     path = session["save"]
     try:
-        if os.path.lexists(path):
-            os.unlink(path)
+        for left in (path, session["unchanged"]):
+            if os.path.lexists(left):
+                os.unlink(left)
         kept, dropped = _write_state(namespace, path, session["max_bytes"])
+        unchanged = _mark_if_unchanged(session)
     except _StateTooLarge:
         _forget(path)
         print(
@@ -908,7 +920,29 @@ def _save_session(namespace, session):
     said = "file-agent: session: kept " + (", ".join(kept) if kept else "no names")
     if dropped:
         said += "; not kept: " + "; ".join(f"{name} ({why})" for name, why in dropped)
+    if unchanged:
+        said += " (unchanged since the call before)"
     print(said, file=sys.stderr)
+
+
+def _mark_if_unchanged(session):
+    """When the state just written is byte for byte the state that came in, replaces it with the
+    marker naming that state's SHA-256; True then. Sizes are compared first, so a state that
+    grew or shrank is not hashed."""
+    came = session.get("came_sha256")
+    path = session["save"]
+    if not came or os.path.getsize(path) != os.path.getsize(session["restore"]):
+        return False
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    if digest.hexdigest() != came:
+        return False
+    with open(session["unchanged"], "w") as marker:
+        marker.write(came + "\n")
+    os.unlink(path)
+    return True
 
 
 def _forget(path):

@@ -124,6 +124,11 @@ enum Command {
         /// `run_python` calls alone and in bursts, and calls per signature).
         #[arg(long)]
         no_receipts: bool,
+        /// Skip timing sessions (a warm `run_python` call without and in a session, and one
+        /// keeping a 100 MiB DataFrame against one reading it from its workbook: `--runs`
+        /// rounds; the workbook's reads take minutes on two cores).
+        #[arg(long)]
+        no_sessions: bool,
     },
 }
 
@@ -500,6 +505,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
             no_trail,
             no_traces,
             no_receipts,
+            no_sessions,
         } => {
             let args = bench::BenchArgs {
                 runs: runs.max(1),
@@ -510,6 +516,7 @@ async fn sandbox_command(command: Command, config: SandboxConfig) -> anyhow::Res
                 trail: !no_trail,
                 traces: !no_traces,
                 receipts: !no_receipts,
+                sessions: !no_sessions,
             };
             bench::bench(config, args).await
         }

@@ -140,6 +140,8 @@ pub(super) struct StepRow {
     user: Option<String>,
     chain: usize,
     seq: u64,
+    /// The line's `step` among its session's lines (0 in lines written before steps).
+    order: u64,
     step: SessionStep,
 }
 
@@ -152,6 +154,7 @@ impl StepRow {
             user: record.caller.user.clone(),
             chain,
             seq: record.seq,
+            order: mark.step,
             step: SessionStep {
                 time: record.time.clone(),
                 ending,
@@ -172,11 +175,18 @@ pub(super) struct Followed {
     pub marks: HashMap<(usize, u64), MarkNote>,
 }
 
-/// Follows each session's attempts in time order (then chain and line), marking each that
-/// does not start from the state the one before left.
+/// Follows each session's attempts in the order of their lines' `step` (what orders a
+/// session's lines across replicas' chains, whose clocks may differ), then time, chain and
+/// line (lines written before steps have none), marking each that does not start from the
+/// state the one before left.
 pub(super) fn follow(mut rows: Vec<StepRow>) -> Followed {
     rows.sort_by(|a, b| {
-        (a.step.time.as_str(), a.chain, a.seq).cmp(&(b.step.time.as_str(), b.chain, b.seq))
+        (a.order, a.step.time.as_str(), a.chain, a.seq).cmp(&(
+            b.order,
+            b.step.time.as_str(),
+            b.chain,
+            b.seq,
+        ))
     });
     let mut by_session: BTreeMap<String, Vec<StepRow>> = BTreeMap::new();
     for row in rows {

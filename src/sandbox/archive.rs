@@ -3,7 +3,7 @@
 //! [`pack`] builds the one archive uploaded before start: `script.py` and `in/<name>` for each
 //! input, owned by root and read-only, so the script can read its inputs but not grow them;
 //! for an attempt of a session with a state, `session/state` too (opaque bytes: the runner
-//! restores it).
+//! restores it), whose header [`pack`] writes and whose body the sender streams from its file.
 //!
 //! [`unpack`] is the trust boundary for everything that comes back. The archive is produced
 //! inside the container, so a hostile script can forge any byte of it. Only regular files and
@@ -97,12 +97,19 @@ fn check_name(input: &Input) -> Result<(), SandboxError> {
     }
 }
 
-/// Builds the upload archive: `script.py`, `in/<name>` for each input, and `session/state`
-/// when `state` is given.
+/// Bytes of the two zero blocks that end a tar archive.
+const END_BYTES: usize = 1024;
+/// A tar block.
+const BLOCK_BYTES: u64 = 512;
+
+/// Builds the upload archive's part held in memory: `script.py` and `in/<name>` for each
+/// input, then the archive's end. With `state_bytes` (a session's state of that size), the
+/// folder `session` and the header of `session/state` instead of the end: the caller streams
+/// the state's bytes after it, then [`state_tail`], so the state is never held in memory.
 pub fn pack(
     script: &[u8],
     inputs: &[Input],
-    state: Option<&[u8]>,
+    state_bytes: Option<u64>,
 ) -> Result<Vec<u8>, SandboxError> {
     check_names(inputs)?;
     let mut builder = tar::Builder::new(Vec::new());
@@ -127,34 +134,37 @@ pub fn pack(
     for input in inputs {
         append_input(&mut builder, input, now)?;
     }
-    if let Some(state) = state {
-        append_state(&mut builder, state, now)?;
+    if state_bytes.is_some() {
+        builder
+            .append_data(
+                &mut entry_header(EntryType::Directory, 0o755, 0, now),
+                "session",
+                io::empty(),
+            )
+            .map_err(io_error("packing the session's folder".to_string()))?;
     }
-    builder
+    let mut head = builder
         .into_inner()
-        .map_err(io_error("finishing the upload archive".to_string()))
+        .map_err(io_error("finishing the upload archive".to_string()))?;
+    if let Some(bytes) = state_bytes {
+        // `into_inner` ended the archive with two zero blocks: the state's entry goes in
+        // their place, and the end after its body (`state_tail`).
+        head.truncate(head.len().saturating_sub(END_BYTES));
+        let mut header = entry_header(EntryType::Regular, 0o444, bytes, now);
+        header
+            .set_path("session/state")
+            .map_err(io_error("packing the session's state".to_string()))?;
+        header.set_cksum();
+        head.extend_from_slice(header.as_bytes());
+    }
+    Ok(head)
 }
 
-/// Appends a session's state as the read-only `session/state`.
-fn append_state(
-    builder: &mut tar::Builder<Vec<u8>>,
-    state: &[u8],
-    now: u64,
-) -> Result<(), SandboxError> {
-    builder
-        .append_data(
-            &mut entry_header(EntryType::Directory, 0o755, 0, now),
-            "session",
-            io::empty(),
-        )
-        .and_then(|()| {
-            builder.append_data(
-                &mut entry_header(EntryType::Regular, 0o444, state.len() as u64, now),
-                "session/state",
-                state,
-            )
-        })
-        .map_err(io_error("packing the session's state".to_string()))
+/// What follows a session's state of `bytes` streamed after [`pack`]'s part: the padding of its
+/// last block, then the archive's end.
+pub fn state_tail(bytes: u64) -> Vec<u8> {
+    let padding = (BLOCK_BYTES - bytes % BLOCK_BYTES) % BLOCK_BYTES;
+    vec![0; padding as usize + END_BYTES]
 }
 
 /// Checks every input name, and that no two inputs share one.

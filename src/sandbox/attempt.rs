@@ -76,15 +76,10 @@ impl Streams {
     ) -> Self {
         let (output, input) = stdio;
         let (stdout, stderr) = demux(output);
-        let Request {
-            header,
-            upload,
-            key,
-        } = request;
         let reading = stream::read_attempt(
             stdout,
             stderr,
-            key,
+            request.key.clone(),
             limits.stdio_max_bytes,
             out_dir,
             archive::UnpackLimits {
@@ -92,27 +87,18 @@ impl Streams {
                 max_entries: limits.output_max_files,
             },
         );
-        let copy_in = send(input, header, upload);
+        let copy_in = send(input, request);
         Self { reading, copy_in }
     }
 }
 
-/// Sends the request (its header, then its upload) in a task of its own: how long it took, and
-/// the writer, which the caller keeps open until the attempt is over.
-fn send(
-    mut input: InputStream,
-    header: Vec<u8>,
-    upload: Vec<u8>,
-) -> JoinHandle<(Duration, InputStream)> {
+/// Sends the request (its header, then its upload, a session's state streamed from its file)
+/// in a task of its own: how long it took, and the writer, which the caller keeps open until
+/// the attempt is over.
+fn send(mut input: InputStream, request: Request) -> JoinHandle<(Duration, InputStream)> {
     tokio::spawn(async move {
         let started = Instant::now();
-        let sent = async {
-            input.write_all(&header).await?;
-            input.write_all(&upload).await?;
-            input.flush().await
-        }
-        .await;
-        if let Err(error) = sent {
+        if let Err(error) = request.send(&mut input).await {
             // The runner reports a short upload; the outcome shows it.
             tracing::warn!(%error, "sending the script and inputs failed");
         }

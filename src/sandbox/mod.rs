@@ -51,7 +51,7 @@ pub use attempt::{End, Ending, classify, runs_gvisor};
 pub use canary::{CanaryReport, Verdict};
 pub use guard::ContainerGuard;
 pub use outcome::{
-    Captured, Outcome, OutputFile, Resources, SandboxError, Skipped, Status, Timings,
+    Captured, Outcome, OutputFile, Resources, SandboxError, Skipped, StateLeft, Status, Timings,
 };
 pub use pool::PoolStats;
 
@@ -107,17 +107,36 @@ pub struct Job {
 /// the runner restores before the script runs, and the most the state this attempt leaves may
 /// be. A state is opaque bytes here: only the runner, inside the container, pickles and
 /// unpickles it. The state an attempt leaves comes back as the output
-/// [`SESSION_STATE_OUTPUT`] ([`Outcome::take_session_state`]).
+/// [`SESSION_STATE_OUTPUT`], or, when it is byte for byte the state that came in, as the small
+/// marker [`SESSION_STATE_UNCHANGED`] ([`Outcome::take_session_state`]).
 #[derive(Debug, Clone, Default)]
 pub struct SessionJob {
-    /// The state to restore (`/work/session/state`), when the session has one.
-    pub state: Option<Vec<u8>>,
+    /// The state to restore (`/work/session/state`), when the session has one: streamed from
+    /// its file into the upload, never read whole into memory.
+    pub state: Option<StateFile>,
     /// The bound on the state this attempt leaves: the runner keeps none larger.
     pub max_bytes: u64,
 }
 
+/// A session's kept state, as a file on the host: where it is, and the SHA-256 and size its
+/// bytes had when they were checked. The upload streams it and checks the hash again on the
+/// way ([`request::Upload`]), so bytes changed after the check never reach a runner whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateFile {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Its hex SHA-256.
+    pub sha256: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
 /// The path under `/work/out` where the runner writes the state a session's attempt leaves.
 pub const SESSION_STATE_OUTPUT: &str = ".file-agent-state";
+/// The path under `/work/out` where the runner writes, instead of the state, the hex SHA-256 of
+/// the state that came in when the state it would leave is the same bytes: the state is then
+/// not sent back, and the session keeps the one it started from.
+pub const SESSION_STATE_UNCHANGED: &str = ".file-agent-state-unchanged";
 
 impl Job {
     /// A job that runs the image's fixed script `/opt/file-agent/<name>` as `__main__`, with
@@ -804,7 +823,7 @@ impl Sandbox {
             .filter(|_| through == Through::Attempt)
             .map(|pool| pool.attempt());
         let container = self
-            .container_through(through, request.upload.len() as u64, cancel)
+            .container_through(through, request.upload.len(), cancel)
             .await?;
         self.run_in(container, request, out_dir, cancel, started)
             .await

@@ -196,16 +196,32 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Takes the state a session's attempt left ([`super::SESSION_STATE_OUTPUT`]) out of the
-    /// outputs: it is no file for the caller. Call it only for an attempt of a session: in
-    /// any other, a file of that name is an output like the others.
-    pub fn take_session_state(&mut self) -> Option<OutputFile> {
-        let at = self
-            .outputs
-            .iter()
-            .position(|file| file.path == super::SESSION_STATE_OUTPUT)?;
-        Some(self.outputs.remove(at))
+    /// Takes what a session's attempt left of its state out of the outputs: the state
+    /// ([`super::SESSION_STATE_OUTPUT`]) or the runner's marker that it is unchanged
+    /// ([`super::SESSION_STATE_UNCHANGED`]); neither is a file for the caller. A state wins over
+    /// a marker beside it (the runner never writes both; a script might). Call it only for an
+    /// attempt of a session: in any other, files of those names are outputs like the others.
+    pub fn take_session_state(&mut self) -> Option<StateLeft> {
+        let mut take = |name: &str| {
+            let at = self.outputs.iter().position(|file| file.path == name)?;
+            Some(self.outputs.remove(at))
+        };
+        let written = take(super::SESSION_STATE_OUTPUT);
+        let unchanged = take(super::SESSION_STATE_UNCHANGED);
+        written
+            .map(StateLeft::Written)
+            .or(unchanged.map(StateLeft::Unchanged))
     }
+}
+
+/// What a session's attempt left of its state ([`Outcome::take_session_state`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StateLeft {
+    /// A state: the file the runner wrote, opaque bytes.
+    Written(OutputFile),
+    /// The runner's marker that the state it would leave is the one that came in: a small file
+    /// naming that state's SHA-256, read by the caller within a bound.
+    Unchanged(OutputFile),
 }
 
 /// Why an attempt could not run, or could not be cleaned up. Every message says what to do.

@@ -14,7 +14,7 @@ use super::session::{OpenSession, SessionError, SessionHold, SessionLockGuard, S
 use super::trail::AttemptLine;
 use super::{Author, ToolError, ToolOutput, Tools, human_size, local_io, unique_name};
 use crate::audit::SessionMark;
-use crate::sandbox::{Input, Job, Outcome, OutputFile, Runner, SessionJob, Status};
+use crate::sandbox::{Input, Job, Outcome, OutputFile, Runner, SessionJob, StateLeft, Status};
 use crate::storage::{Caller, content_type_for};
 use crate::text::tail;
 
@@ -50,6 +50,9 @@ enum Settled {
     /// The state the attempt left is staged under its hash; it becomes the session's once
     /// the attempt's line is written.
     Staged { sha256: String, bytes: u64 },
+    /// The runner found the state it would leave byte for byte the one that came in, and sent
+    /// a marker naming it instead: the session keeps the state it started from.
+    Same,
     /// The state stays as it was, and why (a sentence).
     Unchanged(String),
 }
@@ -273,21 +276,32 @@ impl<R: Runner> Tools<R> {
         line: &mut AttemptLine,
     ) -> Settled {
         let left = outcome.take_session_state();
+        let none_written = || {
+            Settled::Unchanged(
+                "no state was written (stderr says why), so the session's state stays as it was"
+                    .into(),
+            )
+        };
+        let before = session.open.state_sha256.clone();
         let settled = match left {
             _ if outcome.status != Status::Ok => Settled::Unchanged(
                 "the code did not succeed, so the session's state stays as it was before this call; fix the code and call again".into(),
             ),
-            None => Settled::Unchanged(
-                "no state was written (stderr says why), so the session's state stays as it was".into(),
-            ),
-            Some(file) => self.stage(&session.open, file).await,
+            Some(StateLeft::Written(file)) => self.stage(&session.open, file).await,
+            Some(StateLeft::Unchanged(marker)) => {
+                if names_state(&marker, before.as_deref()).await {
+                    Settled::Same
+                } else {
+                    none_written()
+                }
+            }
+            None => none_written(),
         };
-        let before = session.open.state_sha256.clone();
         line.session(SessionMark {
             id: session.open.id.clone(),
             state_after: match &settled {
                 Settled::Staged { sha256, .. } => Some(sha256.clone()),
-                Settled::Unchanged(_) => before.clone(),
+                Settled::Same | Settled::Unchanged(_) => before.clone(),
             },
             state_before: before,
             reset: session.open.reset,
@@ -331,6 +345,14 @@ impl<R: Runner> Tools<R> {
             Settled::Staged { sha256, .. } if !self.recorded(&session.open, Some(&sha256)) => {
                 (false, before, note_of(kept_not(&NOT_RECORDED)))
             }
+            Settled::Same => (
+                true,
+                before,
+                format!(
+                    "its state is unchanged ({}), so it was not sent back; the next call of this session starts from it",
+                    human_size(before_bytes.unwrap_or_default())
+                ),
+            ),
             Settled::Staged { sha256, bytes } => {
                 bytes_kept = Some(bytes);
                 let (open, staged) = (session.open.clone(), sha256.clone());
@@ -351,7 +373,11 @@ impl<R: Runner> Tools<R> {
         SessionResult {
             name: session.name.clone(),
             kept,
-            state_bytes: if kept { bytes_kept } else { before_bytes },
+            state_bytes: if kept {
+                bytes_kept.or(before_bytes)
+            } else {
+                before_bytes
+            },
             state_sha256: sha256,
             note,
         }
@@ -397,8 +423,29 @@ fn kept_not(error: &dyn std::fmt::Display) -> Settled {
 fn note_of(settled: Settled) -> String {
     match settled {
         Settled::Unchanged(note) => note,
-        Settled::Staged { .. } => String::new(),
+        Settled::Staged { .. } | Settled::Same => String::new(),
     }
+}
+
+/// The most bytes of the runner's unchanged marker read (a hex SHA-256 and a newline).
+const MARKER_MAX_BYTES: u64 = 128;
+
+/// Whether the runner's unchanged marker names `before`, the state the attempt started from:
+/// it is read within [`MARKER_MAX_BYTES`]; any other content (or no state before) is no marker.
+async fn names_state(marker: &OutputFile, before: Option<&str>) -> bool {
+    let Some(before) = before else {
+        return false;
+    };
+    let Ok(file) = tokio::fs::File::open(&marker.host_path).await else {
+        return false;
+    };
+    let mut named = Vec::new();
+    let read = tokio::io::AsyncReadExt::read_to_end(
+        &mut tokio::io::AsyncReadExt::take(file, MARKER_MAX_BYTES),
+        &mut named,
+    )
+    .await;
+    read.is_ok() && named.trim_ascii() == before.as_bytes()
 }
 
 fn push_block(text: &mut String, label: &str, body: &str) {

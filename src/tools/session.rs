@@ -35,11 +35,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::audit::sessions::{SessionStates, TrailState};
 use crate::config::SessionsConfig;
 use crate::owner::Owner;
+use crate::sandbox::StateFile;
 
 /// The sessions' folder in `FILE_AGENT_DATA_DIR`.
 pub const SESSIONS_FOLDER: &str = "sessions";
@@ -127,8 +129,9 @@ struct SessionRecord {
 pub struct OpenSession {
     /// The hex SHA-256 of the owner key and the name: the id the audit trail writes.
     pub id: String,
-    /// The state to restore, when there is one (taken into the attempt's job).
-    pub state: Option<Vec<u8>>,
+    /// The state to restore, when there is one: its file, checked against the record (taken
+    /// into the attempt's job, which streams it).
+    pub state: Option<StateFile>,
     /// The hex SHA-256 of that state, checked against the record.
     pub state_sha256: Option<String>,
     /// Its size in bytes.
@@ -142,13 +145,15 @@ pub struct OpenSession {
 }
 
 impl OpenSession {
-    /// Writes `state` (a file the attempt left, `sha256` its hash, computed as it was copied
-    /// out) into the session's folder under its hash, beside the current one: nothing uses
-    /// it until [`Self::switch`].
+    /// Moves `state` (a file the attempt left, `sha256` its hash, computed as it was copied
+    /// out; renamed when it is on the same file system, else copied) into the session's folder
+    /// under its hash, beside the current one: nothing uses it until [`Self::switch`].
     pub fn stage(&self, state: &Path, sha256: &str) -> Result<(), SessionError> {
         let target = self.dir.join(format!("{sha256}{STATE_SUFFIX}"));
         let partial = self.dir.join(format!("{sha256}{STATE_SUFFIX}.partial"));
-        fs::copy(state, &partial).map_err(io_error("written"))?;
+        if fs::rename(state, &partial).is_err() {
+            fs::copy(state, &partial).map_err(io_error("written"))?;
+        }
         File::open(&partial)
             .and_then(|file| file.sync_all())
             .and_then(|()| fs::rename(&partial, &target))
@@ -394,8 +399,8 @@ impl Sessions {
             });
         }
         if let Some(sha) = expected {
-            let state = read_state(&open.dir, &sha, self.config.max_bytes)?;
-            open.state_bytes = Some(state.len() as u64);
+            let state = check_state(&open.dir, &sha, self.config.max_bytes)?;
+            open.state_bytes = Some(state.bytes);
             open.state = Some(state);
             open.state_sha256 = Some(sha);
         }
@@ -486,39 +491,58 @@ fn read_record(dir: &Path) -> Result<SessionRecord, SessionError> {
     })
 }
 
-/// The state `sha256` of the session in `dir`, read within `max_bytes` and checked against its
-/// hash.
-fn read_state(dir: &Path, sha256: &str, max_bytes: u64) -> Result<Vec<u8>, SessionError> {
+/// The state `sha256` of the session in `dir`, hashed as it is read (within `max_bytes`, never
+/// held whole in memory) and checked against its name: the file the attempt streams.
+fn check_state(dir: &Path, sha256: &str, max_bytes: u64) -> Result<StateFile, SessionError> {
     let changed = |found: String| SessionError::Changed {
         side: "its state file",
         recorded: sha256.to_string(),
         found,
     };
     let path = dir.join(format!("{sha256}{STATE_SUFFIX}"));
-    let bytes = match read_bounded(&path, max_bytes) {
-        Ok(bytes) => bytes,
+    let (found, bytes) = match hash_bounded(&path, max_bytes) {
+        Ok(hashed) => hashed,
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             return Err(changed("missing".into()));
         }
         Err(error) => return Err(changed(format!("unreadable ({error})"))),
     };
-    let found = crate::audit::sha256_hex(&bytes);
     if found != sha256 {
         return Err(changed(found));
     }
-    Ok(bytes)
+    Ok(StateFile {
+        path,
+        sha256: found,
+        bytes,
+    })
 }
 
-/// A regular file's bytes, opened through the door (no link followed, never blocking), at
-/// most `max_bytes` (a longer one is an error).
+/// A regular file opened through the door (no link followed, never blocking).
+fn open_regular(path: &Path) -> io::Result<File> {
+    crate::audit::door::open_read_as(path, SESSION_FILE)
+}
+
+/// A regular file's bytes, at most `max_bytes` (a longer one is an error).
 fn read_bounded(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
-    let file = crate::audit::door::open_read_as(path, SESSION_FILE)?;
     let mut bytes = Vec::new();
-    file.take(max_bytes + 1).read_to_end(&mut bytes)?;
+    open_regular(path)?
+        .take(max_bytes + 1)
+        .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_bytes {
         return Err(io::Error::other(format!("larger than {max_bytes} bytes")));
     }
     Ok(bytes)
+}
+
+/// A regular file's hex SHA-256 and size, read a block at a time, at most `max_bytes` (a longer
+/// one is an error).
+fn hash_bounded(path: &Path, max_bytes: u64) -> io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let bytes = io::copy(&mut open_regular(path)?.take(max_bytes + 1), &mut hasher)?;
+    if bytes > max_bytes {
+        return Err(io::Error::other(format!("larger than {max_bytes} bytes")));
+    }
+    Ok((hex::encode(hasher.finalize()), bytes))
 }
 
 /// Deletes the session's state files but `keep`'s.
@@ -602,7 +626,9 @@ mod tests {
         drop(lock);
         first.switch(&sha, 9).unwrap();
         let (second, _lock) = begin(&store, &alice, "s", false).await.unwrap();
-        assert_eq!(second.state.as_deref(), Some(&b"state one"[..]));
+        let kept = second.state.clone().unwrap();
+        assert_eq!(fs::read(&kept.path).unwrap(), b"state one");
+        assert_eq!((kept.sha256.as_str(), kept.bytes), (sha.as_str(), 9));
         assert_eq!(second.state_sha256.as_deref(), Some(sha.as_str()));
         assert_eq!(second.id, first.id);
         // Another owner naming the same session has another one, empty.
@@ -678,7 +704,8 @@ mod tests {
         assert!(error.to_string().contains("record.json says"), "{error}");
         log.append(line(&first, Some(&sha))).unwrap();
         let (second, lock) = begin(&store, &alice, "s", false).await.unwrap();
-        assert_eq!(second.state.as_deref(), Some(&b"one"[..]));
+        let kept = second.state.clone().unwrap();
+        assert_eq!(fs::read(&kept.path).unwrap(), b"one");
         assert_eq!(second.step, 2);
 
         // Whoever holds the folder writes another state and a record that names it.

@@ -298,6 +298,52 @@ async fn warm_pods_serve_one_attempt_each_beside_warm_containers() {
     with_timeout(double.shutdown()).await;
 }
 
+/// A session over pods: the state leaves one attempt's pod in its output archive and goes into
+/// the next pod's upload (`session/state`), an unchanged state comes back as the runner's
+/// marker, and a changed one is kept again; one pod per call.
+#[tokio::test]
+async fn a_session_carries_its_names_from_one_pod_to_the_next() {
+    use crate::mcp_server::call;
+    let (double, _home, vars) = cluster(true).await;
+    let created = Arc::new(Mutex::new(0_usize));
+    let seen = created.clone();
+    double.mutate_pods(move |_| *seen.lock().unwrap() += 1);
+    let server = TestServer::start(&vars).await;
+    let alice = server
+        .client_with_headers(std::collections::HashMap::from([(
+            http::HeaderName::from_static("x-openwebui-user-id"),
+            http::HeaderValue::from_static("alice"),
+        )]))
+        .await;
+    let run = |code: &str| json!({"code": code, "session": "pods"});
+    let set = "import pandas as pd\nx = 41\ndf = pd.DataFrame({'a': [1, 2, 3]})\nprint('set')";
+    let (is_error, text) = call(&alice, "run_python", run(set)).await;
+    assert!(!is_error && text.contains("its state was kept"), "{text}");
+    let (is_error, text) = call(&alice, "run_python", run("print(x + 1, int(df.a.sum()))")).await;
+    assert!(!is_error && text.contains("42 6"), "{text}");
+    assert!(text.contains("its state is unchanged"), "{text}");
+    let (is_error, text) = call(&alice, "run_python", run("x = 50\nprint('changed')")).await;
+    assert!(!is_error && text.contains("its state was kept"), "{text}");
+    let (is_error, text) = call(&alice, "run_python", run("print(x)")).await;
+    assert!(!is_error && text.contains("50"), "{text}");
+    assert_eq!(*created.lock().unwrap(), 4, "one pod per call");
+    let lines: Vec<Value> = server
+        .audit_lines()
+        .into_iter()
+        .filter(|line| line["session"].is_object())
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    for pair in lines.windows(2) {
+        assert_eq!(
+            pair[1]["session"]["state_before"], pair[0]["session"]["state_after"],
+            "{pair:#?}"
+        );
+    }
+    server.assert_nothing_left().await;
+    assert_no_sandbox_pods(&double).await;
+    with_timeout(double.shutdown()).await;
+}
+
 /// The model's flow and saved tools over MCP, each attempt in its own pod: `generate_file` with
 /// the fake model, then a saved tool created (its check is an attempt) and called.
 #[tokio::test]

@@ -11,7 +11,6 @@ use file_agent::sandbox::request::Request;
 use file_agent::sandbox::stream;
 use file_agent::sandbox::{Job, policy};
 use futures_util::StreamExt;
-use tokio::io::AsyncWriteExt;
 
 use crate::common::{TestSandbox, docker, with_timeout};
 
@@ -36,7 +35,7 @@ async fn started_with(
         sandbox.config(),
         sandbox.instance(),
         policy::Kind::Cold {
-            upload_bytes: request.upload.len() as u64,
+            upload_bytes: request.upload.len(),
         },
     );
     let id = docker.create_container(None, spec).await.unwrap().id;
@@ -48,8 +47,7 @@ async fn started_with(
         .build();
     let mut attached = docker.attach_container(&id, Some(options)).await.unwrap();
     docker.start_container(&id, None).await.unwrap();
-    attached.input.write_all(&request.to_bytes()).await.unwrap();
-    attached.input.flush().await.unwrap();
+    request.send(&mut attached.input).await.unwrap();
     (id, attached, request.key)
 }
 

@@ -260,6 +260,105 @@ async fn a_state_over_the_bound_is_not_kept_and_sessions_can_be_turned_off() {
     off.assert_nothing_left().await;
 }
 
+/// The session's state files in `server`'s folder.
+fn state_files(server: &TestServer) -> Vec<std::path::PathBuf> {
+    walk(&server.data_dir().join("sessions"))
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "state"))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_unchanged_state_is_not_sent_back_nor_written_again() {
+    use std::os::unix::fs::MetadataExt;
+    let server = TestServer::start(&[]).await;
+    let alice = client_of(&server, Some("alice"), None).await;
+    prints(&alice, Some("same"), "x = 41\nprint('set')", "set").await;
+    let first = state_files(&server);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let inode = std::fs::metadata(&first[0]).unwrap().ino();
+
+    // The runner finds the state it would leave the same bytes, and sends a marker instead:
+    // the file kept is not written again (a new write renames a new file over it).
+    let text = prints(&alice, Some("same"), "print(x + 1)", "42").await;
+    assert!(text.contains("its state is unchanged"), "{text}");
+    assert!(!text.contains(".file-agent-state"), "{text}");
+    assert_eq!(state_files(&server), first);
+    assert_eq!(std::fs::metadata(&first[0]).unwrap().ino(), inode);
+    let line = server.audit_lines().last().unwrap().clone();
+    assert_eq!(
+        line["session"]["state_after"], line["session"]["state_before"],
+        "{line}"
+    );
+    assert_ne!(line["session"]["state_after"], Value::Null, "{line}");
+
+    // A change is kept as before, and the trail chains across the unchanged call.
+    prints(&alice, Some("same"), "x = 43\nprint('changed')", "changed").await;
+    let changed = state_files(&server);
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_ne!(changed, first);
+    prints(&alice, Some("same"), "print(x)", "43").await;
+    let id = line["session"]["id"].as_str().unwrap().to_string();
+    let chain = session_lines(&server, &id);
+    assert_eq!(chain.len(), 4, "{chain:#?}");
+    assert_chained(&chain);
+    server.assert_nothing_left().await;
+}
+
+/// The test process's memory, in bytes: (now, the peak since the last [`reset_peak`]).
+fn memory() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap()
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Sets the process's peak memory to what it uses now (Linux 4.0 and later).
+fn reset_peak() {
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+}
+
+#[tokio::test]
+async fn a_large_state_goes_in_without_the_server_holding_it_in_memory() {
+    const STATE_MIB: u64 = 96;
+    let server = TestServer::start(&[]).await;
+    let alice = client_of(&server, Some("alice"), None).await;
+    let set = format!("blob = bytes({STATE_MIB} * 2**20)\nprint('set')");
+    prints(&alice, Some("large"), &set, "set").await;
+    let kept = state_files(&server);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(std::fs::metadata(&kept[0]).unwrap().len() > STATE_MIB << 20);
+
+    // The server (in this process: nextest runs each test in a process of its own) streams
+    // the state from its file: its peak memory grows by far less than the state.
+    reset_peak();
+    let (before, _) = memory();
+    prints(
+        &alice,
+        Some("large"),
+        "print(len(blob))",
+        &(STATE_MIB << 20).to_string(),
+    )
+    .await;
+    let (_, peak) = memory();
+    let grew = peak.saturating_sub(before) >> 20;
+    eprintln!("peak memory grew by {grew} MiB while a {STATE_MIB} MiB state went in");
+    assert!(grew < STATE_MIB / 3, "the peak grew by {grew} MiB");
+    server.assert_nothing_left().await;
+}
+
 /// Every file under `root`.
 fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();

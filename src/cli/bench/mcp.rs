@@ -10,6 +10,7 @@ use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio_util::sync::CancellationToken;
 
 use super::owned::Owned;
@@ -40,6 +41,18 @@ impl McpServer {
         instance: &str,
         warm: usize,
         more: &[(&str, String)],
+    ) -> anyhow::Result<Self> {
+        Self::start_as(owned, instance, warm, more, None).await
+    }
+
+    /// [`Self::start_with`], with a client that names `user` (Open WebUI's user header, which
+    /// a loopback server without access tokens takes as the caller): the owner a session needs.
+    pub(super) async fn start_as(
+        owned: &Owned,
+        instance: &str,
+        warm: usize,
+        more: &[(&str, String)],
+        user: Option<&str>,
     ) -> anyhow::Result<Self> {
         let data = tempfile::tempdir()?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -81,7 +94,17 @@ impl McpServer {
                 }
             })
         };
-        let transport = StreamableHttpClientTransport::from_uri(format!("http://{address}/mcp"));
+        let mut headers = HashMap::new();
+        if let Some(user) = user {
+            headers.insert(
+                http::HeaderName::from_static(crate::server::gate::USER_ID_HEADER),
+                http::HeaderValue::from_str(user)?,
+            );
+        }
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(format!("http://{address}/mcp"))
+                .custom_headers(headers),
+        );
         let client = ClientConfig::default()
             .serve(transport)
             .await
@@ -110,7 +133,16 @@ impl McpServer {
         &self,
         script: &str,
     ) -> anyhow::Result<(Duration, CallToolResult)> {
-        let arguments = serde_json::json!({ "code": script });
+        self.call_python_with(serde_json::json!({ "code": script }))
+            .await
+    }
+
+    /// One `run_python` call with `arguments` (the code, and a session or inputs): its round
+    /// trip and its result.
+    pub(super) async fn call_python_with(
+        &self,
+        arguments: serde_json::Value,
+    ) -> anyhow::Result<(Duration, CallToolResult)> {
         let arguments = arguments.as_object().cloned().unwrap_or_default();
         let started = Instant::now();
         let result = self

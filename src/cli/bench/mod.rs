@@ -22,7 +22,10 @@
 //! - the signed audit trail: a line's append beside its leaf in the tree, signing a
 //!   checkpoint, and proofs in a tree of a million lines (`trail`);
 //! - signed receipts: what `FILE_AGENT_AUDIT_RECEIPTS=signed` adds to a `run_python` call
-//!   alone and in bursts, and the calls per signature (`receipts`).
+//!   alone and in bursts, and the calls per signature (`receipts`);
+//! - sessions: what a session adds to a `run_python` call, with no names kept and with a
+//!   DataFrame of 100 MiB kept, beside the same call rebuilding it from its workbook
+//!   (`sessions`).
 
 mod idle;
 mod mcp;
@@ -30,6 +33,7 @@ mod owned;
 mod probe;
 mod receipts;
 mod report;
+mod sessions;
 mod traces;
 mod trail;
 
@@ -72,6 +76,8 @@ pub(super) struct BenchArgs {
     pub traces: bool,
     /// Whether to measure what signed receipts add to a call.
     pub receipts: bool,
+    /// Whether to measure what a session adds to a call.
+    pub sessions: bool,
 }
 
 /// Everything one run measured, for the report.
@@ -83,6 +89,7 @@ struct Measured {
     mcp: (Vec<Duration>, Vec<Duration>),
     traces: Option<traces::TracesCost>,
     receipts: Option<receipts::ReceiptsCost>,
+    sessions: Option<sessions::SessionsCost>,
 }
 
 /// What `bench` exits with when SIGTERM or Ctrl-C stopped it (128 + SIGINT, as a shell says
@@ -184,6 +191,9 @@ async fn measure(
         let rounds = args.runs + args.pairs;
         measured.receipts = Some(receipts::measure(owned, &instance, rounds).await?);
     }
+    if args.sessions {
+        measured.sessions = Some(sessions::measure(owned, &instance, args.runs).await?);
+    }
     Ok(measured)
 }
 
@@ -193,6 +203,9 @@ fn print(measured: &Measured, args: BenchArgs) -> anyhow::Result<()> {
     report::print(measured, args);
     if let Some(cost) = &measured.receipts {
         receipts::print(cost);
+    }
+    if let Some(cost) = &measured.sessions {
+        sessions::print(cost);
     }
     if args.trail {
         trail::print(&trail::measure()?);

@@ -23,7 +23,6 @@ use file_agent::sandbox::archive::UnpackLimits;
 use file_agent::sandbox::request::Request;
 use file_agent::sandbox::stream::{self, Reading};
 use file_agent::sandbox::{End, Ending, Job, Outcome, Runner, SandboxError, Timings, classify};
-use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 /// The repository's root (where `sandbox-image/` is).
@@ -160,14 +159,10 @@ impl Runner for LocalRunner {
         let phase = Instant::now();
         // The runner takes the end of stdin for "the server is gone": keep it open until the
         // runner has exited, as a container's attach connection stays open.
-        stdin
-            .write_all(&request.header)
+        request
+            .send(&mut stdin)
             .await
-            .map_err(io_error("sending the header"))?;
-        stdin
-            .write_all(&request.upload)
-            .await
-            .map_err(io_error("sending the upload"))?;
+            .map_err(io_error("sending the request"))?;
         let copy_in = phase.elapsed();
         let end = tokio::select! {
             status = child.wait() => {
