@@ -296,6 +296,7 @@ mod tests {
                 state_before: before.map(str::to_string),
                 state_after: after.map(str::to_string),
                 reset,
+                step: 0,
             }),
             ..Record::default()
         }

@@ -633,6 +633,7 @@ fn session_chain(folder: &Path, steps: &[(Option<&str>, Option<&str>, bool)]) {
                 state_before: before.map(str::to_string),
                 state_after: after.map(str::to_string),
                 reset: *reset,
+                ..Default::default()
             }),
             prev: prev.clone(),
             ..Record::default()
