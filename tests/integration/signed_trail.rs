@@ -640,9 +640,18 @@ async fn a_witness_that_never_answers_delays_no_call() {
     let instance = crate::common::unique_instance("signed", 12);
     let server = serve(data.path(), &instance, &key, &witness).await;
     // The first call's line starts a round within the interval (1 s), which then waits the
-    // witness's whole timeout: the next calls come while it waits.
+    // witness's whole timeout: the next calls come while it waits (the witness holds its
+    // request).
     assert_eq!(run(&server, 1).await.len(), 1);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The round has started once the witness holds its request.
+    let asked = Instant::now();
+    while witness.hung() == 0 {
+        assert!(
+            asked.elapsed() < Duration::from_secs(60),
+            "no checkpoint reached the witness within 60 s of the first call"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for n in 2..=3 {
         let started = Instant::now();
         let receipts = run(&server, n).await;

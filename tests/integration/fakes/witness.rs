@@ -345,6 +345,8 @@ impl IntoResponse for Refusal {
 
 struct Inner {
     down: bool,
+    /// Requests that came while it was down (each hangs).
+    hung: usize,
     /// Per origin, the size and root hash of the checkpoint cosigned last.
     latest: HashMap<String, (u64, [u8; 32])>,
     answers: Vec<u16>,
@@ -375,6 +377,7 @@ impl FakeWitness {
         let mut witness = FakeWitness {
             inner: Arc::new(Mutex::new(Inner {
                 down: false,
+                hung: 0,
                 latest: HashMap::new(),
                 answers: Vec::new(),
             })),
@@ -412,6 +415,11 @@ impl FakeWitness {
     /// with a timeout), is then answered 503, and is not recorded in [`FakeWitness::answers`].
     pub fn set_down(&self, down: bool) {
         self.inner.lock().unwrap().down = down;
+    }
+
+    /// How many requests came while it was down (each hangs, then is answered 503).
+    pub fn hung(&self) -> usize {
+        self.inner.lock().unwrap().hung
     }
 
     /// The size and root hash of the checkpoint of `origin` it cosigned last.
@@ -566,7 +574,11 @@ fn now() -> u64 {
 }
 
 async fn add_checkpoint(State(witness): State<FakeWitness>, body: Bytes) -> Response {
-    let down = witness.inner.lock().unwrap().down;
+    let down = {
+        let mut inner = witness.inner.lock().unwrap();
+        inner.hung += usize::from(inner.down);
+        inner.down
+    };
     if down {
         tokio::time::sleep(HANG).await;
         return (StatusCode::SERVICE_UNAVAILABLE, "down\n").into_response();
@@ -830,6 +842,7 @@ mod tests {
         let witness = FakeWitness {
             inner: Arc::new(Mutex::new(Inner {
                 down: false,
+                hung: 0,
                 latest: HashMap::new(),
                 answers: Vec::new(),
             })),
