@@ -83,7 +83,7 @@ use writer::Writer;
 pub use writer::{AuditError, AuditLog, DEFAULT_ORIGIN, Receipt};
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::io::Write;
     use std::path::PathBuf;
 
@@ -91,7 +91,8 @@ mod tests {
     use super::*;
     use crate::config::AuditConfig;
 
-    fn config(max_bytes: u64) -> AuditConfig {
+    /// A trail's settings for unit tests: no folder of its own, lines up to `max_bytes`.
+    pub(crate) fn config(max_bytes: u64) -> AuditConfig {
         AuditConfig {
             place: crate::config::AuditPlace::Off,
             chain: None,

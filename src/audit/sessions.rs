@@ -240,18 +240,7 @@ mod tests {
     use crate::config::AuditConfig;
 
     fn config() -> AuditConfig {
-        AuditConfig {
-            place: crate::config::AuditPlace::Off,
-            chain: None,
-            stdout: false,
-            include_code: true,
-            max_bytes: 1 << 20,
-            on_failure: crate::config::AuditOnFailure::Refuse,
-            origin: None,
-            signing_key_file: None,
-            checkpoint_interval: std::time::Duration::from_secs(60),
-            witnesses: Vec::new(),
-        }
+        crate::audit::tests::config(1 << 20)
     }
 
     fn line(id: &str, after: Option<&str>, step: u64) -> Record {

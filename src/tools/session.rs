@@ -676,18 +676,7 @@ mod tests {
     #[tokio::test]
     async fn with_a_trail_a_state_and_record_rewritten_together_are_refused() {
         let root = tempfile::tempdir().unwrap();
-        let audit_config = crate::config::AuditConfig {
-            place: crate::config::AuditPlace::Off,
-            chain: None,
-            stdout: false,
-            include_code: true,
-            max_bytes: 1 << 20,
-            on_failure: crate::config::AuditOnFailure::Refuse,
-            origin: None,
-            signing_key_file: None,
-            checkpoint_interval: Duration::from_secs(60),
-            witnesses: Vec::new(),
-        };
+        let audit_config = crate::audit::tests::config(1 << 20);
         let log = AuditLog::open_chain(&root.path().join("audit"), "a", audit_config)
             .unwrap()
             .follow_sessions(&root.path().join("audit"));
