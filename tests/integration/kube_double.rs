@@ -846,6 +846,70 @@ async fn knobs_rbac_mutation_runtime_class_and_oom() {
     shutdown_and_assert_clean(double).await;
 }
 
+/// What decides `OOMKilled` when Docker's flag is late (seen under load on this cgroup v1
+/// engine: a pod over its limit read `Error`): the kernel's record of the kill names the
+/// container out of memory, and does not name one killed by a plain SIGKILL.
+#[tokio::test]
+async fn the_kernel_s_record_tells_an_oom_kill_from_a_plain_sigkill() {
+    use bollard::models::{ContainerCreateBody, HostConfig};
+    use bollard::query_parameters::{KillContainerOptionsBuilder, RemoveContainerOptionsBuilder};
+    use futures_util::StreamExt;
+    let docker = bollard::Docker::connect_with_local_defaults()
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap();
+    let run = |script: &str| ContainerCreateBody {
+        image: Some(image()),
+        cmd: Some(vec!["python3".into(), "-c".into(), script.into()]),
+        network_disabled: Some(true),
+        labels: Some([("app".to_string(), "kube-double-test".to_string())].into()),
+        host_config: Some(HostConfig {
+            memory: Some(64 << 20),
+            memory_swap: Some(64 << 20),
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let hungry = docker
+        .create_container(None, run("x = bytearray(512 * 1024 * 1024)"))
+        .await
+        .unwrap()
+        .id;
+    let sleeper = docker
+        .create_container(None, run("import time; time.sleep(60)"))
+        .await
+        .unwrap()
+        .id;
+    for id in [&hungry, &sleeper] {
+        docker.start_container(id, None).await.unwrap();
+    }
+    let kill = KillContainerOptionsBuilder::default()
+        .signal("SIGKILL")
+        .build();
+    docker.kill_container(&sleeper, Some(kill)).await.unwrap();
+    for id in [&hungry, &sleeper] {
+        let _ = with_timeout(docker.wait_container(id, None).next()).await;
+        let state = docker
+            .inspect_container(id, None)
+            .await
+            .unwrap()
+            .state
+            .unwrap();
+        assert_eq!(state.exit_code, Some(137), "{id}: {state:?}");
+    }
+    let told = (
+        crate::fakes::kubernetes::kernel_killed_for_memory(&hungry),
+        crate::fakes::kubernetes::kernel_killed_for_memory(&sleeper),
+    );
+    for id in [&hungry, &sleeper] {
+        let remove = RemoveContainerOptionsBuilder::default().force(true).build();
+        docker.remove_container(id, Some(remove)).await.unwrap();
+    }
+    assert_eq!(told, (true, false), "(over its memory, SIGKILLed)");
+}
+
 #[tokio::test]
 async fn a_pod_deleted_while_its_container_is_created_leaves_no_container() {
     let double = with_timeout(KubeDouble::start()).await;

@@ -607,7 +607,10 @@ async fn terminated_state(cluster: &Cluster, id: &str) -> Value {
     let inspected = cluster.docker().inspect_container(id, None).await.ok();
     let state = inspected.and_then(|i| i.state).unwrap_or_default();
     let code = state.exit_code.unwrap_or(-1);
-    let reason = if state.oom_killed == Some(true) || cluster.oom_group_killed(id) {
+    let oom_killed = state.oom_killed == Some(true)
+        || cluster.oom_group_killed(id)
+        || (code == 137 && kernel_killed_for_memory(id));
+    let reason = if oom_killed {
         "OOMKilled"
     } else if code == 0 {
         "Completed"
@@ -633,6 +636,42 @@ async fn terminated_state(cluster: &Cluster, id: &str) -> Value {
         .unwrap_or_else(|e| e.into_inner())
         .push(terminated.clone());
     json!({ "terminated": terminated })
+}
+
+/// Whether the kernel's log names this container in an OOM kill: what decides `OOMKilled`
+/// when Docker's flag does not. dockerd sets that flag from containerd's OOM event, which on a
+/// cgroup v1 host can arrive after the exit the kubelet already read (seen under load); the
+/// kernel writes its `oom-kill:` record, with the container's memory cgroup (whose path holds
+/// the container's id), before it sends the SIGKILL, so the record is there by the time the
+/// exit is. Read from `/dev/kmsg` (root, as the double's tests run; a host that refuses it
+/// leaves Docker's flag alone deciding).
+pub fn kernel_killed_for_memory(id: &str) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut kmsg) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+    else {
+        return false;
+    };
+    // One record per read, from the oldest kept; EPIPE when the ring overwrote the next one
+    // (read on), EAGAIN at the end.
+    let mut record = vec![0u8; 16 * 1024];
+    for _ in 0..100_000 {
+        match kmsg.read(&mut record) {
+            Ok(0) => return false,
+            Ok(n) => {
+                let text = String::from_utf8_lossy(&record[..n]);
+                if text.contains(id) && text.contains("memcg=") {
+                    return true;
+                }
+            }
+            Err(error) if error.raw_os_error() == Some(nix::libc::EPIPE) => {}
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// A Kubernetes quantity (`500m`, `1.5`, `256Mi`, `1G`, `129e6`) in base units.

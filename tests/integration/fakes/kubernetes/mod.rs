@@ -98,6 +98,9 @@
 //!   on this project's machines) the container's OOM killer is turned off and the kubelet
 //!   kills the container once it is under OOM, which is what a group kill looks like from
 //!   outside. Either needs the tests to run as root on the engine's host.
+//! - A container's `OOMKilled` is Docker's flag or, when that flag comes late (dockerd sets it
+//!   from containerd's OOM event, which on cgroup v1 can follow the exit), the kernel's own
+//!   `oom-kill:` record naming the container in `/dev/kmsg` ([`kernel_killed_for_memory`]).
 //! - Garbage collection only for pods owned by pods (by uid), checked every
 //!   [`GC_PERIOD`]; namespace deletion removes its pods at once.
 //! - A pod without `seccompProfile` runs unconfined, as it would on containerd; the default
@@ -109,6 +112,8 @@ mod attach;
 mod kubelet;
 mod resources;
 mod watch;
+
+pub use kubelet::kernel_killed_for_memory;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
