@@ -11,7 +11,9 @@
 //! and `lock`, the session's lock across processes. A new state is written under its own name
 //! first, its audit line is written, the record is switched to it by a rename, then the old
 //! one is deleted: a crash leaves the old record and its state, or the new ones, never a
-//! record without its state.
+//! record without its state. A crash between the line and the switch leaves the record behind
+//! the trail with the trail's state staged beside it: the next call moves the record forward
+//! (the state's hash is the trail's, so nothing is taken from the folder's word).
 //!
 //! The folder is untrusted like an upload (its files are opened through `audit::door`, never
 //! through a link, each read within a bound), and so is the record: whoever can write the
@@ -392,11 +394,22 @@ impl Sessions {
             return Ok(open);
         }
         if record.state_sha256 != expected {
-            return Err(SessionError::Changed {
+            let refused = SessionError::Changed {
                 side: "its record.json",
                 recorded: shown(expected.as_deref()),
                 found: shown(record.state_sha256.as_deref()),
-            });
+            };
+            // A server that stopped between an attempt's line and the record's switch left
+            // the trail's state staged under its own name: the record is only behind, and the
+            // state the trail names is there, checked by its hash. Roll the record forward.
+            let (Some(_), Some(sha)) = (&self.trail, &expected) else {
+                return Err(refused);
+            };
+            let Ok(state) = check_state(&open.dir, sha, self.config.max_bytes) else {
+                return Err(refused);
+            };
+            tracing::warn!(session = %open.id, state = %sha, "the session's record was behind the audit trail (a server stopped between an attempt's line and the record's switch): moved forward to the trail's state, which is in the folder");
+            open.switch(sha, state.bytes)?;
         }
         if let Some(sha) = expected {
             let state = check_state(&open.dir, &sha, self.config.max_bytes)?;
@@ -596,6 +609,42 @@ mod tests {
         open.stage(&left, &sha).unwrap();
         open.switch(&sha, bytes.len() as u64).unwrap();
         sha
+    }
+
+    /// A server stopped after the attempt's line and before the record's switch: the trail
+    /// names the staged state, the record the one before. The next call starts from the
+    /// trail's state (it is in the folder, and its hash is the trail's) and the record follows.
+    #[tokio::test]
+    async fn a_record_left_behind_the_trail_by_a_stop_rolls_forward() {
+        let root = tempfile::tempdir().unwrap();
+        let audit_config = crate::audit::tests::config(1 << 20);
+        let log = AuditLog::open_chain(&root.path().join("audit"), "a", audit_config)
+            .unwrap()
+            .follow_sessions(&root.path().join("audit"));
+        let store =
+            sessions(&root.path().join("sessions"), 5).with_trail(log.session_states().cloned());
+        store.ready().await.unwrap();
+        let alice = Owner::user("header", None, "alice");
+        let (first, lock) = begin(&store, &alice, "s", false).await.unwrap();
+        let one = keep(root.path(), &first, b"one");
+        log.append(line(&first, Some(&one))).unwrap();
+        drop(lock);
+        let (second, lock) = begin(&store, &alice, "s", false).await.unwrap();
+        let left = root.path().join("left");
+        fs::write(&left, b"two").unwrap();
+        let two = sha256_hex(b"two");
+        second.stage(&left, &two).unwrap();
+        log.append(line(&second, Some(&two))).unwrap();
+        drop(lock); // the stop: no switch
+
+        let (third, _lock) = begin(&store, &alice, "s", false).await.unwrap();
+        assert_eq!(third.state_sha256.as_deref(), Some(two.as_str()));
+        assert_eq!(
+            fs::read(&third.state.as_ref().unwrap().path).unwrap(),
+            b"two"
+        );
+        assert_eq!(read_record(&third.dir).unwrap().state_sha256, Some(two));
+        assert!(!third.dir.join(format!("{one}{STATE_SUFFIX}")).exists());
     }
 
     #[test]
