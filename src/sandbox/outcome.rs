@@ -220,7 +220,8 @@ pub enum StateLeft {
     /// A state: the file the runner wrote, opaque bytes.
     Written(OutputFile),
     /// The runner's marker that the state it would leave is the one that came in: a small file
-    /// naming that state's SHA-256, read by the caller within a bound.
+    /// naming that state's SHA-256, which the caller tells by the file's own hash and size (it
+    /// is never opened again).
     Unchanged(OutputFile),
 }
 

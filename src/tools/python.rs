@@ -289,7 +289,7 @@ impl<R: Runner> Tools<R> {
             ),
             Some(StateLeft::Written(file)) => self.stage(&session.open, file).await,
             Some(StateLeft::Unchanged(marker)) => {
-                if names_state(&marker, before.as_deref()).await {
+                if names_state(&marker, before.as_deref()) {
                     Settled::Same
                 } else {
                     none_written()
@@ -427,25 +427,17 @@ fn note_of(settled: Settled) -> String {
     }
 }
 
-/// The most bytes of the runner's unchanged marker read (a hex SHA-256 and a newline).
-const MARKER_MAX_BYTES: u64 = 128;
-
 /// Whether the runner's unchanged marker names `before`, the state the attempt started from:
-/// it is read within [`MARKER_MAX_BYTES`]; any other content (or no state before) is no marker.
-async fn names_state(marker: &OutputFile, before: Option<&str>) -> bool {
-    let Some(before) = before else {
-        return false;
-    };
-    let Ok(file) = tokio::fs::File::open(&marker.host_path).await else {
-        return false;
-    };
-    let mut named = Vec::new();
-    let read = tokio::io::AsyncReadExt::read_to_end(
-        &mut tokio::io::AsyncReadExt::take(file, MARKER_MAX_BYTES),
-        &mut named,
-    )
-    .await;
-    read.is_ok() && named.trim_ascii() == before.as_bytes()
+/// its content is that state's hex SHA-256 and a newline, which the marker's own hash and size
+/// (taken as it was copied out) tell without opening it again; anything else (or no state
+/// before) is no marker. Nothing is read after the attempt: a call in a session whose state
+/// did not change costs no file access more than one without.
+fn names_state(marker: &OutputFile, before: Option<&str>) -> bool {
+    before.is_some_and(|before| {
+        let named = format!("{before}\n");
+        marker.bytes == named.len() as u64
+            && marker.sha256 == crate::audit::sha256_hex(named.as_bytes())
+    })
 }
 
 fn push_block(text: &mut String, label: &str, body: &str) {
@@ -492,4 +484,29 @@ fn output_text(outcome: &Outcome) -> Result<String, ToolError> {
     push_block(&mut text, "stdout", &stdout);
     push_block(&mut text, "stderr", &stderr);
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runner's marker as it came out: its content's size and hash.
+    fn marker(content: &str) -> OutputFile {
+        OutputFile {
+            path: crate::sandbox::SESSION_STATE_UNCHANGED.into(),
+            host_path: std::path::PathBuf::new(),
+            bytes: content.len() as u64,
+            sha256: crate::audit::sha256_hex(content.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn a_marker_names_a_state_by_its_hash_and_size_alone() {
+        let before = "ab".repeat(32);
+        assert!(names_state(&marker(&format!("{before}\n")), Some(&before)));
+        let other = "cd".repeat(32);
+        assert!(!names_state(&marker(&format!("{other}\n")), Some(&before)));
+        assert!(!names_state(&marker(&before), Some(&before)), "no newline");
+        assert!(!names_state(&marker(&format!("{before}\n")), None));
+    }
 }
