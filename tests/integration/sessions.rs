@@ -305,6 +305,44 @@ async fn an_unchanged_state_is_not_sent_back_nor_written_again() {
     server.assert_nothing_left().await;
 }
 
+/// Under gVisor (`SANDBOX_RUNTIME=runsc`) the state goes in and comes out as under runc: a
+/// DataFrame and a number kept, a generator not, an unchanged state not sent back, a change
+/// kept, each attempt in a container of its own.
+#[tokio::test]
+async fn a_session_keeps_its_names_under_gvisor() {
+    let server = TestServer::start(&env(&[("SANDBOX_RUNTIME", "runsc")])).await;
+    let alice = client_of(&server, Some("alice"), None).await;
+    let set = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\nx = 41\n\
+               g = (i for i in range(3))\nprint('set')";
+    let text = prints(&alice, Some("g"), set, "set").await;
+    assert!(text.contains("g (a generator"), "{text}");
+    let text = prints(
+        &alice,
+        Some("g"),
+        "print(x + 1, int(df['a'].sum()))",
+        "42 3",
+    )
+    .await;
+    assert!(text.contains("its state is unchanged"), "{text}");
+    prints(&alice, Some("g"), "x = 1\nprint('changed')", "changed").await;
+    prints(&alice, Some("g"), "print(x, 'g' in globals())", "1 False").await;
+    let lines: Vec<Value> = server
+        .audit_lines()
+        .into_iter()
+        .filter(|line| !line["session"].is_null())
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert!(
+        lines.iter().all(|line| line["runtime"] == "runsc"),
+        "{lines:#?}"
+    );
+    let containers: std::collections::HashSet<_> =
+        lines.iter().map(|line| line["container"].clone()).collect();
+    assert_eq!(containers.len(), 4, "one container per attempt: {lines:#?}");
+    assert_chained(&lines);
+    server.assert_nothing_left().await;
+}
+
 /// The test process's memory, in bytes: (now, the peak since the last [`reset_peak`]).
 fn memory() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
