@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::merkle::Hash;
 use super::note::{Checkpoint, SignerKey, VerifierKey};
+use crate::untrusted::door;
 
 /// The longest record of the checkpoints file read (a note with its cosignatures).
 const MAX_RECORD_BYTES: u64 = 256 * 1024;
@@ -67,8 +68,8 @@ pub fn path_of(live: &Path) -> PathBuf {
 
 /// The checkpoints in `path` (a checkpoints file, or shipped JSON logs), in file order.
 pub fn read(path: &Path) -> std::io::Result<Vec<StoredCheckpoint>> {
-    // Opened through the audit folder's door: a regular file only, no link, never blocking.
-    read_lines(super::door::open_read(path)?, |value| {
+    // Opened through the door (`untrusted::door`): a regular file only, no link, never blocking.
+    read_lines(door::open_read(path)?, |value| {
         from_value(value).into_iter().collect()
     })
 }
@@ -80,12 +81,12 @@ pub fn read_lines(
     from: impl Read,
     each: impl Fn(serde_json::Value) -> Vec<StoredCheckpoint>,
 ) -> std::io::Result<Vec<StoredCheckpoint>> {
-    let mut lines = super::door::Lines::new(from, MAX_RECORD_BYTES as usize);
+    let mut lines = door::Lines::new(from, MAX_RECORD_BYTES as usize);
     let mut found = Vec::new();
     while let Some(line) = lines.next_line() {
         let line = match line? {
-            super::door::Line::Whole(line) | super::door::Line::Unfinished(line) => line,
-            super::door::Line::TooLong => continue,
+            door::Line::Whole(line) | door::Line::Unfinished(line) => line,
+            door::Line::TooLong => continue,
         };
         if let Ok(value) = serde_json::from_slice(line) {
             found.extend(each(value));
@@ -493,7 +494,7 @@ impl Signing {
     fn append_to_store(&self, stored: &StoredCheckpoint) -> std::io::Result<()> {
         let line = serde_json::to_string(stored).map_err(std::io::Error::other)?;
         // Through the door: a regular file, no link, never truncated.
-        let mut file = super::door::open_append(&self.store)?;
+        let mut file = door::open_append(&self.store)?;
         file.write_all(format!("{line}\n").as_bytes())?;
         file.sync_data()
     }

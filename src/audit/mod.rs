@@ -30,8 +30,8 @@
 //! The trail itself lives in five private files, whose items this module re-exports (every
 //! path is `audit::<item>`):
 //! - `record.rs`: the line's format ([`Record`], [`CallInfo`], [`FileDigest`], [`ToolMark`])
-//!   and the hashing all the others share ([`hash_line`], [`sha256_hex`], [`sha256_file`], and
-//!   `without_line_break`, the one rule for a line's bytes). It neither writes nor reads a file.
+//!   and the hashing all the others share ([`hash_line`], [`sha256_hex`], [`sha256_file`]). It
+//!   neither writes nor reads a file.
 //! - `store.rs`: the names of a chain's files (live, lock, rotated, the files beside it),
 //!   taking the lock, cutting a file back, and finding the chain's head at start-up. No state,
 //!   no line written.
@@ -45,12 +45,13 @@
 //!   made printable. It reads no file and checks nothing.
 //!
 //! The other parts are public modules of their own, and name the trail's items through this
-//! module, never through the five files.
+//! module, never through the five files. Every one of them opens a file of the audit folder
+//! only through [`crate::untrusted::door`] (a regular file, no link, never blocking, lines
+//! read within a bound): the folder's bytes are as untrusted as an upload's.
 
 pub mod availability;
 pub mod chain;
 pub mod checkpoints;
-pub mod door;
 pub mod merkle;
 pub mod note;
 pub mod proof;
@@ -70,7 +71,6 @@ mod writer;
 
 pub use describe::describe;
 pub(crate) use describe::printable;
-pub(crate) use record::without_line_break;
 pub use record::{
     CallInfo, FileDigest, GENESIS, Record, SessionMark, ToolMark, hash_line, sha256_file,
     sha256_hex,

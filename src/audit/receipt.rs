@@ -35,6 +35,7 @@ use super::merkle::{self, Hash};
 use super::note::{Checkpoint, ED25519_ALGORITHM, Note, VerifierKey};
 use super::tree::{self, TreeFile};
 use super::{AuditLog, Receipt};
+use crate::untrusted::door;
 
 /// The longest batching window: with signed receipts, a checkpoint is signed at most this
 /// long after the one before when calls wait, even when `FILE_AGENT_AUDIT_CHECKPOINT_INTERVAL`
@@ -437,7 +438,7 @@ pub fn entries(value: serde_json::Value) -> Result<Vec<Entry>, ReceiptError> {
 pub fn read_copy(path: &std::path::Path) -> std::io::Result<Vec<StoredCheckpoint>> {
     use std::io::Read;
     // Through the door: a regular file only, never blocking on a FIFO given by mistake.
-    let mut file = super::door::open_read_as(path, "the --checkpoints file")?;
+    let mut file = door::open_read_as(path, "the --checkpoints file")?;
     let mut head = Vec::new();
     (&mut file)
         .take(MAX_RECEIPT_FILE_BYTES + 1)

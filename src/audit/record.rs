@@ -1,7 +1,7 @@
 //! The record format of the trail, one JSON line per attempt or event ([`Record`] and the
-//! parts it carries), and the hashing every other part shares: a line's hash, a file's
-//! hash, and the one rule for where a line's bytes end ([`without_line_break`]). It does not
-//! write, read or check a line: `writer.rs` writes, `verify.rs` checks.
+//! parts it carries), and the hashing every other part shares: a line's hash and a file's
+//! hash. It does not write, read or check a line: `writer.rs` writes, `verify.rs` checks, and
+//! where a line's bytes end is the door's one rule (`untrusted::door::without_line_break`).
 
 use std::fs::File;
 use std::io::Read;
@@ -199,14 +199,6 @@ pub struct Record {
     pub unavailable: Option<availability::Unavailable>,
     /// The hex SHA-256 of the line before.
     pub prev: String,
-}
-
-/// A line's bytes as the chain reads them: the bytes before its `\n`, less a `\r` just before
-/// it (a file whose line ends were converted to CRLF reads as the server wrote it). The one
-/// rule for `audit verify`, the start-up check, the tree's catch-up and the chain's head.
-pub(crate) fn without_line_break(bytes: &[u8]) -> &[u8] {
-    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    bytes.strip_suffix(b"\r").unwrap_or(bytes)
 }
 
 /// The hex SHA-256 of a line (without its newline).

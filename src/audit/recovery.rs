@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::untrusted::door;
+
 /// `status` of the line that records a cut unfinished line.
 pub const RECOVERED_STATUS: &str = "recovered";
 
@@ -64,12 +66,12 @@ impl std::fmt::Display for Recovered {
 const BLOCK: u64 = 64 * 1024;
 
 /// The offset of the last `\n` before `end` in `file`, reading backwards no further than a
-/// line's bound ([`MAX_LINE_BYTES`](super::door::MAX_LINE_BYTES)) plus its newline: `None`
+/// line's bound ([`MAX_LINE_BYTES`](door::MAX_LINE_BYTES)) plus its newline: `None`
 /// when the file starts first; an error, naming the finding, when no newline lies within the
 /// bound (no line a server wrote is that long).
 fn newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
     let mut block = vec![0; BLOCK as usize];
-    let floor = end.saturating_sub(super::door::MAX_LINE_BYTES as u64 + 1);
+    let floor = end.saturating_sub(door::MAX_LINE_BYTES as u64 + 1);
     let mut end = end;
     while end > floor {
         let start = end.saturating_sub(BLOCK).max(floor);
@@ -85,8 +87,8 @@ fn newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
             std::io::ErrorKind::InvalidData,
             format!(
                 "no line break within the {} bytes before byte {}: a line longer than any a server writes (the file was written by hand, or is damaged)",
-                super::door::MAX_LINE_BYTES,
-                end + super::door::MAX_LINE_BYTES as u64 + 1
+                door::MAX_LINE_BYTES,
+                end + door::MAX_LINE_BYTES as u64 + 1
             ),
         ));
     }
@@ -101,11 +103,11 @@ fn whole_lines_end(file: &File) -> std::io::Result<u64> {
 }
 
 /// The last whole, non-blank line of `file` (without its newline), read back to the newline
-/// before it, within [`MAX_LINE_BYTES`](super::door::MAX_LINE_BYTES); an unfinished tail is
+/// before it, within [`MAX_LINE_BYTES`](door::MAX_LINE_BYTES); an unfinished tail is
 /// not a line. Blank lines are skipped for as many bytes as one line's bound, no more.
 pub fn last_line(file: &File) -> std::io::Result<Option<Vec<u8>>> {
     let mut end = whole_lines_end(file)?;
-    let floor = end.saturating_sub(super::door::MAX_LINE_BYTES as u64);
+    let floor = end.saturating_sub(door::MAX_LINE_BYTES as u64);
     // `end` is just past a newline; the line is what lies between the one before and it.
     while end > 0 {
         if end < floor {
@@ -118,7 +120,7 @@ pub fn last_line(file: &File) -> std::io::Result<Option<Vec<u8>>> {
         let start = newline_before(file, newline)?.map_or(0, |at| at + 1);
         let mut line = vec![0; (newline - start) as usize];
         file.read_exact_at(&mut line, start)?;
-        line.truncate(super::without_line_break(&line).len());
+        line.truncate(door::without_line_break(&line).len());
         if !line.iter().all(u8::is_ascii_whitespace) {
             return Ok(Some(line));
         }
@@ -229,7 +231,7 @@ fn new_side_file(path: &Path, seq: u64) -> std::io::Result<(PathBuf, File)> {
     // this name: never overwrite evidence, take the next free name.
     for attempt in 0..100 {
         let side = side_file_name(path, seq, attempt);
-        match super::door::create_new(&side) {
+        match door::create_new(&side) {
             Ok(file) => return Ok((side, file)),
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(error) => return Err(error),
@@ -294,8 +296,7 @@ mod tests {
     #[test]
     fn no_more_than_a_line_s_bound_is_read_back() {
         let (_dir, _, file) = file_with(b"{}\n");
-        file.set_len(3 + super::super::door::MAX_LINE_BYTES as u64 + 10)
-            .unwrap();
+        file.set_len(3 + door::MAX_LINE_BYTES as u64 + 10).unwrap();
         let error = last_line(&file).unwrap_err().to_string();
         assert!(error.contains("no line break within"), "{error}");
         let error = cut_unfinished(&file, Path::new("c.jsonl"), 2)

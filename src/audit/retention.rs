@@ -37,6 +37,7 @@ use super::note::VerifierKey;
 use super::proof::SignedCheck;
 use super::recovery::last_line;
 use super::{CHAIN_SUFFIX, Record, file_name, lock_path, sha256_hex};
+use crate::untrusted::door;
 
 pub use super::pruned::{DroppedFile, MAX_LISTED_IDS, Pruned, RETENTION_STATUS, SignedRoot};
 
@@ -213,7 +214,7 @@ fn prune_chain(
 /// it while it goes, then delete it whole if it has aged out.
 fn prune_idle_live(live: &Path, cutoff: SystemTime, judge: Judge, out: &mut Vec<DroppedFile>) {
     let lock_path = lock_path(live);
-    let Ok(lock) = super::door::open_lock(&lock_path, false) else {
+    let Ok(lock) = door::open_lock(&lock_path, false) else {
         return; // no lock file: a trail from before locks (`audit.jsonl`) is left alone
     };
     if lock.try_lock().is_err() {
@@ -252,7 +253,7 @@ fn delete(file: &Path, mut dropped: DroppedFile, out: &mut Vec<DroppedFile>) -> 
 /// `cutoff` by the word of `judge`; `None` when it is younger, empty or unreadable, or when
 /// its age cannot be told from what was signed (then a warning says why it is kept).
 fn aged(file: &Path, cutoff: SystemTime, judge: Judge) -> Option<DroppedFile> {
-    let line = last_line(&super::door::open_read(file).ok()?).ok()??;
+    let line = last_line(&door::open_read(file).ok()?).ok()??;
     let record: Record = serde_json::from_slice(&line).ok()?;
     let time = crate::time::parse_rfc3339(&record.time)?;
     if time >= cutoff {

@@ -7,6 +7,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use super::{AuditError, GENESIS, Record, chain, recovery, sha256_hex};
+use crate::untrusted::door;
 
 /// The file name of a chain's live file: `<name>.jsonl`.
 pub const CHAIN_SUFFIX: &str = ".jsonl";
@@ -40,7 +41,7 @@ pub(super) fn lock_chain(path: &Path) -> Result<File, AuditError> {
         action: "locked",
         source,
     };
-    let lock = super::door::open_lock(&lock_path, true).map_err(error)?;
+    let lock = door::open_lock(&lock_path, true).map_err(error)?;
     match lock.try_lock() {
         Ok(()) => Ok(lock),
         Err(std::fs::TryLockError::WouldBlock) => Err(error(std::io::Error::other(
@@ -73,7 +74,7 @@ pub(super) fn chain_head(
     if line.is_none()
         && let Some(rotated) = chain::newest_rotated(path)?
     {
-        line = recovery::last_line(&super::door::open_read(&rotated)?)?;
+        line = recovery::last_line(&door::open_read(&rotated)?)?;
     }
     Ok(match line {
         None => (GENESIS.to_string(), 0, None),

@@ -17,8 +17,8 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::door::{Line, Lines};
 use super::merkle::{self, Hash, HashReader};
+use crate::untrusted::door::{self, Line, Lines};
 
 /// The bytes of one stored hash.
 const RECORD: u64 = 32;
@@ -63,7 +63,7 @@ fn leaves_in(records: u64) -> u64 {
 impl TreeFile {
     /// Opens (creating) the tree file at `path`, cutting a torn record off its end.
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = super::door::open_append(path)?;
+        let file = door::open_append(path)?;
         let records = file.metadata()?.len() / RECORD;
         let size = leaves_in(records);
         let whole = merkle::stored_hash_count(size) * RECORD;
@@ -80,7 +80,7 @@ impl TreeFile {
     /// Opens the tree file at `path` to read it only (a reviewer's tools, while a server may
     /// be appending to it): its size is the leaves it holds whole.
     pub fn open_existing(path: &Path) -> std::io::Result<Self> {
-        let file = super::door::open_read(path)?;
+        let file = door::open_read(path)?;
         let size = leaves_in(file.metadata()?.len() / RECORD);
         Ok(Self {
             file,

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::door::{Line, Lines, MAX_LINE_BYTES};
 use super::{GENESIS, Record, hash_line, merkle, recovery, tree};
+use crate::untrusted::door::{self, Line, Lines, MAX_LINE_BYTES};
 
 /// What [`verify`] found.
 #[derive(Debug, PartialEq)]
@@ -430,7 +430,7 @@ impl Follower {
         let mut seen_at = false;
         for (index, path) in files.iter().enumerate() {
             let name = path.display().to_string();
-            let file = match super::door::open_read(path) {
+            let file = match door::open_read(path) {
                 Ok(file) => file,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && !last => return Pass::Moved,
                 Err(e) => {

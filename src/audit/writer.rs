@@ -18,6 +18,7 @@ use super::{
     CHAIN_SUFFIX, Record, availability, chain, chain_head, chain_name, checkpoints, cut_back,
     hash_line, lock_chain, merkle, recovery, rotated_name, tree, verify_with_roots,
 };
+use crate::untrusted::door;
 
 /// Why the trail could not be opened or written.
 #[derive(Debug, Error)]
@@ -174,7 +175,7 @@ impl AuditLog {
             std::fs::create_dir_all(parent).map_err(error("created"))?;
         }
         let lock = lock_chain(path)?;
-        let file = super::door::open_append(path).map_err(error("opened"))?;
+        let file = door::open_append(path).map_err(error("opened"))?;
         // A file just created must still be there after a crash of the machine.
         recovery::sync_folder(path).map_err(error("opened"))?;
         let (last_hash, seq, last_line) = chain_head(&file, path).map_err(error("read"))?;
@@ -424,12 +425,12 @@ impl AuditLog {
             action: "written",
             source: std::io::Error::other(e),
         })?;
-        if line.len() >= super::door::MAX_LINE_BYTES {
+        if line.len() >= door::MAX_LINE_BYTES {
             return Err(failed(&self.path, "written")(std::io::Error::other(
                 format!(
                     "the line is {} bytes, past the {} bytes every reader of the trail takes as a line",
                     line.len(),
-                    super::door::MAX_LINE_BYTES
+                    door::MAX_LINE_BYTES
                 ),
             )));
         }
@@ -547,7 +548,7 @@ impl AuditLog {
                 rotated
             }
         };
-        let created = super::door::open_append(&self.path);
+        let created = door::open_append(&self.path);
         let file = match created {
             Ok(file) => file,
             Err(source) => {

@@ -12,6 +12,7 @@ use crate::audit::chain::{self, Chain};
 use crate::audit::note::VerifierKey;
 use crate::audit::{self, Record, receipt};
 use crate::report::{self, Filter};
+use crate::untrusted::door;
 
 /// Checks the chain across `files` (in order: rotated files first, oldest first), or, given
 /// one folder, every chain in it, each on its own. What crashes left (an unfinished line cut
@@ -136,15 +137,15 @@ fn newest_lines(
     for (index, chain) in chains.iter().enumerate() {
         let mut number = 0;
         for file in &chain.files {
-            let mut lines = audit::door::Lines::open(file)
+            let mut lines = door::Lines::open(file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             while let Some(read) = lines.next_line() {
                 let read = read.with_context(|| format!("cannot read {}", file.display()))?;
                 number += 1;
                 let line = match read {
-                    audit::door::Line::Whole(line) => String::from_utf8_lossy(line).into_owned(),
+                    door::Line::Whole(line) => String::from_utf8_lossy(line).into_owned(),
                     // Not lines of the chain (`audit verify` names them): not shown.
-                    audit::door::Line::Unfinished(_) | audit::door::Line::TooLong => continue,
+                    door::Line::Unfinished(_) | door::Line::TooLong => continue,
                 };
                 if line.trim().is_empty() {
                     continue;
@@ -232,25 +233,18 @@ fn verifier_key(given: &str) -> anyhow::Result<VerifierKey> {
         return parsed
             .context("--key (a verifier key <name>+<id>+<base64>, or a file holding one)");
     }
-    let text = read_bounded(path, MAX_KEY_FILE_BYTES, "the --key file")?;
+    let text = read_text_within(path, MAX_KEY_FILE_BYTES, "the --key file")?;
     VerifierKey::parse(text.trim()).with_context(|| format!("--key: the key in {}", path.display()))
 }
 
-/// The text of `path`, read through the audit folder's door (a regular file, no link
+/// The text of `path`, read through the door's bounded reader (a regular file, no link
 /// followed, never blocking: a FIFO or a device given by mistake is refused at once), refused
 /// past `limit` bytes; `role` names the file in a refusal ("the receipt file").
-fn read_bounded(path: &Path, limit: u64, role: &str) -> anyhow::Result<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    audit::door::open_read_as(path, role)
-        .with_context(|| format!("cannot read {role} {}", path.display()))?
-        .take(limit + 1)
-        .read_to_string(&mut text)
-        .with_context(|| format!("cannot read {role} {} as text", path.display()))?;
-    if text.len() as u64 > limit {
-        anyhow::bail!("{role} {} is larger than {limit} bytes", path.display());
-    }
-    Ok(text)
+fn read_text_within(path: &Path, limit: u64, role: &str) -> anyhow::Result<String> {
+    let bytes = door::read_within(path, role, limit)
+        .with_context(|| format!("cannot read {role} {}", path.display()))?;
+    String::from_utf8(bytes)
+        .with_context(|| format!("cannot read {role} {} as text", path.display()))
 }
 
 /// `audit verify-receipt`: each receipt in `file` against `key` (and `line`, `witnesses`).
@@ -263,7 +257,7 @@ pub fn verify_receipt(
 ) -> anyhow::Result<ExitCode> {
     let key = verifier_key(key)?;
     let witnesses = super::checkpoints::witness_keys(witnesses)?;
-    let text = read_bounded(file, receipt::MAX_RECEIPT_FILE_BYTES, "the receipt file")?;
+    let text = read_text_within(file, receipt::MAX_RECEIPT_FILE_BYTES, "the receipt file")?;
     let (entries, line) = if text.starts_with(receipt::TLOG_PROOF_HEADER) {
         let Some(path) = line else {
             anyhow::bail!(
@@ -320,8 +314,8 @@ pub fn verify_receipt(
 /// The audit line of `--line`, as the trail reads one: its bytes less the line break (`\n`
 /// or `\r\n`).
 fn read_receipt_line(path: &Path) -> anyhow::Result<Vec<u8>> {
-    let text = read_bounded(path, receipt::MAX_RECEIPT_FILE_BYTES, "the --line file")?;
-    Ok(audit::without_line_break(text.as_bytes()).to_vec())
+    let text = read_text_within(path, receipt::MAX_RECEIPT_FILE_BYTES, "the --line file")?;
+    Ok(door::without_line_break(text.as_bytes()).to_vec())
 }
 
 /// What one receipt proved, and what its line says.

@@ -549,7 +549,7 @@ fn versions_folder(source: &Path) -> Option<PathBuf> {
 /// Calls every record of `chain`, with its line number; a line that does not parse is
 /// skipped (the integrity section already names it).
 fn each_record(chain: &Chain, mut visit: impl FnMut(Record, &str)) {
-    use crate::audit::door::{Line, Lines};
+    use crate::untrusted::door::{Line, Lines};
     for path in &chain.files {
         let Ok(mut lines) = Lines::open(path) else {
             continue;

@@ -4,20 +4,20 @@
 //! until it is taken. `sandbox-image/runner.py` reads this; the two change together. What comes
 //! back is read by [`super::stream`], with the request's [`Request::key`].
 
-use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 
-use nix::fcntl::OFlag;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{Job, SandboxError, StateFile, archive};
 use crate::config::Limits;
+use crate::untrusted::door;
 
 /// Bytes of a session's state read and sent at a time.
 const STATE_CHUNK_BYTES: usize = 1 << 20;
+/// What the door's refusals call the state's file.
+const STATE_FILE: &str = "a session's state file";
 
 /// The header line's fields, as the runner reads them.
 #[derive(Debug, Serialize)]
@@ -103,15 +103,14 @@ impl Upload {
 }
 
 /// Streams the state's file, exactly `state.bytes` of it, checking its SHA-256 on the way.
+/// The file is in a session's folder, which whoever holds the data folder can change between
+/// the check and the send: it is opened through the door, so a link, a FIFO or a device put
+/// in its place is refused by name at once, never waited on or read as a state.
 async fn send_state<W: AsyncWrite + Unpin + ?Sized>(
     state: &StateFile,
     writer: &mut W,
 ) -> io::Result<()> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
-        .open(&state.path)?;
-    let mut file = tokio::fs::File::from_std(file);
+    let mut file = tokio::fs::File::from_std(door::open_read_as(&state.path, STATE_FILE)?);
     let mut hasher = Sha256::new();
     let mut buffer = vec![0; STATE_CHUNK_BYTES];
     let mut left = state.bytes;
@@ -291,5 +290,26 @@ mod tests {
             (sent.len() as u64) < request.upload.len(),
             "the end is withheld"
         );
+    }
+
+    #[tokio::test]
+    async fn a_fifo_put_where_the_state_was_is_refused_by_name_at_once() {
+        let folder = tempfile::tempdir().unwrap();
+        let path = folder.path().join("s.state");
+        let job = session_job(&path, &[7; 3000]);
+        let request = Request::build(&job, &limits()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let mut sent = Vec::new();
+        let error = tokio::time::timeout(Duration::from_secs(5), request.upload.send(&mut sent))
+            .await
+            .expect("a FIFO with no writer answers at once")
+            .unwrap_err();
+        assert!(error.to_string().contains("is a FIFO"), "{error}");
+        assert!(
+            error.to_string().contains("a session's state file"),
+            "{error}"
+        );
+        assert_eq!(sent, request.upload.head, "nothing of the state is sent");
     }
 }

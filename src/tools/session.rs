@@ -15,7 +15,7 @@
 //! the trail with the trail's state staged beside it: the next call moves the record forward
 //! (the state's hash is the trail's, so nothing is taken from the folder's word).
 //!
-//! The folder is untrusted like an upload (its files are opened through `audit::door`, never
+//! The folder is untrusted like an upload (its files are opened through `untrusted::door`, never
 //! through a link, each read within a bound), and so is the record: whoever can write the
 //! folder can rewrite both. So the truth is the audit trail: before a state goes into an
 //! attempt, its SHA-256 must be the `state_after` of the session's last line in the trail
@@ -31,19 +31,19 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::audit::sessions::{SessionStates, TrailState};
 use crate::config::SessionsConfig;
 use crate::owner::Owner;
 use crate::sandbox::StateFile;
+use crate::untrusted::door;
 
 /// The sessions' folder in `FILE_AGENT_DATA_DIR`.
 pub const SESSIONS_FOLDER: &str = "sessions";
@@ -327,7 +327,7 @@ impl Sessions {
             if created {
                 self.create(&space, &dir)?;
             }
-            let file = crate::audit::door::open_lock_as(&dir.join(LOCK_FILE), true, SESSION_FILE)
+            let file = door::open_lock_as(&dir.join(LOCK_FILE), true, SESSION_FILE)
                 .map_err(io_error("locked"))?;
             (file, created)
         };
@@ -496,7 +496,8 @@ fn shown(sha256: Option<&str>) -> String {
 
 /// The record, read within [`RECORD_MAX_BYTES`]: one that does not parse is a changed state.
 fn read_record(dir: &Path) -> Result<SessionRecord, SessionError> {
-    let bytes = read_bounded(&dir.join(RECORD_FILE), RECORD_MAX_BYTES).map_err(io_error("read"))?;
+    let bytes = door::read_within(&dir.join(RECORD_FILE), SESSION_FILE, RECORD_MAX_BYTES)
+        .map_err(io_error("read"))?;
     serde_json::from_slice(&bytes).map_err(|_| SessionError::Changed {
         side: "its record.json",
         recorded: "a record file-agent wrote".into(),
@@ -513,7 +514,7 @@ fn check_state(dir: &Path, sha256: &str, max_bytes: u64) -> Result<StateFile, Se
         found,
     };
     let path = dir.join(format!("{sha256}{STATE_SUFFIX}"));
-    let (found, bytes) = match hash_bounded(&path, max_bytes) {
+    let (found, bytes) = match door::sha256_within(&path, SESSION_FILE, max_bytes) {
         Ok(hashed) => hashed,
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             return Err(changed("missing".into()));
@@ -528,34 +529,6 @@ fn check_state(dir: &Path, sha256: &str, max_bytes: u64) -> Result<StateFile, Se
         sha256: found,
         bytes,
     })
-}
-
-/// A regular file opened through the door (no link followed, never blocking).
-fn open_regular(path: &Path) -> io::Result<File> {
-    crate::audit::door::open_read_as(path, SESSION_FILE)
-}
-
-/// A regular file's bytes, at most `max_bytes` (a longer one is an error).
-fn read_bounded(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    open_regular(path)?
-        .take(max_bytes + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max_bytes {
-        return Err(io::Error::other(format!("larger than {max_bytes} bytes")));
-    }
-    Ok(bytes)
-}
-
-/// A regular file's hex SHA-256 and size, read a block at a time, at most `max_bytes` (a longer
-/// one is an error).
-fn hash_bounded(path: &Path, max_bytes: u64) -> io::Result<(String, u64)> {
-    let mut hasher = Sha256::new();
-    let bytes = io::copy(&mut open_regular(path)?.take(max_bytes + 1), &mut hasher)?;
-    if bytes > max_bytes {
-        return Err(io::Error::other(format!("larger than {max_bytes} bytes")));
-    }
-    Ok((hex::encode(hasher.finalize()), bytes))
 }
 
 /// Deletes the session's state files but `keep`'s.

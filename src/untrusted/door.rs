@@ -1,8 +1,10 @@
-//! The one door into the audit folder's files (and the sessions' folders', which are as open to
-//! whoever holds the data folder). Everything under the folder is untrusted bytes,
-//! like an upload (`crate::untrusted`): whoever holds the folder may have put a FIFO, a device,
-//! a symbolic link, a folder or a sparse file of any size where a chain, a lock, a tree or a
-//! checkpoints file was expected. So every file of the folder is opened here, and only here:
+//! The one door into files of the data folder that whoever holds the folder can replace: the
+//! audit folder's (`crate::audit`), the sessions' folders' (`tools::session`, and the state
+//! file `sandbox::request` streams into an attempt), and the files a reviewer names to the
+//! audit commands (a receipt, a key, a checkpoints copy). Their bytes are untrusted like an
+//! upload's: whoever holds the folder may have put a FIFO, a device, a symbolic link, a folder
+//! or a sparse file of any size where a chain, a lock, a tree, a checkpoints file, a session's
+//! record or its state was expected. So every such file is opened here, and only here:
 //!
 //! - never through a symbolic link (`O_NOFOLLOW` on the file itself: a link is refused, even
 //!   one that points back into the folder);
@@ -12,13 +14,18 @@
 //! - never truncating: nothing here opens with `O_TRUNC`; a file is created with `O_CREAT`
 //!   alone (appended to, or only locked) or with `O_EXCL` (a new side file).
 //!
-//! Lines are read by [`Lines`] within [`MAX_LINE_BYTES`]: a line longer than that, or an
-//! unfinished one, is a named finding ([`Line::TooLong`], [`Line::Unfinished`]), never an
-//! allocation the size of the file. The writer refuses to write a line longer than the bound,
-//! so no line a server wrote is ever over it.
+//! Every read is bounded. Lines are read by [`Lines`] within [`MAX_LINE_BYTES`]: a line longer
+//! than that, or an unfinished one, is a named finding ([`Line::TooLong`], [`Line::Unfinished`]),
+//! never an allocation the size of the file. The writer refuses to write a line longer than the
+//! bound, so no line a server wrote is ever over it. A whole file is read by [`read_within`] or
+//! hashed by [`sha256_within`] within a bound its caller names: a longer file is refused, never
+//! read to its end.
 //!
-//! It decides nothing about what the bytes mean: `verify.rs` judges lines, `checkpoints.rs`
-//! parses records, `tree.rs` reads hashes.
+//! It lives in `untrusted`, below `audit`, `sandbox` and `tools` alike, so that each of them
+//! opens the folder's files through this one door (`audit` imports `sandbox`, so the door could
+//! not stay in `audit` for `sandbox` to use). It decides nothing about what the bytes mean:
+//! `audit::verify` judges lines, `audit::checkpoints` parses records, `audit::tree` reads
+//! hashes, `tools::session` compares a state's hash with the trail's.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read};
@@ -26,6 +33,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use sha2::{Digest, Sha256};
 
 /// The longest line of the audit folder read: 16 MiB, four times the largest MCP request
 /// (`server::MAX_MCP_BODY_BYTES`, which bounds the code a line can carry). A longer line was
@@ -37,7 +45,8 @@ fn door_flags() -> i32 {
     (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits()
 }
 
-/// What the door's refusals call a file of the audit folder.
+/// What the door's refusals call a file of the audit folder: the role of the functions that
+/// take none, which only `audit` calls.
 const AUDIT_FILE: &str = "a file of the audit folder";
 
 /// Opens `path` to read it: a regular file, not a link, never blocking.
@@ -46,7 +55,8 @@ pub fn open_read(path: &Path) -> std::io::Result<File> {
 }
 
 /// Opens `path` to read it as [`open_read`] does, for a file that is not the audit folder's
-/// (a receipt or a key a reviewer names): its refusals call it `role` ("the receipt file").
+/// (a session's file, a receipt or a key a reviewer names): its refusals call it `role`
+/// ("the receipt file").
 pub fn open_read_as(path: &Path, role: &str) -> std::io::Result<File> {
     let opened = OpenOptions::new()
         .read(true)
@@ -95,6 +105,53 @@ pub fn create_new(path: &Path) -> std::io::Result<File> {
         .custom_flags(door_flags())
         .open(path);
     checked(opened, path, AUDIT_FILE)
+}
+
+/// The bytes of `path`, opened by [`open_read_as`], at most `max` of them: a longer file is
+/// refused as soon as one byte past the bound is read (never read to its end), in words that
+/// name the bound and the file as `role`.
+pub fn read_within(path: &Path, role: &str, max: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    open_read_as(path, role)?
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(too_large(path, role, max));
+    }
+    Ok(bytes)
+}
+
+/// The hex SHA-256 of `path`, opened by [`open_read_as`], and its size, read a block at a time
+/// (never held whole in memory), at most `max` bytes: a longer file is refused as
+/// [`read_within`] refuses one.
+pub fn sha256_within(path: &Path, role: &str, max: u64) -> std::io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let file = open_read_as(path, role)?;
+    let bytes = std::io::copy(&mut file.take(max.saturating_add(1)), &mut hasher)?;
+    if bytes > max {
+        return Err(too_large(path, role, max));
+    }
+    Ok((hex::encode(hasher.finalize()), bytes))
+}
+
+/// The refusal of a file longer than the bound its reader keeps.
+fn too_large(path: &Path, role: &str, max: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{} is larger than {max} bytes: {role} is read only within that bound; it was not read further",
+            path.display()
+        ),
+    )
+}
+
+/// A line's bytes as the chain reads them: the bytes before its `\n`, less a `\r` just before
+/// it (a file whose line ends were converted to CRLF reads as the server wrote it). The one
+/// rule for [`Lines`], `audit verify`, the start-up check, the tree's catch-up, the chain's
+/// head and a receipt's `--line` file.
+pub fn without_line_break(bytes: &[u8]) -> &[u8] {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    bytes.strip_suffix(b"\r").unwrap_or(bytes)
 }
 
 /// The descriptor opened, once `fstat` says it is a regular file, made blocking again; else
@@ -218,7 +275,7 @@ impl<R: Read> Lines<R> {
         self.number += 1;
         if self.bytes.last() == Some(&b'\n') {
             self.consumed += self.bytes.len() as u64;
-            let length = super::without_line_break(&self.bytes).len();
+            let length = without_line_break(&self.bytes).len();
             return Some(Ok(Line::Whole(&self.bytes[..length])));
         }
         if read as u64 >= limit {
@@ -311,5 +368,50 @@ mod tests {
         drop(open_append(&file).unwrap());
         assert_eq!(std::fs::read(&file).unwrap(), b"kept");
         assert!(create_new(&file).is_err());
+    }
+
+    #[test]
+    fn whole_files_are_read_and_hashed_within_their_bound_through_the_door() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("record.json");
+        std::fs::write(&file, b"0123456789").unwrap();
+        let role = "a file of a session's folder";
+        assert_eq!(read_within(&file, role, 10).unwrap(), b"0123456789");
+        let (sha256, bytes) = sha256_within(&file, role, 10).unwrap();
+        assert_eq!(sha256, hex::encode(Sha256::digest(b"0123456789")));
+        assert_eq!(bytes, 10);
+        assert_eq!(sha256_within(&file, role, u64::MAX).unwrap().1, 10);
+
+        for refused in [
+            read_within(&file, role, 9).map(|_| ()),
+            sha256_within(&file, role, 9).map(|_| ()),
+        ] {
+            let error = refused.unwrap_err();
+            assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+            let error = error.to_string();
+            assert!(error.contains("larger than 9 bytes"), "{error}");
+            assert!(error.contains(role), "{error}");
+        }
+
+        let fifo = dir.path().join("a.state");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // On a thread, so that a door that blocked on the FIFO fails the test, not hangs it.
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send([
+                read_within(&fifo, role, 10).map(|_| ()),
+                sha256_within(&fifo, role, 10).map(|_| ()),
+            ]);
+        });
+        let refusals = receiver
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("a FIFO with no writer is refused at once");
+        for refused in refusals {
+            let error = refused.unwrap_err().to_string();
+            assert!(error.contains("is a FIFO"), "{error}");
+            assert!(error.contains(role), "{error}");
+        }
+        let missing = read_within(&dir.path().join("gone"), role, 10).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
     }
 }
