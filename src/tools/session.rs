@@ -153,10 +153,14 @@ impl OpenSession {
     pub fn stage(&self, state: &Path, sha256: &str) -> Result<(), SessionError> {
         let target = self.dir.join(format!("{sha256}{STATE_SUFFIX}"));
         let partial = self.dir.join(format!("{sha256}{STATE_SUFFIX}.partial"));
+        // A rename replaces whatever is at `partial` (a link itself, never what it names);
+        // across file systems the copy goes into a file created new through the door.
         if fs::rename(state, &partial).is_err() {
-            fs::copy(state, &partial).map_err(io_error("written"))?;
+            let copied =
+                File::open(state).and_then(|mut from| io::copy(&mut from, &mut fresh(&partial)?));
+            copied.map_err(io_error("written"))?;
         }
-        File::open(&partial)
+        door::open_read_as(&partial, SESSION_FILE)
             .and_then(|file| file.sync_all())
             .and_then(|()| fs::rename(&partial, &target))
             .map_err(io_error("written"))
@@ -322,8 +326,9 @@ impl Sessions {
         let (dir, space, id) = self.place(owner, name);
         let (file, created) = {
             let _opening = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+            real_folder(&space)?;
             self.expire(&space);
-            let created = !dir.is_dir();
+            let created = !real_folder(&dir)?;
             if created {
                 self.create(&space, &dir)?;
             }
@@ -467,9 +472,55 @@ fn io_error(action: &'static str) -> impl FnOnce(io::Error) -> SessionError {
 
 /// Marks the session used now (its folder's time is what the idle expiry reads).
 fn touch(dir: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
     let now = fs::FileTimes::new().set_modified(SystemTime::now());
-    if let Err(error) = File::open(dir).and_then(|folder| folder.set_times(now)) {
+    let folder = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_DIRECTORY)
+        .open(dir);
+    if let Err(error) = folder.and_then(|folder| folder.set_times(now)) {
         tracing::warn!(%error, "could not mark a session used");
+    }
+}
+
+/// A file of the session's folder created new at `path` through the door, whatever was there
+/// removed first (a link is removed itself, never followed: `File::create` would have followed
+/// one planted there and truncated the file it names).
+fn fresh(path: &Path) -> io::Result<File> {
+    match fs::remove_file(path) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    door::create_new_as(path, SESSION_FILE)
+}
+
+/// Whether `path` is a folder of the sessions' tree: `false` when there is nothing there yet,
+/// an error that says what to do when it is anything but a folder (a symbolic link above all:
+/// every file of a session is named through its folder, so a folder replaced by a link would
+/// have the server write, and delete `*.state` files, wherever the link points).
+fn real_folder(path: &Path) -> Result<bool, SessionError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(true),
+        Ok(meta) => Err(SessionError::Io {
+            action: "used",
+            source: io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} is {}, not a folder: a session's folder is never used through a link or in place of another file; remove it (that session then starts from nothing)",
+                    path.display(),
+                    if meta.is_symlink() {
+                        "a symbolic link"
+                    } else {
+                        "a file"
+                    }
+                ),
+            ),
+        }),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(SessionError::Io {
+            action: "used",
+            source,
+        }),
     }
 }
 
@@ -481,7 +532,7 @@ fn write_record(dir: &Path, record: &SessionRecord) -> Result<(), SessionError> 
     })?;
     let partial = dir.join(format!("{RECORD_FILE}.partial"));
     let write = || -> io::Result<()> {
-        let mut file = File::create(&partial)?;
+        let mut file = fresh(&partial)?;
         file.write_all(&bytes)?;
         file.sync_all()?;
         fs::rename(&partial, dir.join(RECORD_FILE))
@@ -618,6 +669,55 @@ mod tests {
         );
         assert_eq!(read_record(&third.dir).unwrap().state_sha256, Some(two));
         assert!(!third.dir.join(format!("{one}{STATE_SUFFIX}")).exists());
+    }
+
+    /// Whoever holds the folder plants links where the server writes: a link at the record's
+    /// temporary name is replaced, never followed (the file it names is not truncated), and a
+    /// session's folder replaced by a link to another folder is refused by name.
+    #[tokio::test]
+    async fn links_planted_in_a_session_s_folder_are_never_followed() {
+        use std::os::unix::fs::symlink;
+        let root = tempfile::tempdir().unwrap();
+        let store = sessions(&root.path().join("sessions"), 5);
+        let alice = Owner::user("header", None, "alice");
+        let (first, lock) = begin(&store, &alice, "s", false).await.unwrap();
+        let victim = root.path().join("victim");
+        fs::write(&victim, b"not the server's").unwrap();
+        symlink(&victim, first.dir.join(format!("{RECORD_FILE}.partial"))).unwrap();
+        symlink(
+            &victim,
+            first
+                .dir
+                .join(format!("{}{STATE_SUFFIX}.partial", sha256_hex(b"one"))),
+        )
+        .unwrap();
+        keep(root.path(), &first, b"one");
+        assert_eq!(fs::read(&victim).unwrap(), b"not the server's");
+        assert_eq!(
+            read_record(&first.dir).unwrap().state_sha256,
+            Some(sha256_hex(b"one"))
+        );
+        drop(lock);
+
+        let elsewhere = root.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        fs::write(elsewhere.join("kept.state"), b"someone's").unwrap();
+        fs::remove_dir_all(&first.dir).unwrap();
+        symlink(&elsewhere, &first.dir).unwrap();
+        let error = begin(&store, &alice, "s", false)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("is a symbolic link, not a folder") && error.contains("remove it"),
+            "{error}"
+        );
+        let left: Vec<_> = fs::read_dir(&elsewhere)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left, ["kept.state"]);
     }
 
     #[test]

@@ -98,13 +98,19 @@ pub fn open_lock_as(path: &Path, create: bool, role: &str) -> std::io::Result<Fi
 
 /// Creates `path`, which must not exist yet (`O_EXCL`: no link is followed either).
 pub fn create_new(path: &Path) -> std::io::Result<File> {
+    create_new_as(path, AUDIT_FILE)
+}
+
+/// [`create_new`] for a file outside the audit folder (a session's record or state): its
+/// refusals call it `role`.
+pub fn create_new_as(path: &Path, role: &str) -> std::io::Result<File> {
     let opened = OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
         .custom_flags(door_flags())
         .open(path);
-    checked(opened, path, AUDIT_FILE)
+    checked(opened, path, role)
 }
 
 /// The bytes of `path`, opened by [`open_read_as`], at most `max` of them: a longer file is
