@@ -190,12 +190,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_slow_reader_that_takes_a_byte_now_and_then_is_never_cut() {
+        // The answer takes 1.6 s in all, longer than the deadline, while no wait between two
+        // bytes comes near it (a tenth of it: a busy machine stretching a 100 ms sleep to the
+        // whole second is what it would take to cut, where 150 ms against 300 was cut at load
+        // 11 on two cores).
         let (ours, mut theirs) = tokio::io::duplex(4);
-        let mut ours = WriteDeadline::new(ours, Duration::from_millis(300));
+        let mut ours = WriteDeadline::new(ours, Duration::from_secs(1));
         let reader = tokio::spawn(async move {
             let mut byte = [0; 1];
             for _ in 0..16 {
-                tokio::time::sleep(Duration::from_millis(150)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 tokio::io::AsyncReadExt::read_exact(&mut theirs, &mut byte)
                     .await
                     .unwrap();
