@@ -502,8 +502,8 @@ async fn a_research_task_cancelled_mid_run_cancels_the_run_at_the_provider() {
     client.finish().await;
     while llm.research_seen().2 == 0 {
         assert!(
-            sent.elapsed() < Duration::from_secs(1),
-            "the run was not cancelled at the provider within a second"
+            sent.elapsed() < Duration::from_secs(10),
+            "the run was not cancelled at the provider within 10 s"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -1507,11 +1507,10 @@ mod tests {
                 break error;
             }
         };
+        // Never before the bound; and not a second bound's worth after it (a margin a busy
+        // machine's late timers stay within, where 300 ms would not).
         let took = began.elapsed();
-        assert!(
-            took >= max && took < max + Duration::from_millis(300),
-            "{took:?}"
-        );
+        assert!(took >= max && took < max * 2, "{took:?}");
         assert!(tries >= 3, "with backoff in between: {tries}");
         let SandboxError::ApiUnreachable { after, last, .. } = &error else {
             panic!("{error}")
@@ -1535,7 +1534,7 @@ mod tests {
         let silent = std::future::pending::<Result<(), kube::Error>>();
         assert!(outage.bounded(silent).await.is_err());
         assert!(outage.failed("fa-1", "silence".into()).await.is_err());
-        assert!(began.elapsed() < max + Duration::from_millis(300));
+        assert!(began.elapsed() < max * 2, "{:?}", began.elapsed());
     }
 
     #[test]
