@@ -625,6 +625,19 @@ mod tests {
         Ok((store.begin(owner, name, reset, &lock)?, lock))
     }
 
+    /// A folder with an audit chain, and sessions checked against it (read at start).
+    async fn with_trail() -> (tempfile::TempDir, AuditLog, Sessions) {
+        let root = tempfile::tempdir().unwrap();
+        let audit_config = crate::audit::tests::config(1 << 20);
+        let log = AuditLog::open_chain(&root.path().join("audit"), "a", audit_config)
+            .unwrap()
+            .follow_sessions(&root.path().join("audit"));
+        let store =
+            sessions(&root.path().join("sessions"), 5).with_trail(log.session_states().cloned());
+        store.ready().await.unwrap();
+        (root, log, store)
+    }
+
     /// Keeps `bytes` as the state `open` left.
     fn keep(root: &Path, open: &OpenSession, bytes: &[u8]) -> String {
         let left = root.join("left");
@@ -640,14 +653,7 @@ mod tests {
     /// trail's state (it is in the folder, and its hash is the trail's) and the record follows.
     #[tokio::test]
     async fn a_record_left_behind_the_trail_by_a_stop_rolls_forward() {
-        let root = tempfile::tempdir().unwrap();
-        let audit_config = crate::audit::tests::config(1 << 20);
-        let log = AuditLog::open_chain(&root.path().join("audit"), "a", audit_config)
-            .unwrap()
-            .follow_sessions(&root.path().join("audit"));
-        let store =
-            sessions(&root.path().join("sessions"), 5).with_trail(log.session_states().cloned());
-        store.ready().await.unwrap();
+        let (root, log, store) = with_trail().await;
         let alice = Owner::user("header", None, "alice");
         let (first, lock) = begin(&store, &alice, "s", false).await.unwrap();
         let one = keep(root.path(), &first, b"one");
@@ -797,14 +803,7 @@ mod tests {
 
     #[tokio::test]
     async fn with_a_trail_a_state_and_record_rewritten_together_are_refused() {
-        let root = tempfile::tempdir().unwrap();
-        let audit_config = crate::audit::tests::config(1 << 20);
-        let log = AuditLog::open_chain(&root.path().join("audit"), "a", audit_config)
-            .unwrap()
-            .follow_sessions(&root.path().join("audit"));
-        let store =
-            sessions(&root.path().join("sessions"), 5).with_trail(log.session_states().cloned());
-        store.ready().await.unwrap();
+        let (root, log, store) = with_trail().await;
         let alice = Owner::user("header", None, "alice");
         let (first, lock) = begin(&store, &alice, "s", false).await.unwrap();
         assert_eq!(first.step, 1);
