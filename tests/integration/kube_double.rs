@@ -889,24 +889,26 @@ async fn the_kernel_s_record_tells_an_oom_kill_from_a_plain_sigkill() {
         .signal("SIGKILL")
         .build();
     docker.kill_container(&sleeper, Some(kill)).await.unwrap();
+    let mut codes = Vec::new();
     for id in [&hungry, &sleeper] {
-        let _ = with_timeout(docker.wait_container(id, None).next()).await;
-        let state = docker
-            .inspect_container(id, None)
-            .await
-            .unwrap()
-            .state
-            .unwrap();
-        assert_eq!(state.exit_code, Some(137), "{id}: {state:?}");
+        let _ = tokio::time::timeout(
+            Duration::from_secs(60),
+            docker.wait_container(id, None).next(),
+        )
+        .await;
+        let state = docker.inspect_container(id, None).await.unwrap().state;
+        codes.push(state.and_then(|state| state.exit_code));
     }
     let told = (
         crate::fakes::kubernetes::kernel_killed_for_memory(&hungry),
         crate::fakes::kubernetes::kernel_killed_for_memory(&sleeper),
     );
+    // Removed before anything is asserted, so that a failure leaves no container behind.
     for id in [&hungry, &sleeper] {
         let remove = RemoveContainerOptionsBuilder::default().force(true).build();
         docker.remove_container(id, Some(remove)).await.unwrap();
     }
+    assert_eq!(codes, [Some(137), Some(137)]);
     assert_eq!(told, (true, false), "(over its memory, SIGKILLed)");
 }
 
