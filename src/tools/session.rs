@@ -398,6 +398,8 @@ impl Sessions {
             tracing::warn!(session = %open.id, "the session's folder was gone (expired, or deleted by hand): it starts from nothing");
             return Ok(open);
         }
+        // The state the trail names, once hashed: by the roll-forward below, else after it.
+        let mut checked = None;
         if record.state_sha256 != expected {
             let refused = SessionError::Changed {
                 side: "its record.json",
@@ -415,9 +417,13 @@ impl Sessions {
             };
             tracing::warn!(session = %open.id, state = %sha, "the session's record was behind the audit trail (a server stopped between an attempt's line and the record's switch): moved forward to the trail's state, which is in the folder");
             open.switch(sha, state.bytes)?;
+            checked = Some(state);
         }
         if let Some(sha) = expected {
-            let state = check_state(&open.dir, &sha, self.config.max_bytes)?;
+            let state = match checked {
+                Some(state) => state,
+                None => check_state(&open.dir, &sha, self.config.max_bytes)?,
+            };
             open.state_bytes = Some(state.bytes);
             open.state = Some(state);
             open.state_sha256 = Some(sha);
